@@ -1,0 +1,394 @@
+#include "client/filesystem.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+
+#include "common/errno_status.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+
+FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
+    : options_(options), rpc_(std::move(rpc)) {}
+
+FileSystem::~FileSystem() { Stop(); }
+
+template <typename Req>
+void FileSystem::Stamp(const Creds& c, Req* req) {
+  proto::Creds* pc = req->mutable_header()->mutable_creds();
+  pc->set_uid(c.uid);
+  pc->set_gid(c.gid);
+  pc->set_pid(c.pid);
+  for (uint32_t g : c.groups) pc->add_groups(g);
+}
+
+absl::Status FileSystem::Start(Invalidator* invalidator) {
+  proto::OpenSessionRequest req;
+  req.set_client_name(options_.client_name);
+  proto::OpenSessionReply reply;
+  RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
+  rpc_->set_client_id(reply.client_id());
+  {
+    absl::MutexLock l(&mu_);
+    lease_ms_ = std::max<uint64_t>(reply.lease_ms(), 300);
+    started_ = true;
+  }
+  LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->options().servers.front()
+            << ", lease " << reply.lease_ms() << " ms";
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  if (invalidator != nullptr) {
+    subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
+  }
+  return absl::OkStatus();
+}
+
+void FileSystem::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!started_ || stopping_) return;
+    stopping_ = true;
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (subscriber_.joinable()) subscriber_.join();
+  proto::CloseSessionRequest req;
+  proto::CloseSessionReply reply;
+  grpc::ClientContext ctx;
+  rpc_->PrepareContext(&ctx, absl::Seconds(5));
+  req.mutable_header()->set_client_id(rpc_->client_id());
+  grpc::Status s = rpc_->stub()->CloseSession(&ctx, req, &reply);
+  if (!s.ok()) LOG(WARNING) << "closing the session: " << s.error_message();
+}
+
+void FileSystem::HeartbeatLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(lease_ms_ / 3))) break;
+    mu_.Unlock();
+    proto::HeartbeatRequest req;
+    proto::HeartbeatReply reply;
+    req.mutable_header()->set_client_id(rpc_->client_id());
+    grpc::ClientContext ctx;
+    rpc_->PrepareContext(&ctx, absl::Seconds(5));
+    grpc::Status s = rpc_->stub()->Heartbeat(&ctx, req, &reply);
+    if (!s.ok()) LOG(WARNING) << "heartbeat: " << s.error_message();
+    mu_.Lock();
+  }
+}
+
+void FileSystem::SubscribeLoop(Invalidator* invalidator) {
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    grpc::ClientContext ctx;
+    if (!rpc_->options().secret.empty()) ctx.AddMetadata("x-grantfs-secret", rpc_->options().secret);
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      stream_ctx_ = &ctx;
+    }
+    proto::SubscribeRequest req;
+    req.mutable_header()->set_client_id(rpc_->client_id());
+    std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
+        rpc_->stub()->Subscribe(&ctx, req);
+    proto::InvalidationBatch batch;
+    while (reader->Read(&batch)) {
+      backoff = absl::Milliseconds(100);
+      for (const proto::Invalidation& inv : batch.items()) {
+        if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
+        if (inv.ino() != 0) invalidator->InvalidateInode(inv.ino(), inv.data_changed());
+      }
+      batch.Clear();
+    }
+    grpc::Status s = reader->Finish();
+    absl::MutexLock l(&mu_);
+    stream_ctx_ = nullptr;
+    if (stopping_) return;
+    LOG(WARNING) << "invalidation stream ended (" << s.error_message() << "); reconnecting";
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+// --- namespace ----------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
+                                               const std::string& name) {
+  proto::LookupRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply));
+  return reply.attr();
+}
+
+absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
+  proto::GetAttrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
+  return reply.attr();
+}
+
+absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRequest req) {
+  Stamp(c, &req);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
+  return reply.attr();
+}
+
+absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
+                                              const std::string& name, uint32_t mode,
+                                              uint64_t rdev, uint32_t umask, bool exclusive) {
+  proto::MkNodRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_mode(mode);
+  req.set_rdev(rdev);
+  req.set_umask(umask);
+  req.set_exclusive(exclusive);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("MkNod", &proto::GrantFs::Stub::MkNod, &req, &reply));
+  return reply.attr();
+}
+
+absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
+                                                const std::string& name,
+                                                const std::string& target) {
+  proto::SymlinkRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_target(target);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Symlink", &proto::GrantFs::Stub::Symlink, &req, &reply));
+  return reply.attr();
+}
+
+absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
+                                             const std::string& new_name) {
+  proto::LinkRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_new_parent(new_parent);
+  req.set_new_name(new_name);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Link", &proto::GrantFs::Stub::Link, &req, &reply));
+  return reply.attr();
+}
+
+absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::string& name,
+                                bool is_dir) {
+  proto::RemoveRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_is_dir(is_dir);
+  proto::ErrReply reply;
+  return rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply);
+}
+
+absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
+                                uint64_t new_parent, const std::string& new_name,
+                                uint32_t flags) {
+  proto::RenameRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_new_parent(new_parent);
+  req.set_new_name(new_name);
+  req.set_flags(flags);
+  proto::ErrReply reply;
+  return rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply);
+}
+
+absl::StatusOr<std::string> FileSystem::ReadLink(const Creds& c, uint64_t ino) {
+  proto::ReadLinkRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ReadLinkReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ReadLink", &proto::GrantFs::Stub::ReadLink, &req, &reply));
+  return reply.target();
+}
+
+absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t ino,
+                                                        uint64_t cookie, uint32_t max_entries) {
+  proto::ReadDirRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_cookie(cookie);
+  req.set_max_entries(max_entries);
+  proto::ReadDirReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
+  return reply;
+}
+
+// --- files -------------------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags) {
+  proto::OpenRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_flags(flags);
+  proto::OpenReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply));
+  return reply.attr();
+}
+
+absl::Status FileSystem::Release(uint64_t ino) {
+  proto::ReleaseRequest req;
+  req.set_ino(ino);
+  proto::ErrReply reply;
+  return rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
+}
+
+absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint64_t offset,
+                                             size_t size) {
+  std::string out;
+  while (out.size() < size) {
+    proto::ReadRequest req;
+    Stamp(c, &req);
+    req.set_ino(ino);
+    req.set_offset(offset + out.size());
+    const size_t want = std::min<size_t>(size - out.size(), options_.max_io_bytes);
+    req.set_size(want);
+    proto::ReadReply reply;
+    RETURN_IF_ERROR(rpc_->Call("Read", &proto::GrantFs::Stub::Read, &req, &reply));
+    out += reply.data();
+    if (reply.data().size() < want) break;  // end of file
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t offset,
+                                         const char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const size_t n = std::min<size_t>(size - done, options_.max_io_bytes);
+    proto::WriteRequest req;
+    Stamp(c, &req);
+    req.set_ino(ino);
+    req.set_offset(offset + done);
+    req.set_data(std::string(data + done, n));
+    proto::WriteReply reply;
+    RETURN_IF_ERROR(rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply));
+    done += n;
+  }
+  return done;
+}
+
+absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
+  proto::FsyncRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ErrReply reply;
+  return rpc_->Call("Fsync", &proto::GrantFs::Stub::Fsync, &req, &reply);
+}
+
+absl::Status FileSystem::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
+                                   uint64_t length) {
+  proto::FallocateRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_mode(mode);
+  req.set_offset(offset);
+  req.set_length(length);
+  proto::AttrReply reply;
+  return rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+}
+
+absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) {
+  proto::StatFsRequest req;
+  Stamp(c, &req);
+  proto::StatFsReply reply;
+  RETURN_IF_ERROR(rpc_->Call("StatFs", &proto::GrantFs::Stub::StatFs, &req, &reply));
+  return reply;
+}
+
+// --- xattrs ----------------------------------------------------------------------
+
+absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
+                                  const std::string& value, uint32_t flags) {
+  proto::SetXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  req.set_value(value);
+  req.set_flags(flags);
+  proto::ErrReply reply;
+  return rpc_->Call("SetXattr", &proto::GrantFs::Stub::SetXattr, &req, &reply);
+}
+
+absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
+                                                 const std::string& name) {
+  proto::GetXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  proto::GetXattrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetXattr", &proto::GrantFs::Stub::GetXattr, &req, &reply));
+  return reply.value();
+}
+
+absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, uint64_t ino) {
+  proto::ListXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ListXattrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ListXattr", &proto::GrantFs::Stub::ListXattr, &req, &reply));
+  return std::vector<std::string>(reply.names().begin(), reply.names().end());
+}
+
+absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  proto::RemoveXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  proto::ErrReply reply;
+  return rpc_->Call("RemoveXattr", &proto::GrantFs::Stub::RemoveXattr, &req, &reply);
+}
+
+// --- locks -------------------------------------------------------------------------
+
+absl::StatusOr<proto::LockRange> FileSystem::GetLock(const Creds& c, uint64_t ino,
+                                                     uint64_t owner,
+                                                     const proto::LockRange& range) {
+  proto::LockRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_owner(owner);
+  *req.mutable_range() = range;
+  proto::GetLockReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetLock", &proto::GrantFs::Stub::GetLock, &req, &reply));
+  return reply.conflict();
+}
+
+absl::Status FileSystem::SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
+                                 const proto::LockRange& range, bool wait,
+                                 const std::function<bool()>& interrupted) {
+  proto::LockRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_owner(owner);
+  req.set_flock(flock);
+  *req.mutable_range() = range;
+  // The server never blocks a call on a lock; a waiting caller polls, with a
+  // backoff capped at 100 ms, until the lock is free or it is interrupted.
+  absl::Duration backoff = absl::Milliseconds(2);
+  for (;;) {
+    proto::ErrReply reply;
+    absl::Status s = rpc_->Call("SetLock", &proto::GrantFs::Stub::SetLock, &req, &reply);
+    if (!wait || ToErrno(s) != EAGAIN) return s;
+    if (interrupted && interrupted()) return ErrnoStatus(EINTR, "lock wait interrupted");
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+  }
+}
+
+}  // namespace grantfs

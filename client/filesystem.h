@@ -1,0 +1,135 @@
+// The client's file-system logic, free of FUSE types: every operation of the
+// mount as a call on the server, the session (heartbeats) and the stream of
+// cache invalidations from the server.
+//
+// Data path in this version: write-through. Each write() is sent to the
+// server before it returns (the server stores it in its chunk store); fsync
+// makes the server fdatasync the file's chunks. Space grants and the local
+// write-back cache come with the fastwrite work (docs/write-path.md).
+//
+// Every method returns an errno status on failure (ToErrno()). Thread-safe.
+#ifndef GRANTFS_CLIENT_FILESYSTEM_H_
+#define GRANTFS_CLIENT_FILESYSTEM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/inode_table.h"
+#include "client/rpc_client.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+// The credentials of the process that made a request.
+struct Creds {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t pid = 0;
+  std::vector<uint32_t> groups;
+};
+
+// What the kernel must forget after a change made on another node.
+class Invalidator {
+ public:
+  virtual ~Invalidator() = default;
+  // Attributes of `ino` changed; when `data`, its cached pages too.
+  virtual void InvalidateInode(uint64_t ino, bool data) = 0;
+  // The entry `name` of directory `parent` changed.
+  virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
+};
+
+struct FileSystemOptions {
+  // Name shown in the server's session list (host and mount point).
+  std::string client_name;
+  // Largest read or write sent in one request.
+  uint32_t max_io_bytes = 1 << 20;
+};
+
+class FileSystem {
+ public:
+  FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc);
+  ~FileSystem();
+
+  // Opens the session, then starts heartbeats and (if `invalidator` is not
+  // null) the invalidation stream. `invalidator` must outlive Stop().
+  absl::Status Start(Invalidator* invalidator);
+  // Stops the threads and closes the session. Idempotent.
+  void Stop();
+
+  InodeTable& inodes() { return inodes_; }
+  RpcClient& rpc() { return *rpc_; }
+
+  absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
+  absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
+  // `req.ino` and `req.valid` say what to change.
+  absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);
+  absl::StatusOr<proto::Attr> MkNod(const Creds& c, uint64_t parent, const std::string& name,
+                                    uint32_t mode, uint64_t rdev, uint32_t umask,
+                                    bool exclusive);
+  absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
+                                      const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
+                                   const std::string& new_name);
+  absl::Status Remove(const Creds& c, uint64_t parent, const std::string& name, bool is_dir);
+  absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name,
+                      uint64_t new_parent, const std::string& new_name, uint32_t flags);
+  absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
+  absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
+                                              uint32_t max_entries);
+
+  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags);
+  absl::Status Release(uint64_t ino);
+  absl::StatusOr<std::string> Read(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
+  // Returns the bytes written (all of them, or an error).
+  absl::StatusOr<size_t> Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
+                               size_t size);
+  absl::Status Fsync(const Creds& c, uint64_t ino);
+  absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
+                         uint64_t length);
+  absl::StatusOr<proto::StatFsReply> StatFs(const Creds& c);
+
+  absl::Status SetXattr(const Creds& c, uint64_t ino, const std::string& name,
+                        const std::string& value, uint32_t flags);
+  absl::StatusOr<std::string> GetXattr(const Creds& c, uint64_t ino, const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const Creds& c, uint64_t ino);
+  absl::Status RemoveXattr(const Creds& c, uint64_t ino, const std::string& name);
+
+  // Locks held for `owner` on the server. `range.type`: F_RDLCK, F_WRLCK,
+  // F_UNLCK. With `wait`, a conflicting lock is polled until it is free or
+  // `interrupted()` says the caller gave up (then EINTR).
+  absl::StatusOr<proto::LockRange> GetLock(const Creds& c, uint64_t ino, uint64_t owner,
+                                           const proto::LockRange& range);
+  absl::Status SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
+                       const proto::LockRange& range, bool wait,
+                       const std::function<bool()>& interrupted);
+
+ private:
+  template <typename Req>
+  void Stamp(const Creds& c, Req* req);
+  void HeartbeatLoop();
+  void SubscribeLoop(Invalidator* invalidator);
+
+  const FileSystemOptions options_;
+  const std::unique_ptr<RpcClient> rpc_;
+  InodeTable inodes_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread heartbeat_;
+  std::thread subscriber_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_FILESYSTEM_H_

@@ -1,0 +1,566 @@
+#include "client/fuse_ops.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/errno_status.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+FuseAdapter* Adapter(fuse_req_t req) { return static_cast<FuseAdapter*>(fuse_req_userdata(req)); }
+
+// The one place an error becomes a FUSE reply.
+void ReplyError(fuse_req_t req, const absl::Status& s) {
+  int err = ToErrno(s);
+  if (err == 0) err = EIO;  // an error path with an OK status is a bug
+  fuse_reply_err(req, err);
+}
+
+Creds CredsOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Creds c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
+  c.pid = ctx->pid;
+  // Root passes permission checks without groups; for everyone else the
+  // server needs the supplementary groups (read from /proc by libfuse).
+  if (c.uid != 0 && ctx->pid != 0) {
+    gid_t groups[64];
+    int n = fuse_req_getgroups(req, 64, groups);
+    for (int i = 0; i < std::min(n, 64); ++i) c.groups.push_back(groups[i]);
+  }
+  return c;
+}
+
+struct timespec ToTimespec(int64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+int64_t ToNanos(const struct timespec& ts) {
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+struct stat ToStat(const proto::Attr& a) {
+  struct stat st;
+  memset(&st, 0, sizeof(st));
+  st.st_ino = a.ino();
+  st.st_mode = a.mode();
+  st.st_nlink = a.nlink();
+  st.st_uid = a.uid();
+  st.st_gid = a.gid();
+  st.st_size = a.size();
+  st.st_blocks = a.blocks();
+  st.st_blksize = 1 << 20;  // preferred I/O size: the extent the server likes
+  st.st_rdev = a.rdev();
+  st.st_atim = ToTimespec(a.atime_ns());
+  st.st_mtim = ToTimespec(a.mtime_ns());
+  st.st_ctim = ToTimespec(a.ctime_ns());
+  return st;
+}
+
+// Replies with an entry; the kernel now holds one more lookup of it.
+void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
+  FuseAdapter* a = Adapter(req);
+  fuse_entry_param e;
+  memset(&e, 0, sizeof(e));
+  e.ino = attr.ino();
+  e.attr = ToStat(attr);
+  e.attr_timeout = a->options().attr_timeout_s;
+  e.entry_timeout = a->options().entry_timeout_s;
+  a->fs()->inodes().Ref(attr.ino());
+  if (fuse_reply_entry(req, &e) != 0) a->fs()->inodes().Forget(attr.ino(), 1);
+}
+
+void ReplyEntryOr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
+  if (r.ok()) {
+    ReplyEntry(req, *r);
+  } else {
+    ReplyError(req, r.status());
+  }
+}
+
+void ReplyAttr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
+  if (!r.ok()) return ReplyError(req, r.status());
+  struct stat st = ToStat(*r);
+  fuse_reply_attr(req, &st, Adapter(req)->options().attr_timeout_s);
+}
+
+void ReplyStatus(fuse_req_t req, const absl::Status& s) {
+  if (s.ok()) {
+    fuse_reply_err(req, 0);
+  } else {
+    ReplyError(req, s);
+  }
+}
+
+// --- namespace ---------------------------------------------------------------
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  auto r = Adapter(req)->fs()->Lookup(CredsOf(req), parent, name);
+  if (!r.ok() && ToErrno(r.status()) == ENOENT) {
+    // A negative entry, cached for entry_timeout (creates elsewhere are
+    // pushed as invalidations).
+    fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    e.entry_timeout = Adapter(req)->options().entry_timeout_s;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  ReplyEntryOr(req, r);
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Adapter(req)->fs()->inodes().Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) {
+    Adapter(req)->fs()->inodes().Forget(forgets[i].ino, forgets[i].nlookup);
+  }
+  fuse_reply_none(req);
+}
+
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  ReplyAttr(req, Adapter(req)->fs()->GetAttr(CredsOf(req), ino));
+}
+
+void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  using V = proto::SetAttrRequest;
+  proto::SetAttrRequest r;
+  r.set_ino(ino);
+  uint32_t valid = 0;
+  if (to_set & FUSE_SET_ATTR_MODE) valid |= V::MODE, r.set_mode(attr->st_mode);
+  if (to_set & FUSE_SET_ATTR_UID) valid |= V::UID, r.set_uid(attr->st_uid);
+  if (to_set & FUSE_SET_ATTR_GID) valid |= V::GID, r.set_gid(attr->st_gid);
+  if (to_set & FUSE_SET_ATTR_SIZE) valid |= V::SIZE, r.set_size(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    valid |= V::ATIME_NOW;
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    valid |= V::ATIME, r.set_atime_ns(ToNanos(attr->st_atim));
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    valid |= V::MTIME_NOW;
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    valid |= V::MTIME, r.set_mtime_ns(ToNanos(attr->st_mtim));
+  }
+  if (to_set & FUSE_SET_ATTR_CTIME) valid |= V::CTIME;
+  r.set_valid(valid);
+  ReplyAttr(req, Adapter(req)->fs()->SetAttr(CredsOf(req), r));
+}
+
+void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  ReplyEntryOr(req, Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, mode, rdev,
+                                              fuse_req_ctx(req)->umask, true));
+}
+
+void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  ReplyEntryOr(req, Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, S_IFDIR | mode, 0,
+                                              fuse_req_ctx(req)->umask, true));
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, false));
+}
+
+void OpRmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, true));
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  ReplyEntryOr(req, Adapter(req)->fs()->Symlink(CredsOf(req), parent, name, link));
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+              const char* newname, unsigned int flags) {
+  ReplyStatus(req,
+              Adapter(req)->fs()->Rename(CredsOf(req), parent, name, newparent, newname, flags));
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  ReplyEntryOr(req, Adapter(req)->fs()->Link(CredsOf(req), ino, newparent, newname));
+}
+
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  auto r = Adapter(req)->fs()->ReadLink(CredsOf(req), ino);
+  if (!r.ok()) return ReplyError(req, r.status());
+  fuse_reply_readlink(req, r->c_str());
+}
+
+// --- directories ---------------------------------------------------------------
+
+void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fi->fh = 0;
+  fuse_reply_open(req, fi);
+}
+
+// Fills up to `size` bytes of entries after cookie `off`; with `plus`, each
+// entry (but "." and "..") hands the kernel a lookup reference.
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  FuseAdapter* a = Adapter(req);
+  // An entry takes ~32 bytes (plain) or ~150 (plus) plus its name.
+  const uint32_t max_entries = std::max<size_t>(1, size / (plus ? 160 : 40));
+  auto r = a->fs()->ReadDir(CredsOf(req), ino, off, max_entries);
+  if (!r.ok()) return ReplyError(req, r.status());
+  std::string buf(size, '\0');
+  size_t used = 0;
+  for (const proto::DirEntry& e : r->entries()) {
+    struct stat st = ToStat(e.attr());
+    size_t n;
+    const bool dots = e.name() == "." || e.name() == "..";
+    if (plus) {
+      fuse_entry_param ep;
+      memset(&ep, 0, sizeof(ep));
+      ep.ino = dots ? 0 : e.attr().ino();
+      ep.attr = st;
+      ep.attr_timeout = a->options().attr_timeout_s;
+      ep.entry_timeout = a->options().entry_timeout_s;
+      n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
+      if (n > size - used) break;
+      if (!dots) a->fs()->inodes().Ref(e.attr().ino());
+    } else {
+      n = fuse_add_direntry(req, &buf[used], size - used, e.name().c_str(), &st, e.cookie());
+      if (n > size - used) break;
+    }
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ReadDirCommon(req, ino, size, off, false);
+}
+
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ReadDirCommon(req, ino, size, off, true);
+}
+
+void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  // Every metadata change is durable on the server before it is answered.
+  fuse_reply_err(req, 0);
+}
+
+// --- files -----------------------------------------------------------------------
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags);
+  if (!r.ok()) return ReplyError(req, r.status());
+  // Close-to-open: pages cached from an earlier open are dropped, so data
+  // written on another node is read fresh.
+  fi->keep_cache = 0;
+  fi->fh = 0;
+  if (fuse_reply_open(req, fi) != 0) (void)Adapter(req)->fs()->Release(ino);
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  FuseAdapter* a = Adapter(req);
+  const Creds c = CredsOf(req);
+  auto made = a->fs()->MkNod(c, parent, name, S_IFREG | (mode & 07777), 0,
+                             fuse_req_ctx(req)->umask, (fi->flags & O_EXCL) != 0);
+  if (!made.ok()) return ReplyError(req, made.status());
+  proto::Attr attr = *made;
+  // The name may have existed already (created on another node): open it
+  // as open(2) would, including O_TRUNC.
+  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL));
+  if (!opened.ok()) return ReplyError(req, opened.status());
+  attr = *opened;
+  if ((fi->flags & O_TRUNC) && attr.size() > 0) {
+    proto::SetAttrRequest t;
+    t.set_ino(attr.ino());
+    t.set_valid(proto::SetAttrRequest::SIZE);
+    t.set_size(0);
+    auto cut = a->fs()->SetAttr(c, t);
+    if (!cut.ok()) {
+      (void)a->fs()->Release(attr.ino());
+      return ReplyError(req, cut.status());
+    }
+    attr = *cut;
+  }
+  fuse_entry_param e;
+  memset(&e, 0, sizeof(e));
+  e.ino = attr.ino();
+  e.attr = ToStat(attr);
+  e.attr_timeout = a->options().attr_timeout_s;
+  e.entry_timeout = a->options().entry_timeout_s;
+  fi->keep_cache = 0;
+  fi->fh = 0;
+  a->fs()->inodes().Ref(attr.ino());
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    a->fs()->inodes().Forget(attr.ino(), 1);
+    (void)a->fs()->Release(attr.ino());
+  }
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  auto r = Adapter(req)->fs()->Read(CredsOf(req), ino, off, size);
+  if (!r.ok()) return ReplyError(req, r.status());
+  fuse_reply_buf(req, r->data(), r->size());
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+             fuse_file_info*) {
+  auto r = Adapter(req)->fs()->Write(CredsOf(req), ino, off, buf, size);
+  if (!r.ok()) return ReplyError(req, r.status());
+  fuse_reply_write(req, *r);
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FuseAdapter* a = Adapter(req);
+  // close(2) drops the POSIX locks the closing process held on the file.
+  if (a->TakeLockOwner(ino, fi->lock_owner)) {
+    proto::LockRange all;
+    all.set_type(F_UNLCK);
+    all.set_end(UINT64_MAX);
+    absl::Status s = a->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, false, all, false, {});
+    if (!s.ok()) LOG(WARNING) << "releasing locks of inode " << ino << ": " << s;
+  }
+  // Data is written through to the server; nothing is buffered here.
+  fuse_reply_err(req, 0);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  FuseAdapter* a = Adapter(req);
+  if (fi->flock_release) {
+    proto::LockRange all;
+    all.set_type(F_UNLCK);
+    all.set_end(UINT64_MAX);
+    absl::Status s = a->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, true, all, false, {});
+    if (!s.ok()) LOG(WARNING) << "releasing flock of inode " << ino << ": " << s;
+  }
+  absl::Status s = a->fs()->Release(ino);
+  if (!s.ok()) LOG(WARNING) << "release of inode " << ino << ": " << s;
+  fuse_reply_err(req, 0);
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ReplyStatus(req, Adapter(req)->fs()->Fsync(CredsOf(req), ino));
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                 fuse_file_info*) {
+  if (offset < 0 || length <= 0) {
+    fuse_reply_err(req, EINVAL);
+    return;
+  }
+  ReplyStatus(req, Adapter(req)->fs()->Fallocate(CredsOf(req), ino, mode, offset, length));
+}
+
+void OpStatFs(fuse_req_t req, fuse_ino_t) {
+  auto r = Adapter(req)->fs()->StatFs(CredsOf(req));
+  if (!r.ok()) return ReplyError(req, r.status());
+  struct statvfs sv;
+  memset(&sv, 0, sizeof(sv));
+  const uint64_t bs = r->block_size() ? r->block_size() : 4096;
+  sv.f_bsize = bs;
+  sv.f_frsize = bs;
+  sv.f_blocks = r->capacity_bytes() / bs;
+  sv.f_bfree = (r->capacity_bytes() - std::min(r->capacity_bytes(), r->used_bytes())) / bs;
+  sv.f_bavail = r->available_bytes() / bs;
+  sv.f_files = r->inodes() + (1ull << 32);
+  sv.f_ffree = 1ull << 32;
+  sv.f_favail = sv.f_ffree;
+  sv.f_namemax = r->name_max();
+  fuse_reply_statfs(req, &sv);
+}
+
+// --- xattrs ---------------------------------------------------------------------------
+
+void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  ReplyStatus(req, Adapter(req)->fs()->SetXattr(CredsOf(req), ino, name,
+                                                std::string(value, size), flags));
+}
+
+// getxattr/listxattr: size 0 asks for the length; a short buffer is ERANGE.
+void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, value.size());
+  } else if (size < value.size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value.data(), value.size());
+  }
+}
+
+void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto r = Adapter(req)->fs()->GetXattr(CredsOf(req), ino, name);
+  if (!r.ok()) return ReplyError(req, r.status());
+  ReplySized(req, *r, size);
+}
+
+void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto r = Adapter(req)->fs()->ListXattr(CredsOf(req), ino);
+  if (!r.ok()) return ReplyError(req, r.status());
+  std::string list;
+  for (const std::string& n : *r) list.append(n).push_back('\0');
+  ReplySized(req, list, size);
+}
+
+void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  ReplyStatus(req, Adapter(req)->fs()->RemoveXattr(CredsOf(req), ino, name));
+}
+
+// --- locks ----------------------------------------------------------------------------
+
+proto::LockRange ToRange(const struct flock* lock) {
+  proto::LockRange r;
+  r.set_type(lock->l_type);
+  r.set_start(lock->l_start);
+  r.set_end(lock->l_len == 0 ? UINT64_MAX : lock->l_start + lock->l_len - 1);
+  r.set_pid(lock->l_pid);
+  return r;
+}
+
+void OpGetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock) {
+  auto r = Adapter(req)->fs()->GetLock(CredsOf(req), ino, fi->lock_owner, ToRange(lock));
+  if (!r.ok()) return ReplyError(req, r.status());
+  struct flock out;
+  memset(&out, 0, sizeof(out));
+  out.l_type = r->type();
+  out.l_whence = SEEK_SET;
+  if (r->type() != F_UNLCK) {
+    out.l_start = r->start();
+    out.l_len = r->end() == UINT64_MAX ? 0 : r->end() - r->start() + 1;
+    out.l_pid = r->pid();
+  }
+  fuse_reply_lock(req, &out);
+}
+
+void OpSetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock, int sleep) {
+  FuseAdapter* a = Adapter(req);
+  proto::LockRange range = ToRange(lock);
+  range.set_pid(fuse_req_ctx(req)->pid);
+  absl::Status s = a->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, false, range, sleep != 0,
+                                    [req] { return fuse_req_interrupted(req) != 0; });
+  if (s.ok() && lock->l_type != F_UNLCK) a->NoteLockOwner(ino, fi->lock_owner);
+  ReplyStatus(req, s);
+}
+
+void OpFlock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
+  proto::LockRange range;
+  switch (op & ~LOCK_NB) {
+    case LOCK_SH:
+      range.set_type(F_RDLCK);
+      break;
+    case LOCK_EX:
+      range.set_type(F_WRLCK);
+      break;
+    case LOCK_UN:
+      range.set_type(F_UNLCK);
+      break;
+    default:
+      fuse_reply_err(req, EINVAL);
+      return;
+  }
+  range.set_end(UINT64_MAX);
+  range.set_pid(fuse_req_ctx(req)->pid);
+  ReplyStatus(req, Adapter(req)->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, true, range,
+                                               !(op & LOCK_NB),
+                                               [req] { return fuse_req_interrupted(req) != 0; }));
+}
+
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  // Writes go through to the server at write() time, so the kernel must
+  // not buffer them (its writeback cache would answer write() first).
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  conn->max_readahead = 1 << 20;
+  if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
+  if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
+  LOG(INFO) << "FUSE protocol " << conn->proto_major << "." << conn->proto_minor
+            << ", max_write " << conn->max_write;
+}
+
+}  // namespace
+
+FuseAdapter::FuseAdapter(FileSystem* fs, const FuseOptions& options)
+    : fs_(fs), options_(options) {}
+
+const fuse_lowlevel_ops* FuseAdapter::Ops() {
+  static const fuse_lowlevel_ops ops = [] {
+    fuse_lowlevel_ops o;
+    memset(&o, 0, sizeof(o));
+    o.init = OpInit;
+    o.lookup = OpLookup;
+    o.forget = OpForget;
+    o.forget_multi = OpForgetMulti;
+    o.getattr = OpGetAttr;
+    o.setattr = OpSetAttr;
+    o.readlink = OpReadLink;
+    o.mknod = OpMkNod;
+    o.mkdir = OpMkDir;
+    o.unlink = OpUnlink;
+    o.rmdir = OpRmDir;
+    o.symlink = OpSymlink;
+    o.rename = OpRename;
+    o.link = OpLink;
+    o.open = OpOpen;
+    o.read = OpRead;
+    o.write = OpWrite;
+    o.flush = OpFlush;
+    o.release = OpRelease;
+    o.fsync = OpFsync;
+    o.opendir = OpOpenDir;
+    o.readdir = OpReadDir;
+    o.readdirplus = OpReadDirPlus;
+    o.releasedir = OpReleaseDir;
+    o.fsyncdir = OpFsyncDir;
+    o.statfs = OpStatFs;
+    o.setxattr = OpSetXattr;
+    o.getxattr = OpGetXattr;
+    o.listxattr = OpListXattr;
+    o.removexattr = OpRemoveXattr;
+    o.create = OpCreate;
+    o.getlk = OpGetLk;
+    o.setlk = OpSetLk;
+    o.flock = OpFlock;
+    o.fallocate = OpFallocate;
+    return o;
+  }();
+  return &ops;
+}
+
+void FuseAdapter::InvalidateInode(uint64_t ino, bool data) {
+  fuse_session* se = session_.load();
+  if (se == nullptr || fs_->inodes().Count(ino) == 0) return;
+  // off -1: attributes only; off 0, len 0: attributes and every cached page.
+  int r = fuse_lowlevel_notify_inval_inode(se, ino, data ? 0 : -1, 0);
+  if (r != 0 && r != -ENOENT) LOG(WARNING) << "invalidating inode " << ino << ": " << strerror(-r);
+}
+
+void FuseAdapter::InvalidateEntry(uint64_t parent, const std::string& name) {
+  fuse_session* se = session_.load();
+  if (se == nullptr || (fs_->inodes().Count(parent) == 0 && parent != FUSE_ROOT_ID)) return;
+  int r = fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
+  if (r != 0 && r != -ENOENT) {
+    LOG(WARNING) << "invalidating entry " << parent << "/" << name << ": " << strerror(-r);
+  }
+}
+
+void FuseAdapter::NoteLockOwner(uint64_t ino, uint64_t owner) {
+  absl::MutexLock l(&mu_);
+  lock_owners_.insert({ino, owner});
+}
+
+bool FuseAdapter::TakeLockOwner(uint64_t ino, uint64_t owner) {
+  absl::MutexLock l(&mu_);
+  return lock_owners_.erase({ino, owner}) > 0;
+}
+
+}  // namespace grantfs

@@ -1,0 +1,61 @@
+// The FUSE low-level operations of grantfs-mount: each one turns a kernel
+// request into one FileSystem call and exactly one fuse_reply_*. Errors
+// travel as errno statuses and become a FUSE error in ReplyError().
+#ifndef GRANTFS_CLIENT_FUSE_OPS_H_
+#define GRANTFS_CLIENT_FUSE_OPS_H_
+
+#define FUSE_USE_VERSION 312
+#include <fuse3/fuse_lowlevel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <set>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "client/filesystem.h"
+
+namespace grantfs {
+
+struct FuseOptions {
+  // How long the kernel may trust attributes and names (positive and
+  // negative) without asking again. Changes made on other nodes are pushed
+  // at once through invalidations; this is the bound if a push is lost.
+  double attr_timeout_s = 1.0;
+  double entry_timeout_s = 1.0;
+};
+
+// Owns nothing but the lock-owner bookkeeping; `fs` must outlive it.
+// Thread-safe: FUSE calls the ops from several threads.
+class FuseAdapter : public Invalidator {
+ public:
+  FuseAdapter(FileSystem* fs, const FuseOptions& options);
+
+  // The operation table; each op finds this adapter through fuse_req_userdata.
+  static const fuse_lowlevel_ops* Ops();
+
+  void set_session(fuse_session* se) { session_ = se; }
+  FileSystem* fs() { return fs_; }
+  const FuseOptions& options() const { return options_; }
+
+  // Invalidator: forwards a change seen on another node to the kernel.
+  void InvalidateInode(uint64_t ino, bool data) override;
+  void InvalidateEntry(uint64_t parent, const std::string& name) override;
+
+  // POSIX locks taken through this mount, so close releases only when needed.
+  void NoteLockOwner(uint64_t ino, uint64_t owner);
+  bool TakeLockOwner(uint64_t ino, uint64_t owner);
+
+ private:
+  FileSystem* const fs_;
+  const FuseOptions options_;
+  std::atomic<fuse_session*> session_{nullptr};
+
+  absl::Mutex mu_;
+  std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_FUSE_OPS_H_

@@ -1,0 +1,230 @@
+// grantfs-mount: mounts a GrantFS volume over FUSE.
+//
+//   grantfs-mount [flags] SERVER[:PORT][,SERVER2...]:/ MOUNTPOINT [-o opt,...] [-f]
+//
+// Also works as mount.grantfs, so `mount -t grantfs SERVER:/ /mnt/x` and
+// /etc/fstab entries use it. Without -f (or --foreground) it returns once the
+// mount is up and keeps serving in the background.
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/filesystem.h"
+#include "client/fuse_ops.h"
+#include "client/rpc_client.h"
+#include "glog/logging.h"
+
+ABSL_FLAG(bool, foreground, false, "stay in the foreground (same as -f)");
+ABSL_FLAG(std::string, log_file, "/var/log/grantfs-mount.log",
+          "where a background mount writes its log");
+ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
+ABSL_FLAG(double, attr_timeout, 1.0, "seconds the kernel may cache attributes");
+ABSL_FLAG(double, entry_timeout, 1.0, "seconds the kernel may cache names");
+ABSL_FLAG(int, rpc_timeout_ms, 30000, "deadline of one RPC attempt");
+ABSL_FLAG(int, retry_ms, 60000, "how long an unreachable server is retried before EIO");
+ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
+
+namespace {
+
+struct Args {
+  std::vector<std::string> servers;
+  std::string mountpoint;
+  std::vector<std::string> fuse_opts;
+  bool foreground = false;
+};
+
+// Splits mount(8)-style arguments from the absl flags.
+bool ParseArgs(int argc, char** argv, Args* out) {
+  std::vector<char*> rest = {argv[0]};
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-o" && i + 1 < argc) {
+      for (auto& o : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) {
+        out->fuse_opts.emplace_back(o);
+      }
+    } else if (a == "-f") {
+      out->foreground = true;
+    } else if (a.rfind("-", 0) == 0) {
+      rest.push_back(argv[i]);
+    } else {
+      positional.push_back(a);
+    }
+  }
+  std::vector<char*> parsed_rest;
+  for (char* p : absl::ParseCommandLine(rest.size(), rest.data())) parsed_rest.push_back(p);
+  if (positional.size() != 2) return false;
+  std::string spec = positional[0];
+  // SERVERS:/ or SERVERS:/path (only the root is exported for now).
+  const size_t colon_slash = spec.rfind(":/");
+  if (colon_slash != std::string::npos) spec = spec.substr(0, colon_slash);
+  for (auto& s : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    std::string server(s);
+    if (server.find(':') == std::string::npos) server += ":7420";
+    out->servers.push_back(server);
+  }
+  out->mountpoint = positional[1];
+  out->foreground = out->foreground || absl::GetFlag(FLAGS_foreground);
+  return !out->servers.empty();
+}
+
+std::string ReadSecret(const std::string& path) {
+  if (path.empty()) return "";
+  FILE* f = fopen(path.c_str(), "r");
+  if (f == nullptr) return "";
+  char buf[256];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  std::string s(buf, n);
+  while (!s.empty() && isspace(s.back())) s.pop_back();
+  return s;
+}
+
+// Mount options the kernel or fusermount understand; GrantFS's own are dropped.
+std::vector<std::string> FuseMountOptions(const Args& args) {
+  std::vector<std::string> keep = {"default_permissions", "allow_other",
+                                   "fsname=grantfs:" + absl::StrJoin(args.servers, ","),
+                                   "subtype=grantfs"};
+  for (const std::string& o : args.fuse_opts) {
+    if (o == "rw" || o == "defaults" || o == "_netdev" || o == "auto" || o == "noauto" ||
+        o == "user" || o == "nouser" || o == "nofail" || o.rfind("x-", 0) == 0) {
+      continue;
+    }
+    keep.push_back(o);
+  }
+  return keep;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "grantfs-mount [flags] SERVER[:PORT][,SERVER...]:/ MOUNTPOINT [-o opts] [-f]");
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) {
+    fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage());
+    return 2;
+  }
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  // Background mode: the parent returns once the child reports the mount up.
+  int ready_pipe[2] = {-1, -1};
+  if (!args.foreground) {
+    if (pipe(ready_pipe) != 0) return 1;
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid > 0) {
+      close(ready_pipe[1]);
+      char status = 1;
+      if (read(ready_pipe[0], &status, 1) != 1) status = 1;
+      if (status != 0) {
+        fprintf(stderr, "grantfs-mount: mount failed, see %s\n",
+                absl::GetFlag(FLAGS_log_file).c_str());
+      }
+      return status;
+    }
+    close(ready_pipe[0]);
+    setsid();
+    if (freopen(absl::GetFlag(FLAGS_log_file).c_str(), "a", stderr) == nullptr) {
+      freopen("/dev/null", "a", stderr);
+    }
+    freopen("/dev/null", "r", stdin);
+    freopen("/dev/null", "a", stdout);
+  }
+  auto report = [&](char status) {
+    if (ready_pipe[1] >= 0) {
+      (void)!write(ready_pipe[1], &status, 1);
+      close(ready_pipe[1]);
+      ready_pipe[1] = -1;
+    }
+  };
+
+  // Only FUSE threads take SIGTERM/SIGINT/SIGHUP (they end the loop); the
+  // gRPC threads started below inherit a mask that blocks them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  grantfs::RpcClientOptions ro;
+  ro.servers = args.servers;
+  ro.secret = ReadSecret(absl::GetFlag(FLAGS_secret_file));
+  ro.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
+  ro.retry_for = absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms));
+  auto rpc = grantfs::RpcClient::Create(ro);
+  if (!rpc.ok()) {
+    LOG(ERROR) << rpc.status();
+    report(1);
+    return 1;
+  }
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  grantfs::FileSystemOptions fo;
+  fo.client_name = absl::StrCat(host, ":", args.mountpoint);
+  grantfs::FileSystem fs(fo, *std::move(rpc));
+  grantfs::FuseOptions fuse_options;
+  fuse_options.attr_timeout_s = absl::GetFlag(FLAGS_attr_timeout);
+  fuse_options.entry_timeout_s = absl::GetFlag(FLAGS_entry_timeout);
+  grantfs::FuseAdapter adapter(&fs, fuse_options);
+
+  if (absl::Status s = fs.Start(&adapter); !s.ok()) {
+    LOG(ERROR) << "cannot reach the server " << args.servers.front() << ": " << s;
+    report(1);
+    return 1;
+  }
+
+  std::vector<std::string> opt_strings = {argv[0], "-o",
+                                          absl::StrJoin(FuseMountOptions(args), ",")};
+  std::vector<char*> fuse_argv;
+  for (std::string& s : opt_strings) fuse_argv.push_back(s.data());
+  fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(fuse_argv.size()), fuse_argv.data());
+  fuse_session* se = fuse_session_new(&fargs, grantfs::FuseAdapter::Ops(),
+                                      sizeof(fuse_lowlevel_ops), &adapter);
+  if (se == nullptr) {
+    LOG(ERROR) << "fuse_session_new failed";
+    fs.Stop();
+    report(1);
+    return 1;
+  }
+  adapter.set_session(se);
+  if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, args.mountpoint.c_str()) != 0) {
+    LOG(ERROR) << "cannot mount on " << args.mountpoint;
+    fuse_session_destroy(se);
+    fs.Stop();
+    report(1);
+    return 1;
+  }
+  LOG(INFO) << "mounted " << absl::StrJoin(args.servers, ",") << " on " << args.mountpoint;
+  report(0);
+
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(config, absl::GetFlag(FLAGS_threads));
+  fuse_loop_cfg_set_idle_threads(config, 4);
+  int ret = fuse_session_loop_mt(se, config);
+  fuse_loop_cfg_destroy(config);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  LOG(INFO) << "unmounting " << args.mountpoint;
+  adapter.set_session(nullptr);
+  fs.Stop();
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  return ret == 0 ? 0 : 1;
+}

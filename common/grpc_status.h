@@ -1,0 +1,25 @@
+// Conversions between absl::Status and grpc::Status.
+#ifndef GRANTFS_COMMON_GRPC_STATUS_H_
+#define GRANTFS_COMMON_GRPC_STATUS_H_
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+
+namespace grantfs {
+
+inline grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                      std::string(s.message()));
+}
+
+inline absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_COMMON_GRPC_STATUS_H_

@@ -1,0 +1,174 @@
+#include "server/chunk_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/errno_status.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+absl::Status IoError(const std::string& what, const std::string& path) {
+  int err = errno;
+  LOG(ERROR) << "chunk store: " << what << " " << path << ": " << strerror(err);
+  // ENOSPC from the local disk stays ENOSPC; everything else is EIO.
+  return ErrnoStatus(err == ENOSPC ? ENOSPC : EIO, absl::StrCat(what, " ", path));
+}
+
+// Closes a descriptor on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(
+    const ChunkStoreOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("chunk dir is empty");
+  if (options.chunk_size == 0 || options.chunk_size % 4096 != 0) {
+    return absl::InvalidArgumentError("chunk_size must be a multiple of 4096");
+  }
+  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return IoError("mkdir", options.dir);
+  }
+  for (int i = 0; i < 256; ++i) {
+    std::string sub = absl::StrFormat("%s/%02x", options.dir, i);
+    if (mkdir(sub.c_str(), 0700) != 0 && errno != EEXIST) return IoError("mkdir", sub);
+  }
+  return std::unique_ptr<ChunkStore>(new ChunkStore(options));
+}
+
+std::string ChunkStore::ChunkPath(uint64_t ino, uint64_t index) const {
+  return absl::StrFormat("%s/%02x/%d.%d", options_.dir, ino % 256, ino, index);
+}
+
+absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data,
+                               size_t size, bool sync) {
+  const uint64_t cs = options_.chunk_size;
+  while (size > 0) {
+    uint64_t index = offset / cs, within = offset % cs;
+    size_t n = std::min<uint64_t>(size, cs - within);
+    std::string path = ChunkPath(ino, index);
+    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    if (fd.get() < 0) return IoError("open", path);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = pwrite(fd.get(), data + done, n - done, within + done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return IoError("pwrite", path);
+      done += w;
+    }
+    // Durability: data must be on disk before the metadata that makes it
+    // visible is acknowledged.
+    if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+    offset += n;
+    data += n;
+    size -= n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Read(uint64_t ino, uint64_t offset, size_t size,
+                              char* out) {
+  const uint64_t cs = options_.chunk_size;
+  while (size > 0) {
+    uint64_t index = offset / cs, within = offset % cs;
+    size_t n = std::min<uint64_t>(size, cs - within);
+    std::string path = ChunkPath(ino, index);
+    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    size_t done = 0;
+    if (fd.get() < 0) {
+      if (errno != ENOENT) return IoError("open", path);
+    } else {
+      while (done < n) {
+        ssize_t r = pread(fd.get(), out + done, n - done, within + done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return IoError("pread", path);
+        if (r == 0) break;  // past the chunk file's end: a hole
+        done += r;
+      }
+    }
+    memset(out + done, 0, n - done);
+    offset += n;
+    out += n;
+    size -= n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Sync(uint64_t ino, uint64_t size) {
+  const uint64_t chunks = (size + options_.chunk_size - 1) / options_.chunk_size;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    std::string path = ChunkPath(ino, i);
+    Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno == ENOENT) continue;
+      return IoError("open", path);
+    }
+    if (fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Allocate(uint64_t ino, uint64_t offset, uint64_t length) {
+  const uint64_t cs = options_.chunk_size;
+  while (length > 0) {
+    uint64_t index = offset / cs, within = offset % cs;
+    uint64_t n = std::min<uint64_t>(length, cs - within);
+    std::string path = ChunkPath(ino, index);
+    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    if (fd.get() < 0) return IoError("open", path);
+    if (fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, within, n) != 0) {
+      return IoError("fallocate", path);
+    }
+    offset += n;
+    length -= n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size,
+                                  uint64_t old_size) {
+  const uint64_t cs = options_.chunk_size;
+  const uint64_t first_gone = (new_size + cs - 1) / cs;  // wholly past new_size
+  const uint64_t old_chunks = (old_size + cs - 1) / cs;
+  for (uint64_t i = first_gone; i < old_chunks; ++i) {
+    if (absl::Status s = RemoveChunk(ino, i); !s.ok()) return s;
+  }
+  if (new_size % cs != 0) {
+    // Cut the chunk holding new_size, unless it is already shorter (a
+    // truncate(2) would then extend it).
+    std::string path = ChunkPath(ino, new_size / cs);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) return IoError("stat", path);
+    } else if (static_cast<uint64_t>(st.st_size) > new_size % cs &&
+               ::truncate(path.c_str(), new_size % cs) != 0) {
+      return IoError("truncate", path);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::RemoveChunk(uint64_t ino, uint64_t index) {
+  std::string path = ChunkPath(ino, index);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) return IoError("unlink", path);
+  return absl::OkStatus();
+}
+
+}  // namespace grantfs

@@ -1,0 +1,69 @@
+// File data on the server's local disk: each file's bytes are cut into
+// fixed-size chunks (4 MiB by default), each chunk a sparse file
+// `<dir>/<ino % 256 as two hex digits>/<ino>.<index>`. Inode numbers are never
+// reused, so a chunk file name is never reused either.
+//
+// The chunk store knows nothing of sizes or allocation bookkeeping: the
+// metadata store decides what is valid, this class only moves bytes.
+// Thread-safe: every call opens its own descriptors; callers order
+// conflicting calls on one inode (server/volume.h holds the per-inode locks).
+#ifndef GRANTFS_SERVER_CHUNK_STORE_H_
+#define GRANTFS_SERVER_CHUNK_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace grantfs {
+
+struct ChunkStoreOptions {
+  // Directory that holds the chunk files; created if missing. Required.
+  std::string dir;
+  // Bytes per chunk. Must be a multiple of 4096. Default 4 MiB.
+  uint64_t chunk_size = 4 << 20;
+};
+
+class ChunkStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChunkStore>> Create(
+      const ChunkStoreOptions& options);
+
+  uint64_t chunk_size() const { return options_.chunk_size; }
+
+  // Writes `size` bytes at `offset` of file `ino`. When `sync`, the data is
+  // fdatasync'd before this returns. EIO (with the OS error logged) on failure.
+  absl::Status Write(uint64_t ino, uint64_t offset, const char* data,
+                     size_t size, bool sync);
+
+  // Reads exactly `size` bytes at `offset` into `out`; bytes never written
+  // (holes, missing chunk files) read as zeros. The caller bounds the range
+  // by the file size.
+  absl::Status Read(uint64_t ino, uint64_t offset, size_t size, char* out);
+
+  // fdatasyncs every existing chunk of `ino` below `size` bytes.
+  absl::Status Sync(uint64_t ino, uint64_t size);
+
+  // Reserves disk blocks for [offset, offset + length) (fallocate mode 0,
+  // keeping chunk file sizes).
+  absl::Status Allocate(uint64_t ino, uint64_t offset, uint64_t length);
+
+  // Drops the bytes of `ino` at and past `new_size`: chunk files wholly past
+  // it are deleted, the chunk holding it is cut. `old_size` bounds the work.
+  absl::Status Truncate(uint64_t ino, uint64_t new_size, uint64_t old_size);
+
+  // Deletes chunk `index` of `ino`, if it exists.
+  absl::Status RemoveChunk(uint64_t ino, uint64_t index);
+
+ private:
+  explicit ChunkStore(const ChunkStoreOptions& options) : options_(options) {}
+  std::string ChunkPath(uint64_t ino, uint64_t index) const;
+
+  const ChunkStoreOptions options_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_CHUNK_STORE_H_

@@ -1,0 +1,246 @@
+#include "server/chunk_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "common/errno_status.h"
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+constexpr uint64_t kChunk = 64 * 1024;
+
+// Bytes that differ at every offset, so a misplaced copy is noticed.
+std::string Pattern(size_t n, uint8_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 31 + seed) % 251 + 1);
+  return s;
+}
+
+class ChunkStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/grantfs_chunk_store_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr) << strerror(errno);
+    root_ = tmpl;
+    ChunkStoreOptions options;
+    options.dir = root_ + "/chunks";
+    options.chunk_size = kChunk;
+    auto store = ChunkStore::Create(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+
+  std::string ChunkPath(uint64_t ino, uint64_t index) const {
+    return absl::StrFormat("%s/chunks/%02x/%d.%d", root_, ino % 256, ino, index);
+  }
+  bool ChunkExists(uint64_t ino, uint64_t index) const {
+    struct stat st;
+    return stat(ChunkPath(ino, index).c_str(), &st) == 0;
+  }
+  // The chunk file's size, or -1 when it does not exist.
+  int64_t ChunkFileSize(uint64_t ino, uint64_t index) const {
+    struct stat st;
+    if (stat(ChunkPath(ino, index).c_str(), &st) != 0) return -1;
+    return st.st_size;
+  }
+  std::string Read(uint64_t ino, uint64_t offset, size_t size) {
+    std::string out(size, '\x7f');
+    absl::Status s = store_->Read(ino, offset, size, out.data());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::string root_;
+  std::unique_ptr<ChunkStore> store_;
+};
+
+TEST(ChunkStoreCreateTest, RejectsBadOptions) {
+  ChunkStoreOptions options;
+  EXPECT_EQ(ChunkStore::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.dir = "/tmp/never-created-grantfs-dir";
+  options.chunk_size = 1000;
+  EXPECT_EQ(ChunkStore::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.chunk_size = 0;
+  EXPECT_EQ(ChunkStore::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  struct stat st;
+  EXPECT_NE(stat(options.dir.c_str(), &st), 0);
+}
+
+TEST_F(ChunkStoreTest, CreateMakesTheFanOutDirectories) {
+  EXPECT_EQ(store_->chunk_size(), kChunk);
+  struct stat st;
+  EXPECT_EQ(stat((root_ + "/chunks/00").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(stat((root_ + "/chunks/ff").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  // Creating again over the same directory is fine.
+  ChunkStoreOptions options;
+  options.dir = root_ + "/chunks";
+  options.chunk_size = kChunk;
+  EXPECT_TRUE(ChunkStore::Create(options).ok());
+}
+
+TEST_F(ChunkStoreTest, RoundTripWithinOneChunk) {
+  const std::string data = Pattern(1000, 1);
+  ASSERT_TRUE(store_->Write(7, 100, data.data(), data.size(), false).ok());
+  EXPECT_EQ(Read(7, 100, 1000), data);
+  EXPECT_EQ(Read(7, 600, 100), data.substr(500, 100));
+  EXPECT_EQ(ChunkFileSize(7, 0), 1100);
+  EXPECT_FALSE(ChunkExists(7, 1));
+}
+
+TEST_F(ChunkStoreTest, RoundTripAcrossAChunkBoundary) {
+  // 3000 bytes before the boundary, the rest in chunk 1 and 2.
+  const uint64_t offset = kChunk - 3000;
+  const std::string data = Pattern(kChunk + 5000, 2);
+  ASSERT_TRUE(store_->Write(300, offset, data.data(), data.size(), true).ok());
+  EXPECT_EQ(Read(300, offset, data.size()), data);
+  // Each chunk file holds exactly its part.
+  EXPECT_EQ(ChunkFileSize(300, 0), static_cast<int64_t>(kChunk));
+  EXPECT_EQ(ChunkFileSize(300, 1), static_cast<int64_t>(kChunk));
+  EXPECT_EQ(ChunkFileSize(300, 2), 2000);
+  EXPECT_FALSE(ChunkExists(300, 3));
+  // A read that starts in chunk 1 and ends in chunk 2.
+  EXPECT_EQ(Read(300, 2 * kChunk - 10, 20), data.substr(2 * kChunk - 10 - offset, 20));
+  // Files are kept apart: the same offsets of another inode are empty.
+  EXPECT_EQ(Read(301, offset, 100), std::string(100, '\0'));
+}
+
+TEST_F(ChunkStoreTest, HolesReadAsZeros) {
+  const std::string data = Pattern(100, 3);
+  // Write only into chunk 2; chunks 0 and 1 do not exist.
+  ASSERT_TRUE(store_->Write(9, 2 * kChunk + 50, data.data(), data.size(), false).ok());
+  EXPECT_FALSE(ChunkExists(9, 0));
+  EXPECT_FALSE(ChunkExists(9, 1));
+  const std::string all = Read(9, 0, 2 * kChunk + 200);
+  EXPECT_EQ(all.substr(0, 2 * kChunk + 50), std::string(2 * kChunk + 50, '\0'));
+  EXPECT_EQ(all.substr(2 * kChunk + 50, 100), data);
+  // Past the chunk file's end.
+  EXPECT_EQ(all.substr(2 * kChunk + 150), std::string(50, '\0'));
+  // A file never written reads as zeros too.
+  EXPECT_EQ(Read(12345, 0, 10), std::string(10, '\0'));
+}
+
+TEST_F(ChunkStoreTest, OverwriteReplacesOnlyTheWrittenBytes) {
+  const std::string a(300, 'a');
+  const std::string b(100, 'b');
+  ASSERT_TRUE(store_->Write(5, 0, a.data(), a.size(), false).ok());
+  ASSERT_TRUE(store_->Write(5, 100, b.data(), b.size(), false).ok());
+  EXPECT_EQ(Read(5, 0, 300), std::string(100, 'a') + b + std::string(100, 'a'));
+}
+
+TEST_F(ChunkStoreTest, TruncateCutsExactlyAndExtensionReadsZeros) {
+  const std::string data = Pattern(2 * kChunk + 1000, 4);
+  ASSERT_TRUE(store_->Write(11, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(ChunkExists(11, 2));
+  const uint64_t cut = kChunk + 1234;
+  ASSERT_TRUE(store_->Truncate(11, cut, data.size()).ok());
+  EXPECT_EQ(ChunkFileSize(11, 0), static_cast<int64_t>(kChunk));
+  EXPECT_EQ(ChunkFileSize(11, 1), 1234);
+  EXPECT_FALSE(ChunkExists(11, 2));
+  // The bytes below the cut survive; everything after it reads as zeros,
+  // including where chunk 2 used to be (no stale bytes).
+  const std::string after = Read(11, 0, data.size());
+  EXPECT_EQ(after.substr(0, cut), data.substr(0, cut));
+  EXPECT_EQ(after.substr(cut), std::string(data.size() - cut, '\0'));
+  // A later write past the cut leaves the gap as zeros.
+  const std::string tail(10, 't');
+  ASSERT_TRUE(store_->Write(11, 2 * kChunk + 500, tail.data(), tail.size(), false).ok());
+  const std::string extended = Read(11, cut, 2 * kChunk + 510 - cut);
+  EXPECT_EQ(extended.substr(0, 2 * kChunk + 500 - cut), std::string(2 * kChunk + 500 - cut, '\0'));
+  EXPECT_EQ(extended.substr(2 * kChunk + 500 - cut), tail);
+}
+
+TEST_F(ChunkStoreTest, TruncateToAChunkBoundaryRemovesTheChunksPastIt) {
+  const std::string data = Pattern(3 * kChunk, 5);
+  ASSERT_TRUE(store_->Write(12, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(store_->Truncate(12, kChunk, data.size()).ok());
+  EXPECT_EQ(ChunkFileSize(12, 0), static_cast<int64_t>(kChunk));
+  EXPECT_FALSE(ChunkExists(12, 1));
+  EXPECT_FALSE(ChunkExists(12, 2));
+  EXPECT_EQ(Read(12, 0, kChunk), data.substr(0, kChunk));
+  EXPECT_EQ(Read(12, kChunk, 2 * kChunk), std::string(2 * kChunk, '\0'));
+}
+
+TEST_F(ChunkStoreTest, TruncateToZeroRemovesEveryChunk) {
+  const std::string data = Pattern(kChunk + 1, 6);
+  ASSERT_TRUE(store_->Write(13, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(store_->Truncate(13, 0, data.size()).ok());
+  EXPECT_FALSE(ChunkExists(13, 0));
+  EXPECT_FALSE(ChunkExists(13, 1));
+  EXPECT_EQ(Read(13, 0, data.size()), std::string(data.size(), '\0'));
+}
+
+TEST_F(ChunkStoreTest, TruncateWithinAHoleChunkAndBeyondTheDataIsANoOp) {
+  const std::string data(100, 'd');
+  ASSERT_TRUE(store_->Write(14, 0, data.data(), data.size(), false).ok());
+  // Growing: the chunk file is already shorter than the new size.
+  ASSERT_TRUE(store_->Truncate(14, 5000, 100).ok());
+  EXPECT_EQ(ChunkFileSize(14, 0), 100);
+  EXPECT_EQ(Read(14, 0, 100), data);
+  // The chunk that holds the new size does not exist: nothing to cut.
+  ASSERT_TRUE(store_->Truncate(15, kChunk + 10, 2 * kChunk).ok());
+  EXPECT_FALSE(ChunkExists(15, 1));
+}
+
+TEST_F(ChunkStoreTest, RemoveChunk) {
+  const std::string data = Pattern(2 * kChunk, 7);
+  ASSERT_TRUE(store_->Write(16, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(store_->RemoveChunk(16, 0).ok());
+  EXPECT_FALSE(ChunkExists(16, 0));
+  EXPECT_TRUE(ChunkExists(16, 1));
+  EXPECT_EQ(Read(16, 0, kChunk), std::string(kChunk, '\0'));
+  EXPECT_EQ(Read(16, kChunk, kChunk), data.substr(kChunk));
+  // Removing a chunk that does not exist is not an error.
+  EXPECT_TRUE(store_->RemoveChunk(16, 0).ok());
+  EXPECT_TRUE(store_->RemoveChunk(99, 5).ok());
+}
+
+TEST_F(ChunkStoreTest, SyncOfExistingDataAndOfHoles) {
+  const std::string data = Pattern(100, 8);
+  ASSERT_TRUE(store_->Write(17, 2 * kChunk, data.data(), data.size(), false).ok());
+  // Chunks 0 and 1 are holes; chunk 2 exists.
+  EXPECT_TRUE(store_->Sync(17, 2 * kChunk + 100).ok());
+  EXPECT_TRUE(store_->Sync(17, 0).ok());
+  EXPECT_TRUE(store_->Sync(18, 10 * kChunk).ok());  // a file with no chunks
+  EXPECT_EQ(Read(17, 2 * kChunk, 100), data);
+}
+
+TEST_F(ChunkStoreTest, AllocateKeepsChunkFileSizes) {
+  const std::string data(10, 'x');
+  ASSERT_TRUE(store_->Write(19, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(store_->Allocate(19, 0, kChunk + 4096).ok());
+  EXPECT_EQ(ChunkFileSize(19, 0), 10);
+  EXPECT_EQ(ChunkFileSize(19, 1), 0);
+  struct stat st;
+  ASSERT_EQ(stat(ChunkPath(19, 0).c_str(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kChunk);
+  ASSERT_EQ(stat(ChunkPath(19, 1).c_str(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4096u);
+  EXPECT_EQ(Read(19, 0, 20), data + std::string(10, '\0'));
+}
+
+TEST_F(ChunkStoreTest, ChunkFilesLiveInTheirFanOutDirectory) {
+  const std::string data(1, 'z');
+  ASSERT_TRUE(store_->Write(0x1ff, kChunk * 3, data.data(), 1, false).ok());
+  struct stat st;
+  EXPECT_EQ(stat((root_ + "/chunks/ff/511.3").c_str(), &st), 0);
+}
+
+}  // namespace
+}  // namespace grantfs

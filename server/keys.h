@@ -1,0 +1,59 @@
+// RocksDB key layout of the metadata store. One column family; the first
+// byte is the record kind, integers are big-endian so keys sort numerically.
+//
+//   'I' ino                -> InodeRecord        (live inodes, incl. open orphans)
+//   'D' parent name        -> DirentRecord       (lookup by name)
+//   'E' parent cookie      -> DirentRecord+name  (readdir order, stable cookies)
+//   'X' ino name           -> xattr value
+//   'C' ino chunk_index    -> ChunkRecord        (allocated 4 KiB blocks)
+//   'O' ino                -> ""                 (unlinked but still open)
+//   'G' ino                -> InodeRecord        (unlinked, chunks to free)
+//   'M' "counters"         -> Counters
+#ifndef GRANTFS_SERVER_KEYS_H_
+#define GRANTFS_SERVER_KEYS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace grantfs::keys {
+
+inline void PutBigEndian64(std::string* s, uint64_t v) {
+  for (int i = 7; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+inline uint64_t GetBigEndian64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+inline std::string Prefix(char kind, uint64_t id) {
+  std::string k(1, kind);
+  PutBigEndian64(&k, id);
+  return k;
+}
+
+inline std::string Inode(uint64_t ino) { return Prefix('I', ino); }
+inline std::string Dirent(uint64_t parent, const std::string& name) {
+  return Prefix('D', parent) + name;
+}
+inline std::string DirCookie(uint64_t parent, uint64_t cookie) {
+  std::string k = Prefix('E', parent);
+  PutBigEndian64(&k, cookie);
+  return k;
+}
+inline std::string Xattr(uint64_t ino, const std::string& name) {
+  return Prefix('X', ino) + name;
+}
+inline std::string Chunk(uint64_t ino, uint64_t index) {
+  std::string k = Prefix('C', ino);
+  PutBigEndian64(&k, index);
+  return k;
+}
+inline std::string Orphan(uint64_t ino) { return Prefix('O', ino); }
+inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
+inline std::string Counters() { return "Mcounters"; }
+
+}  // namespace grantfs::keys
+
+#endif  // GRANTFS_SERVER_KEYS_H_

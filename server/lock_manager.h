@@ -1,0 +1,68 @@
+// Cluster-wide file locks: POSIX record locks (fcntl) and BSD flock locks,
+// held by (client session, lock owner) pairs. The two kinds never conflict
+// with each other, as on Linux. Locks live in memory: a server restart or the
+// end of a client's session releases them.
+//
+// Thread-safe.
+#ifndef GRANTFS_SERVER_LOCK_MANAGER_H_
+#define GRANTFS_SERVER_LOCK_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace grantfs {
+
+struct LockOwner {
+  uint64_t client_id = 0;
+  uint64_t owner = 0;  // the client's lock owner (fuse lock_owner)
+  bool operator==(const LockOwner& o) const {
+    return client_id == o.client_id && owner == o.owner;
+  }
+};
+
+struct FileLock {
+  enum Type { kRead = 0, kWrite = 1, kUnlock = 2 };  // F_RDLCK, F_WRLCK, F_UNLCK
+  Type type = kUnlock;
+  uint64_t start = 0;
+  uint64_t end = UINT64_MAX;  // inclusive
+  uint32_t pid = 0;
+  LockOwner owner;
+  bool flock = false;  // BSD flock rather than a POSIX record lock
+};
+
+class LockManager {
+ public:
+  // The first lock that conflicts with `want`, or one of type kUnlock.
+  FileLock Test(uint64_t ino, const FileLock& want);
+
+  // Takes, converts or (type kUnlock) releases `want` for its owner.
+  // Never blocks: EAGAIN when another owner's lock conflicts, EINVAL for a
+  // bad range or type.
+  absl::Status Set(uint64_t ino, const FileLock& want);
+
+  // Releases every lock of `owner` on `ino` of the given kind.
+  void ReleaseOwner(uint64_t ino, const LockOwner& owner, bool flock);
+
+  // Releases every lock the client holds (its session ended).
+  void ReleaseClient(uint64_t client_id);
+
+  // Locks held on `ino`, for tests and status.
+  size_t CountLocks(uint64_t ino);
+
+ private:
+  static bool Conflicts(const FileLock& a, const FileLock& b);
+  // Removes `owner`'s coverage of [start, end] in `locks`. REQUIRES: mu_.
+  static void Carve(std::vector<FileLock>* locks, const FileLock& range);
+
+  absl::Mutex mu_;
+  std::map<uint64_t, std::vector<FileLock>> locks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_LOCK_MANAGER_H_

@@ -1,0 +1,198 @@
+// The metadata store: the whole namespace, the chunk allocation maps and the
+// space counters of one GrantFS volume, in RocksDB (the only server code that
+// includes RocksDB). Key layout: server/keys.h.
+//
+// Every change is one atomic WriteBatch, and a method that changes anything
+// returns only once its batch is durable (the RocksDB WAL is fsync'd; several
+// concurrent changes share one fsync). Permission checks use the caller's
+// credentials against the current attributes. Errors are errno statuses
+// (common/errno_status.h).
+//
+// Thread-safe. Changes are serialized by `mu_` while their batch is built and
+// applied to RocksDB (memtable + WAL write, no fsync); the fsync happens after
+// `mu_` is released (group commit, see WaitDurable). Readers do not take
+// `mu_`: they see every applied batch whole, possibly a few milliseconds
+// before it is durable.
+#ifndef GRANTFS_SERVER_META_STORE_H_
+#define GRANTFS_SERVER_META_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+#include "proto/store.pb.h"
+#include "server/permissions.h"
+
+namespace rocksdb {
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace grantfs {
+
+struct MetaStoreOptions {
+  // RocksDB directory; created if missing. Required.
+  std::string dir;
+  // Bytes of file data the volume may hold. Required (> 0).
+  uint64_t capacity_bytes = 0;
+  // Bytes per chunk; must match the ChunkStore's. Default 4 MiB.
+  uint64_t chunk_size = 4 << 20;
+  // Time source for timestamps. Default: the real clock. Not owned.
+  Clock* clock = Clock::Real();
+};
+
+inline constexpr uint64_t kRootIno = 1;
+inline constexpr uint64_t kBlockSize = 4096;  // allocation unit
+
+// What a removal left behind.
+struct Removed {
+  uint64_t ino = 0;      // the inode whose link went away (0: none)
+  uint32_t nlink = 0;    // its link count afterwards; 0 = now an orphan
+};
+
+// Totals for statfs and status.
+struct SpaceInfo {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;      // allocated in the chunk store
+  uint64_t reserved_bytes = 0;  // held for writes in progress
+  uint64_t inodes = 0;
+  uint64_t next_ino = 0;
+  uint64_t pending_deletes = 0;
+};
+
+class MetaStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetaStore>> Open(
+      const MetaStoreOptions& options);
+  ~MetaStore();
+  MetaStore(const MetaStore&) = delete;
+  MetaStore& operator=(const MetaStore&) = delete;
+
+  // --- reads ---------------------------------------------------------------
+  absl::StatusOr<proto::Attr> Lookup(const Caller& caller, uint64_t parent,
+                                     const std::string& name);
+  absl::StatusOr<proto::Attr> GetAttr(uint64_t ino);
+  absl::StatusOr<proto::InodeRecord> GetInode(uint64_t ino);
+  absl::StatusOr<std::string> ReadLink(uint64_t ino);
+  // Up to `max` entries after `cookie` ("." and ".." first), eof when done.
+  absl::Status ReadDir(const Caller& caller, uint64_t ino, uint64_t cookie,
+                       uint32_t max, proto::ReadDirReply* reply);
+  absl::StatusOr<std::string> GetXattr(const Caller& caller, uint64_t ino,
+                                       const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const Caller& caller,
+                                                     uint64_t ino);
+  // Checks that `caller` may open `ino` with open(2) `flags`; fresh attrs.
+  absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino,
+                                        uint32_t flags);
+  SpaceInfo Space();
+
+  // --- namespace changes -----------------------------------------------------
+  // Creates a file, directory, fifo, socket or device node. With `exclusive`
+  // false and a regular file already there, returns it (open O_CREAT).
+  absl::StatusOr<proto::Attr> MkNod(const Caller& caller, uint64_t parent,
+                                    const std::string& name, uint32_t mode,
+                                    uint64_t rdev, uint32_t umask,
+                                    bool exclusive);
+  absl::StatusOr<proto::Attr> Symlink(const Caller& caller, uint64_t parent,
+                                      const std::string& name,
+                                      const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino,
+                                   uint64_t new_parent,
+                                   const std::string& new_name);
+  absl::StatusOr<Removed> Remove(const Caller& caller, uint64_t parent,
+                                 const std::string& name, bool is_dir);
+  // rename(2) / renameat2(2) with RENAME_NOREPLACE (1) or RENAME_EXCHANGE (2).
+  absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent,
+                                 const std::string& name, uint64_t new_parent,
+                                 const std::string& new_name, uint32_t flags);
+  // chmod/chown/utimes and the metadata half of truncate. For a size change
+  // the caller has already cut the chunk files (see Volume).
+  absl::StatusOr<proto::Attr> SetAttr(const Caller& caller,
+                                      const proto::SetAttrRequest& req);
+  // The permission and type checks of a size change, without changing anything.
+  absl::StatusOr<proto::InodeRecord> CheckTruncate(const Caller& caller,
+                                                   uint64_t ino, uint64_t size);
+  absl::Status SetXattr(const Caller& caller, uint64_t ino,
+                        const std::string& name, const std::string& value,
+                        uint32_t flags);
+  absl::Status RemoveXattr(const Caller& caller, uint64_t ino,
+                           const std::string& name);
+
+  // --- space and data ------------------------------------------------------------
+  // Holds the blocks of [offset, offset + length) of `ino` that are not yet
+  // allocated, for a write in progress; returns how many, or ENOSPC.
+  absl::StatusOr<uint64_t> Reserve(uint64_t ino, uint64_t offset, uint64_t length);
+  void Unreserve(uint64_t blocks);
+  // Records that [offset, offset + length) of `ino` now holds data: marks
+  // the blocks allocated, extends the size (when `extend`), sets mtime/ctime,
+  // and releases `reserved` blocks of an earlier Reserve.
+  absl::StatusOr<proto::Attr> CommitWrite(uint64_t ino, uint64_t offset,
+                                          uint64_t length, bool extend,
+                                          uint64_t reserved);
+
+  // --- orphans and deferred deletion ---------------------------------------
+  // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
+  // the background deleter. A no-op when `ino` is not an orphan.
+  absl::Status Reap(uint64_t ino);
+  // Inodes whose chunks wait to be freed; every orphan when `orphans`.
+  absl::StatusOr<std::vector<uint64_t>> ListGarbage(bool orphans = false);
+  // The chunk indexes recorded for garbage inode `ino`, and the number of
+  // chunks its size spans (chunk files may exist without a record).
+  absl::StatusOr<uint64_t> GarbageChunkSpan(uint64_t ino);
+  // Forgets garbage inode `ino` after its chunk files are gone; credits its
+  // blocks back to free space.
+  absl::Status FinishGarbage(uint64_t ino);
+
+ private:
+  class Txn;
+  MetaStore(const MetaStoreOptions& options, rocksdb::DB* db);
+
+  absl::Status Init();
+  // Builds one change under mu_ with `fn`, applies it, then waits until it
+  // is durable. `fn` returns non-OK to abandon the change.
+  template <typename Fn>
+  absl::Status Mutate(Fn fn);
+  absl::Status WaitDurable(uint64_t ticket);
+
+  proto::Attr ToAttr(uint64_t ino, const proto::InodeRecord& rec) const;
+  proto::InodeRecord NewInode(const Caller& caller,
+                              const proto::InodeRecord& dir, uint32_t mode);
+  absl::StatusOr<proto::Attr> CreateEntry(const Caller& caller, uint64_t parent,
+                                          const std::string& name,
+                                          proto::InodeRecord rec);
+  // Frees allocation of `ino` at and past `new_size`. REQUIRES: mu_ held.
+  absl::Status CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec,
+                             uint64_t new_size);
+  absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
+  // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
+  absl::StatusOr<bool> IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir);
+
+  // Constant after construction.
+  const MetaStoreOptions options_;
+  rocksdb::DB* const db_;
+  const uint64_t capacity_blocks_;
+
+  // Serializes changes. Lock order: mu_ before sync_mu_.
+  absl::Mutex mu_;
+  proto::Counters counters_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Group commit of WAL fsyncs.
+  std::atomic<uint64_t> applied_ticket_{0};  // batches applied to RocksDB
+  absl::Mutex sync_mu_;
+  uint64_t durable_ticket_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  bool sync_running_ ABSL_GUARDED_BY(sync_mu_) = false;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_META_STORE_H_

@@ -1,0 +1,32 @@
+// Validation of names and sizes that arrive from clients.
+#ifndef GRANTFS_SERVER_NAMES_H_
+#define GRANTFS_SERVER_NAMES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace grantfs {
+
+inline constexpr size_t kNameMax = 255;
+inline constexpr size_t kPathMax = 4096;  // symlink targets
+inline constexpr size_t kXattrNameMax = 255;
+inline constexpr size_t kXattrValueMax = 64 * 1024;
+inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;  // 1 TiB
+
+// OK, or EINVAL for "", ".", "..", a '/' or NUL inside; ENAMETOOLONG past 255 bytes.
+absl::Status ValidateName(const std::string& name);
+
+// OK, or ENOENT for an empty target, ENAMETOOLONG past 4095 bytes, EINVAL for NUL.
+absl::Status ValidateSymlinkTarget(const std::string& target);
+
+// OK, or ERANGE / EINVAL / E2BIG / EOPNOTSUPP for a bad xattr name or value.
+absl::Status ValidateXattr(const std::string& name, size_t value_size);
+
+// OK when [offset, offset + length) stays within kMaxFileSize, else EFBIG.
+absl::Status ValidateRange(uint64_t offset, uint64_t length);
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_NAMES_H_

@@ -1,0 +1,340 @@
+#include "server/service.h"
+
+#include <cerrno>
+
+#include "common/errno_status.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+// Sets reply->err from `s`. Outcomes that are part of normal use (ENOENT of
+// a lookup, EEXIST of O_EXCL, ...) are not logged; anything that points at
+// bad input or a server fault is.
+template <typename Reply>
+grpc::Status Done(const char* op, const absl::Status& s, Reply* reply) {
+  const int err = ToErrno(s);
+  reply->set_err(err);
+  switch (err) {
+    case 0: case ENOENT: case EEXIST: case ENOTEMPTY: case ENODATA:
+    case EACCES: case EPERM: case EAGAIN: case ENOSPC: case EISDIR: case ENOTDIR:
+      break;
+    default:
+      LOG(WARNING) << op << ": " << s;
+  }
+  return grpc::Status::OK;
+}
+
+bool ValidIno(uint64_t ino) { return ino != 0; }
+
+FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
+  FileLock l;
+  l.type = static_cast<FileLock::Type>(std::min<uint32_t>(req.range().type(), 3));
+  l.start = req.range().start();
+  l.end = req.range().end();
+  l.pid = req.range().pid();
+  l.owner = {client_id, req.owner()};
+  l.flock = req.flock();
+  return l;
+}
+
+}  // namespace
+
+#define GRANTFS_BEGIN(req)                                   \
+  RequestContext rc;                                         \
+  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc);  \
+      !auth.ok())                                            \
+  return auth
+
+#define GRANTFS_CHECK_INO(op, ino, reply)                                 \
+  if (!ValidIno(ino)) return Done(op, ErrnoStatus(EINVAL, "inode 0"), reply)
+
+GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
+    : volume_(volume), options_(options) {}
+
+grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
+                                   RequestContext* rc) {
+  if (!options_.secret.empty()) {
+    auto it = ctx->client_metadata().find("x-grantfs-secret");
+    if (it == ctx->client_metadata().end() ||
+        std::string(it->second.data(), it->second.size()) != options_.secret) {
+      LOG(WARNING) << "rejected a call from " << ctx->peer() << ": bad cluster secret";
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
+    }
+  }
+  rc->client_id = header.client_id();
+  rc->caller.uid = header.creds().uid();
+  rc->caller.gid = header.creds().gid();
+  rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
+  volume_->sessions().Touch(rc->client_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionRequest* req,
+                                         proto::OpenSessionReply* reply) {
+  GRANTFS_BEGIN(req);
+  reply->set_client_id(volume_->sessions().Open(req->client_name()));
+  reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
+  LOG(INFO) << "session " << reply->client_id() << " opened for '"
+            << req->client_name() << "' from " << ctx->peer();
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* req,
+                                       proto::HeartbeatReply* reply) {
+  GRANTFS_BEGIN(req);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::CloseSession(Ctx* ctx, const proto::CloseSessionRequest* req,
+                                          proto::CloseSessionReply* reply) {
+  GRANTFS_BEGIN(req);
+  LOG(INFO) << "session " << rc.client_id << " closed";
+  return Done("CloseSession", volume_->CloseSession(rc.client_id), reply);
+}
+
+grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* req,
+                                       grpc::ServerWriter<proto::InvalidationBatch>* writer) {
+  GRANTFS_BEGIN(req);
+  if (rc.client_id == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "subscribe needs a session");
+  }
+  // Holds one server thread per mount for the life of the stream; ends when
+  // the client goes away or its session ends.
+  while (!ctx->IsCancelled()) {
+    proto::InvalidationBatch batch;
+    if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch)) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended");
+    }
+    if (batch.items_size() > 0 && !writer->Write(batch)) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
+                                    proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Lookup", req->parent(), reply);
+  auto r = volume_->Lookup(rc, req->parent(), req->name());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Lookup", r.status(), reply);
+}
+
+grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
+                                     proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("GetAttr", req->ino(), reply);
+  auto r = volume_->GetAttr(rc, req->ino());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("GetAttr", r.status(), reply);
+}
+
+grpc::Status GrantFsService::SetAttr(Ctx* ctx, const proto::SetAttrRequest* req,
+                                     proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("SetAttr", req->ino(), reply);
+  auto r = volume_->SetAttr(rc, *req);
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("SetAttr", r.status(), reply);
+}
+
+grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
+                                   proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("MkNod", req->parent(), reply);
+  auto r = volume_->MkNod(rc, *req);
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("MkNod", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Symlink(Ctx* ctx, const proto::SymlinkRequest* req,
+                                     proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Symlink", req->parent(), reply);
+  auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Symlink", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
+                                  proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Link", req->ino(), reply);
+  GRANTFS_CHECK_INO("Link", req->new_parent(), reply);
+  auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Link", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
+                                    proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Remove", req->parent(), reply);
+  return Done("Remove", volume_->Remove(rc, req->parent(), req->name(), req->is_dir()),
+              reply);
+}
+
+grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
+                                    proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Rename", req->parent(), reply);
+  GRANTFS_CHECK_INO("Rename", req->new_parent(), reply);
+  return Done("Rename", volume_->Rename(rc, *req), reply);
+}
+
+grpc::Status GrantFsService::ReadLink(Ctx* ctx, const proto::ReadLinkRequest* req,
+                                      proto::ReadLinkReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("ReadLink", req->ino(), reply);
+  auto r = volume_->ReadLink(rc, req->ino());
+  if (r.ok()) reply->set_target(*r);
+  return Done("ReadLink", r.status(), reply);
+}
+
+grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
+                                     proto::ReadDirReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("ReadDir", req->ino(), reply);
+  absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
+  if (!s.ok()) reply->clear_entries();
+  return Done("ReadDir", s, reply);
+}
+
+grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
+                                  proto::OpenReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Open", req->ino(), reply);
+  auto r = volume_->Open(rc, req->ino(), req->flags());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Open", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Release(Ctx* ctx, const proto::ReleaseRequest* req,
+                                     proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Release", req->ino(), reply);
+  return Done("Release", volume_->Release(rc, req->ino()), reply);
+}
+
+grpc::Status GrantFsService::Read(Ctx* ctx, const proto::ReadRequest* req,
+                                  proto::ReadReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Read", req->ino(), reply);
+  auto r = volume_->Read(rc, req->ino(), req->offset(), req->size());
+  if (r.ok()) *reply->mutable_data() = std::move(*r);
+  return Done("Read", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
+                                   proto::WriteReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Write", req->ino(), reply);
+  auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Write", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Fsync(Ctx* ctx, const proto::FsyncRequest* req,
+                                   proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Fsync", req->ino(), reply);
+  return Done("Fsync", volume_->Fsync(rc, req->ino()), reply);
+}
+
+grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* req,
+                                       proto::AttrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("Fallocate", req->ino(), reply);
+  auto r = volume_->Fallocate(rc, req->ino(), req->mode(), req->offset(), req->length());
+  if (r.ok()) *reply->mutable_attr() = *r;
+  return Done("Fallocate", r.status(), reply);
+}
+
+grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
+                                    proto::StatFsReply* reply) {
+  GRANTFS_BEGIN(req);
+  SpaceInfo s = volume_->Space();
+  reply->set_block_size(kBlockSize);
+  reply->set_capacity_bytes(s.capacity_bytes);
+  reply->set_used_bytes(s.used_bytes);
+  const uint64_t taken = s.used_bytes + s.reserved_bytes;
+  reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+  reply->set_inodes(s.inodes);
+  reply->set_name_max(255);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::SetXattr(Ctx* ctx, const proto::SetXattrRequest* req,
+                                      proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("SetXattr", req->ino(), reply);
+  return Done("SetXattr",
+              volume_->SetXattr(rc, req->ino(), req->name(), req->value(), req->flags()),
+              reply);
+}
+
+grpc::Status GrantFsService::GetXattr(Ctx* ctx, const proto::GetXattrRequest* req,
+                                      proto::GetXattrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("GetXattr", req->ino(), reply);
+  auto r = volume_->GetXattr(rc, req->ino(), req->name());
+  if (r.ok()) reply->set_value(*r);
+  return Done("GetXattr", r.status(), reply);
+}
+
+grpc::Status GrantFsService::ListXattr(Ctx* ctx, const proto::ListXattrRequest* req,
+                                       proto::ListXattrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("ListXattr", req->ino(), reply);
+  auto r = volume_->ListXattr(rc, req->ino());
+  if (r.ok()) {
+    for (auto& n : *r) reply->add_names(n);
+  }
+  return Done("ListXattr", r.status(), reply);
+}
+
+grpc::Status GrantFsService::RemoveXattr(Ctx* ctx, const proto::RemoveXattrRequest* req,
+                                         proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("RemoveXattr", req->ino(), reply);
+  return Done("RemoveXattr", volume_->RemoveXattr(rc, req->ino(), req->name()), reply);
+}
+
+grpc::Status GrantFsService::GetLock(Ctx* ctx, const proto::LockRequest* req,
+                                     proto::GetLockReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("GetLock", req->ino(), reply);
+  auto r = volume_->GetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
+  if (r.ok()) {
+    proto::LockRange* c = reply->mutable_conflict();
+    c->set_type(r->type);
+    c->set_start(r->start);
+    c->set_end(r->end);
+    c->set_pid(r->pid);
+  }
+  return Done("GetLock", r.status(), reply);
+}
+
+grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
+                                     proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  GRANTFS_CHECK_INO("SetLock", req->ino(), reply);
+  return Done("SetLock", volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id)),
+              reply);
+}
+
+grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
+                                    proto::StatusReply* reply) {
+  GRANTFS_BEGIN(req);
+  SpaceInfo s = volume_->Space();
+  reply->set_role(options_.role);
+  reply->set_capacity_bytes(s.capacity_bytes);
+  reply->set_used_bytes(s.used_bytes);
+  reply->set_inodes(s.inodes);
+  reply->set_next_ino(s.next_ino);
+  reply->set_pending_deletes(s.pending_deletes);
+  for (auto& info : volume_->sessions().List()) *reply->add_sessions() = info;
+  return grpc::Status::OK;
+}
+
+}  // namespace grantfs

@@ -1,0 +1,69 @@
+// The GrantFs gRPC service of the primary: each handler checks the caller,
+// turns the request into a Volume call and the result into a reply whose
+// `err` carries the errno. File-system errors never fail the RPC itself; the
+// gRPC status is only for authentication and server-side failures.
+#ifndef GRANTFS_SERVER_SERVICE_H_
+#define GRANTFS_SERVER_SERVICE_H_
+
+#include <string>
+
+#include "proto/grantfs.grpc.pb.h"
+#include "server/volume.h"
+
+namespace grantfs {
+
+struct ServiceOptions {
+  // When non-empty, every call must carry metadata "x-grantfs-secret" with
+  // this value, or it fails with UNAUTHENTICATED.
+  std::string secret;
+  // Role reported by Status.
+  std::string role = "primary";
+};
+
+class GrantFsService final : public proto::GrantFs::Service {
+ public:
+  // `volume` must outlive the service.
+  GrantFsService(Volume* volume, const ServiceOptions& options);
+
+  using Ctx = grpc::ServerContext;
+  grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*, proto::OpenSessionReply*) override;
+  grpc::Status Heartbeat(Ctx*, const proto::HeartbeatRequest*, proto::HeartbeatReply*) override;
+  grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*, proto::CloseSessionReply*) override;
+  grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*,
+                         grpc::ServerWriter<proto::InvalidationBatch>*) override;
+  grpc::Status Lookup(Ctx*, const proto::LookupRequest*, proto::AttrReply*) override;
+  grpc::Status GetAttr(Ctx*, const proto::GetAttrRequest*, proto::AttrReply*) override;
+  grpc::Status SetAttr(Ctx*, const proto::SetAttrRequest*, proto::AttrReply*) override;
+  grpc::Status MkNod(Ctx*, const proto::MkNodRequest*, proto::AttrReply*) override;
+  grpc::Status Symlink(Ctx*, const proto::SymlinkRequest*, proto::AttrReply*) override;
+  grpc::Status Link(Ctx*, const proto::LinkRequest*, proto::AttrReply*) override;
+  grpc::Status Remove(Ctx*, const proto::RemoveRequest*, proto::ErrReply*) override;
+  grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::ErrReply*) override;
+  grpc::Status ReadLink(Ctx*, const proto::ReadLinkRequest*, proto::ReadLinkReply*) override;
+  grpc::Status ReadDir(Ctx*, const proto::ReadDirRequest*, proto::ReadDirReply*) override;
+  grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*) override;
+  grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*) override;
+  grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*) override;
+  grpc::Status Write(Ctx*, const proto::WriteRequest*, proto::WriteReply*) override;
+  grpc::Status Fsync(Ctx*, const proto::FsyncRequest*, proto::ErrReply*) override;
+  grpc::Status Fallocate(Ctx*, const proto::FallocateRequest*, proto::AttrReply*) override;
+  grpc::Status StatFs(Ctx*, const proto::StatFsRequest*, proto::StatFsReply*) override;
+  grpc::Status SetXattr(Ctx*, const proto::SetXattrRequest*, proto::ErrReply*) override;
+  grpc::Status GetXattr(Ctx*, const proto::GetXattrRequest*, proto::GetXattrReply*) override;
+  grpc::Status ListXattr(Ctx*, const proto::ListXattrRequest*, proto::ListXattrReply*) override;
+  grpc::Status RemoveXattr(Ctx*, const proto::RemoveXattrRequest*, proto::ErrReply*) override;
+  grpc::Status GetLock(Ctx*, const proto::LockRequest*, proto::GetLockReply*) override;
+  grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*) override;
+  grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*) override;
+
+ private:
+  // Authenticates the call and renews the session; fills `rc`.
+  grpc::Status Begin(Ctx* ctx, const proto::RequestHeader& header, RequestContext* rc);
+
+  Volume* const volume_;
+  const ServiceOptions options_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_SERVICE_H_

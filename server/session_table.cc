@@ -1,0 +1,150 @@
+#include "server/session_table.h"
+
+#include <random>
+
+namespace grantfs {
+
+SessionTable::SessionTable(Clock* clock, absl::Duration lease, size_t max_queued)
+    : clock_(clock), lease_(lease), max_queued_(max_queued) {}
+
+uint64_t SessionTable::Open(const std::string& client_name) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  absl::MutexLock l(&mu_);
+  uint64_t id;
+  do {
+    id = rng();
+  } while (id == 0 || sessions_.count(id));
+  Session& s = sessions_[id];
+  s.name = client_name;
+  s.expires = clock_->Now() + lease_;
+  return id;
+}
+
+void SessionTable::Touch(uint64_t client_id) {
+  if (client_id == 0) return;
+  absl::MutexLock l(&mu_);
+  Session& s = sessions_[client_id];
+  if (s.name.empty()) s.name = "(reconnected)";
+  s.expires = clock_->Now() + lease_;
+}
+
+void SessionTable::ForgetOpens(const Session& s) {
+  for (const auto& [ino, n] : s.open) {
+    auto it = open_total_.find(ino);
+    if (it == open_total_.end()) continue;
+    it->second -= std::min(it->second, n);
+    if (it->second == 0) open_total_.erase(it);
+  }
+}
+
+std::map<uint64_t, uint32_t> SessionTable::Close(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return {};
+  std::map<uint64_t, uint32_t> open = it->second.open;
+  ForgetOpens(it->second);
+  sessions_.erase(it);
+  return open;
+}
+
+std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>>
+SessionTable::Expire() {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> gone;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.expires > now) {
+      ++it;
+      continue;
+    }
+    ForgetOpens(it->second);
+    gone.emplace_back(it->first, std::move(it->second.open));
+    it = sessions_.erase(it);
+  }
+  return gone;
+}
+
+void SessionTable::OpenFile(uint64_t client_id, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Session& s = sessions_[client_id];
+  if (s.name.empty()) {
+    s.name = "(reconnected)";
+    s.expires = clock_->Now() + lease_;
+  }
+  ++s.open[ino];
+  ++open_total_[ino];
+}
+
+uint32_t SessionTable::CloseFile(uint64_t client_id, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto sit = sessions_.find(client_id);
+  if (sit != sessions_.end()) {
+    auto oit = sit->second.open.find(ino);
+    if (oit != sit->second.open.end()) {
+      if (--oit->second == 0) sit->second.open.erase(oit);
+      auto tit = open_total_.find(ino);
+      if (tit != open_total_.end() && --tit->second == 0) open_total_.erase(tit);
+    }
+  }
+  auto tit = open_total_.find(ino);
+  return tit == open_total_.end() ? 0 : tit->second;
+}
+
+uint32_t SessionTable::OpenCount(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = open_total_.find(ino);
+  return it == open_total_.end() ? 0 : it->second;
+}
+
+uint32_t SessionTable::OpenCountBy(uint64_t client_id, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto sit = sessions_.find(client_id);
+  if (sit == sessions_.end()) return 0;
+  auto oit = sit->second.open.find(ino);
+  return oit == sit->second.open.end() ? 0 : oit->second;
+}
+
+void SessionTable::Publish(uint64_t origin, const proto::Invalidation& inv) {
+  absl::MutexLock l(&mu_);
+  for (auto& [id, s] : sessions_) {
+    if (id == origin) continue;
+    s.queue.push_back(inv);
+    if (s.queue.size() > max_queued_) s.queue.pop_front();
+  }
+}
+
+bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
+                         proto::InvalidationBatch* out) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this, client_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = sessions_.find(client_id);
+    return it == sessions_.end() || !it->second.queue.empty();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return false;
+  constexpr size_t kMaxBatch = 1024;
+  while (!it->second.queue.empty() && out->items_size() < static_cast<int>(kMaxBatch)) {
+    *out->add_items() = std::move(it->second.queue.front());
+    it->second.queue.pop_front();
+  }
+  return true;
+}
+
+std::vector<proto::SessionInfo> SessionTable::List() {
+  absl::MutexLock l(&mu_);
+  std::vector<proto::SessionInfo> out;
+  for (const auto& [id, s] : sessions_) {
+    proto::SessionInfo info;
+    info.set_client_id(id);
+    info.set_client_name(s.name);
+    info.set_lease_expires_ms(absl::ToUnixMillis(s.expires));
+    uint64_t n = 0;
+    for (const auto& [ino, c] : s.open) n += c;
+    info.set_open_files(n);
+    out.push_back(info);
+  }
+  return out;
+}
+
+}  // namespace grantfs

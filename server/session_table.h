@@ -1,0 +1,85 @@
+// Client sessions: one per mount. A session has a lease renewed by every
+// request and by heartbeats; when the lease runs out the client is presumed
+// dead and its locks and open files are released by the owner of this table
+// (Volume). Each session also has a queue of cache invalidations that the
+// client drains through the Subscribe stream.
+//
+// Thread-safe. Time comes from the injected Clock.
+#ifndef GRANTFS_SERVER_SESSION_TABLE_H_
+#define GRANTFS_SERVER_SESSION_TABLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+class SessionTable {
+ public:
+  // `lease`: how long a session lives without hearing from its client.
+  // `max_queued`: invalidations kept per session before the oldest are
+  // dropped (the client's cache timeouts still bound staleness).
+  SessionTable(Clock* clock, absl::Duration lease, size_t max_queued = 65536);
+
+  absl::Duration lease() const { return lease_; }
+
+  // A new session with a random id that is never 0.
+  uint64_t Open(const std::string& client_name);
+
+  // Renews the lease of `client_id`, re-creating the session if the server
+  // forgot it (restart, expiry). No-op for 0.
+  void Touch(uint64_t client_id);
+
+  // Ends a session. Returns the (ino, count) of the files it had open.
+  std::map<uint64_t, uint32_t> Close(uint64_t client_id);
+
+  // Ends every session whose lease has run out; returns their ids and, per
+  // id, the files they had open.
+  std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> Expire();
+
+  // Open-file counts. OpenFile counts one more open of `ino` by the client;
+  // CloseFile one less, returning the total left over all clients.
+  void OpenFile(uint64_t client_id, uint64_t ino);
+  uint32_t CloseFile(uint64_t client_id, uint64_t ino);
+  // Opens of `ino` over all sessions; `by_client` only that client's.
+  uint32_t OpenCount(uint64_t ino);
+  uint32_t OpenCountBy(uint64_t client_id, uint64_t ino);
+
+  // Queues `inv` for every session except `origin`.
+  void Publish(uint64_t origin, const proto::Invalidation& inv);
+  // Waits up to `timeout` for invalidations for `client_id` and moves them
+  // into `out`. Returns false when the session no longer exists.
+  bool Drain(uint64_t client_id, absl::Duration timeout,
+             proto::InvalidationBatch* out);
+
+  std::vector<proto::SessionInfo> List();
+
+ private:
+  struct Session {
+    std::string name;
+    absl::Time expires;
+    std::map<uint64_t, uint32_t> open;  // ino -> opens
+    std::deque<proto::Invalidation> queue;
+  };
+  void ForgetOpens(const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  const absl::Duration lease_;
+  const size_t max_queued_;
+
+  absl::Mutex mu_;
+  std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint32_t> open_total_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_SESSION_TABLE_H_

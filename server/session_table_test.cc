@@ -1,0 +1,272 @@
+#include "server/session_table.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+constexpr absl::Duration kLease = absl::Seconds(10);
+
+proto::Invalidation Inv(uint64_t ino, uint64_t parent = 0, const std::string& name = "") {
+  proto::Invalidation inv;
+  inv.set_ino(ino);
+  inv.set_parent(parent);
+  inv.set_name(name);
+  return inv;
+}
+
+// The ids Expire() returned, sorted.
+std::vector<uint64_t> Ids(
+    const std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>>& gone) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, open] : gone) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<uint64_t> Sorted(std::vector<uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+class SessionTableTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  SessionTable table_{&clock_, kLease};
+};
+
+TEST_F(SessionTableTest, OpenGivesDistinctNonZeroIds) {
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 100; ++i) {
+    uint64_t id = table_.Open("client");
+    EXPECT_NE(id, 0u);
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 100u);
+  EXPECT_EQ(table_.List().size(), 100u);
+  EXPECT_EQ(table_.lease(), kLease);
+}
+
+TEST_F(SessionTableTest, ListShowsNameLeaseAndOpenFiles) {
+  const uint64_t id = table_.Open("host:/mnt");
+  table_.OpenFile(id, 5);
+  table_.OpenFile(id, 5);
+  table_.OpenFile(id, 6);
+  std::vector<proto::SessionInfo> list = table_.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].client_id(), id);
+  EXPECT_EQ(list[0].client_name(), "host:/mnt");
+  EXPECT_EQ(list[0].lease_expires_ms(), absl::ToUnixMillis(clock_.Now() + kLease));
+  EXPECT_EQ(list[0].open_files(), 3u);
+}
+
+TEST_F(SessionTableTest, SessionExpiresExactlyWhenItsLeaseRunsOut) {
+  const uint64_t id = table_.Open("c");
+  clock_.Advance(kLease - absl::Nanoseconds(1));
+  EXPECT_TRUE(table_.Expire().empty());
+  clock_.Advance(absl::Nanoseconds(1));
+  EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{id});
+  EXPECT_TRUE(table_.List().empty());
+  // Expired once: not reported again.
+  clock_.Advance(kLease);
+  EXPECT_TRUE(table_.Expire().empty());
+}
+
+TEST_F(SessionTableTest, TouchRenewsTheLease) {
+  const uint64_t id = table_.Open("c");
+  clock_.Advance(absl::Seconds(6));
+  table_.Touch(id);
+  clock_.Advance(absl::Seconds(6));  // 12 s after Open, 6 s after Touch
+  EXPECT_TRUE(table_.Expire().empty());
+  ASSERT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.List()[0].client_name(), "c");
+  clock_.Advance(absl::Seconds(4));  // exactly one lease after Touch
+  EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{id});
+}
+
+TEST_F(SessionTableTest, TouchRecreatesAForgottenSession) {
+  table_.Touch(0);  // no-op
+  EXPECT_TRUE(table_.List().empty());
+  table_.Touch(777);
+  std::vector<proto::SessionInfo> list = table_.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].client_id(), 777u);
+  EXPECT_EQ(list[0].client_name(), "(reconnected)");
+  clock_.Advance(kLease);
+  EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{777});
+}
+
+TEST_F(SessionTableTest, ExpireReturnsExactlyTheExpiredSessionsAndTheirOpenFiles) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  clock_.Advance(absl::Seconds(5));
+  const uint64_t c = table_.Open("c");  // expires 5 s after a and b
+  table_.OpenFile(a, 10);
+  table_.OpenFile(a, 10);
+  table_.OpenFile(a, 11);
+  table_.OpenFile(c, 10);
+  clock_.Advance(absl::Seconds(5));
+
+  auto gone = table_.Expire();
+  EXPECT_EQ(Ids(gone), Sorted({a, b}));
+  std::map<uint64_t, std::map<uint64_t, uint32_t>> by_id(gone.begin(), gone.end());
+  EXPECT_EQ(by_id[a], (std::map<uint64_t, uint32_t>{{10, 2}, {11, 1}}));
+  EXPECT_TRUE(by_id[b].empty());
+
+  // The expired opens no longer count; c's open does.
+  EXPECT_EQ(table_.OpenCount(10), 1u);
+  EXPECT_EQ(table_.OpenCount(11), 0u);
+  EXPECT_EQ(table_.OpenCountBy(a, 10), 0u);
+  EXPECT_EQ(table_.OpenCountBy(c, 10), 1u);
+  ASSERT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.List()[0].client_id(), c);
+
+  clock_.Advance(absl::Seconds(5));
+  gone = table_.Expire();
+  EXPECT_EQ(Ids(gone), std::vector<uint64_t>{c});
+  EXPECT_EQ(gone[0].second, (std::map<uint64_t, uint32_t>{{10, 1}}));
+  EXPECT_EQ(table_.OpenCount(10), 0u);
+}
+
+TEST_F(SessionTableTest, OpenAndCloseFileCounts) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  table_.OpenFile(a, 7);
+  table_.OpenFile(a, 7);
+  table_.OpenFile(b, 7);
+  EXPECT_EQ(table_.OpenCount(7), 3u);
+  EXPECT_EQ(table_.OpenCountBy(a, 7), 2u);
+  EXPECT_EQ(table_.OpenCountBy(b, 7), 1u);
+  EXPECT_EQ(table_.OpenCount(8), 0u);
+
+  EXPECT_EQ(table_.CloseFile(a, 7), 2u);  // total left over all clients
+  EXPECT_EQ(table_.OpenCountBy(a, 7), 1u);
+  // Closing what a client does not have open changes nothing.
+  EXPECT_EQ(table_.CloseFile(b, 8), 0u);
+  EXPECT_EQ(table_.CloseFile(12345, 7), 2u);
+  EXPECT_EQ(table_.CloseFile(b, 7), 1u);
+  EXPECT_EQ(table_.CloseFile(b, 7), 1u);  // b had only one open
+  EXPECT_EQ(table_.CloseFile(a, 7), 0u);
+  EXPECT_EQ(table_.OpenCount(7), 0u);
+  EXPECT_EQ(table_.List()[0].open_files() + table_.List()[1].open_files(), 0u);
+}
+
+TEST_F(SessionTableTest, OpenFileForAnUnknownClientCreatesItsSession) {
+  table_.OpenFile(99, 3);
+  EXPECT_EQ(table_.OpenCountBy(99, 3), 1u);
+  ASSERT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.List()[0].client_name(), "(reconnected)");
+  clock_.Advance(kLease);
+  auto gone = table_.Expire();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].first, 99u);
+  EXPECT_EQ(gone[0].second, (std::map<uint64_t, uint32_t>{{3, 1}}));
+}
+
+TEST_F(SessionTableTest, CloseReturnsOpenFilesAndForgetsThem) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  table_.OpenFile(a, 1);
+  table_.OpenFile(a, 2);
+  table_.OpenFile(a, 2);
+  table_.OpenFile(b, 2);
+  EXPECT_EQ(table_.Close(a), (std::map<uint64_t, uint32_t>{{1, 1}, {2, 2}}));
+  EXPECT_EQ(table_.OpenCount(1), 0u);
+  EXPECT_EQ(table_.OpenCount(2), 1u);
+  EXPECT_TRUE(table_.Close(a).empty());
+  ASSERT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.List()[0].client_id(), b);
+}
+
+TEST_F(SessionTableTest, PublishSkipsTheOriginAndDrainReturnsTheQueue) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  const uint64_t c = table_.Open("c");
+  table_.Publish(a, Inv(5, 1, "x"));
+  table_.Publish(b, Inv(6));
+
+  proto::InvalidationBatch batch;
+  ASSERT_TRUE(table_.Drain(a, absl::ZeroDuration(), &batch));
+  ASSERT_EQ(batch.items_size(), 1);
+  EXPECT_EQ(batch.items(0).ino(), 6u);
+
+  batch.Clear();
+  ASSERT_TRUE(table_.Drain(b, absl::ZeroDuration(), &batch));
+  ASSERT_EQ(batch.items_size(), 1);
+  EXPECT_EQ(batch.items(0).ino(), 5u);
+  EXPECT_EQ(batch.items(0).parent(), 1u);
+  EXPECT_EQ(batch.items(0).name(), "x");
+
+  batch.Clear();
+  ASSERT_TRUE(table_.Drain(c, absl::ZeroDuration(), &batch));
+  ASSERT_EQ(batch.items_size(), 2);
+  EXPECT_EQ(batch.items(0).ino(), 5u);  // in publication order
+  EXPECT_EQ(batch.items(1).ino(), 6u);
+
+  // Drained means gone: a second drain finds nothing but still succeeds.
+  batch.Clear();
+  EXPECT_TRUE(table_.Drain(c, absl::ZeroDuration(), &batch));
+  EXPECT_EQ(batch.items_size(), 0);
+}
+
+TEST_F(SessionTableTest, PublishFromOutsideAnySessionReachesEveryone) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  table_.Publish(0, Inv(9));
+  for (uint64_t id : {a, b}) {
+    proto::InvalidationBatch batch;
+    ASSERT_TRUE(table_.Drain(id, absl::ZeroDuration(), &batch));
+    ASSERT_EQ(batch.items_size(), 1);
+    EXPECT_EQ(batch.items(0).ino(), 9u);
+  }
+}
+
+TEST_F(SessionTableTest, DrainOfAnUnknownOrEndedSessionIsFalse) {
+  proto::InvalidationBatch batch;
+  EXPECT_FALSE(table_.Drain(4242, absl::ZeroDuration(), &batch));
+  const uint64_t a = table_.Open("a");
+  table_.Publish(0, Inv(1));
+  table_.Close(a);
+  EXPECT_FALSE(table_.Drain(a, absl::ZeroDuration(), &batch));
+  EXPECT_EQ(batch.items_size(), 0);
+}
+
+TEST(SessionTableQueueTest, OldestInvalidationsAreDroppedPastMaxQueued) {
+  FakeClock clock;
+  SessionTable table(&clock, kLease, /*max_queued=*/3);
+  const uint64_t a = table.Open("a");
+  for (uint64_t ino = 1; ino <= 5; ++ino) table.Publish(0, Inv(ino));
+  proto::InvalidationBatch batch;
+  ASSERT_TRUE(table.Drain(a, absl::ZeroDuration(), &batch));
+  ASSERT_EQ(batch.items_size(), 3);
+  EXPECT_EQ(batch.items(0).ino(), 3u);
+  EXPECT_EQ(batch.items(1).ino(), 4u);
+  EXPECT_EQ(batch.items(2).ino(), 5u);
+}
+
+TEST(SessionTableQueueTest, DrainHandsOutAtMost1024AtATime) {
+  FakeClock clock;
+  SessionTable table(&clock, kLease);
+  const uint64_t a = table.Open("a");
+  for (uint64_t ino = 1; ino <= 1500; ++ino) table.Publish(0, Inv(ino));
+  proto::InvalidationBatch first, second;
+  ASSERT_TRUE(table.Drain(a, absl::ZeroDuration(), &first));
+  ASSERT_TRUE(table.Drain(a, absl::ZeroDuration(), &second));
+  ASSERT_EQ(first.items_size(), 1024);
+  ASSERT_EQ(second.items_size(), 476);
+  EXPECT_EQ(first.items(0).ino(), 1u);
+  EXPECT_EQ(second.items(0).ino(), 1025u);
+  EXPECT_EQ(second.items(475).ino(), 1500u);
+}
+
+}  // namespace
+}  // namespace grantfs

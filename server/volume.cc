@@ -1,0 +1,359 @@
+#include "server/volume.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/names.h"
+
+namespace grantfs {
+
+absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("data dir is empty");
+  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mkdir ", options.dir, ": ", strerror(errno)));
+  }
+  uint64_t capacity = options.capacity_bytes;
+  if (capacity == 0) {
+    struct statvfs sv;
+    if (statvfs(options.dir.c_str(), &sv) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("statvfs ", options.dir));
+    }
+    capacity = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+  }
+  ChunkStoreOptions co;
+  co.dir = options.dir + "/chunks";
+  ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> chunks, ChunkStore::Create(co));
+  MetaStoreOptions mo;
+  mo.dir = options.dir + "/meta";
+  mo.capacity_bytes = capacity;
+  mo.chunk_size = co.chunk_size;
+  mo.clock = options.clock;
+  ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
+  std::unique_ptr<Volume> v(new Volume(options, std::move(meta), std::move(chunks)));
+  // Nobody has a file open right after a start: orphans left by the last
+  // run become garbage.
+  ASSIGN_OR_RETURN(std::vector<uint64_t> orphans, v->meta_->ListGarbage(true));
+  for (uint64_t ino : orphans) RETURN_IF_ERROR(v->meta_->Reap(ino));
+  if (options.background) v->background_ = std::thread([p = v.get()] { p->BackgroundLoop(); });
+  return v;
+}
+
+Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
+               std::unique_ptr<ChunkStore> chunks)
+    : options_(options),
+      meta_(std::move(meta)),
+      chunks_(std::move(chunks)),
+      sessions_(options.clock, options.lease) {}
+
+Volume::~Volume() {
+  {
+    absl::MutexLock l(&bg_mu_);
+    stopping_ = true;
+  }
+  if (background_.joinable()) background_.join();
+}
+
+void Volume::Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
+                     const std::string& name, bool data_changed) {
+  proto::Invalidation inv;
+  inv.set_ino(ino);
+  inv.set_parent(parent);
+  inv.set_name(name);
+  inv.set_data_changed(data_changed);
+  sessions_.Publish(ctx.client_id, inv);
+}
+
+// --- namespace ----------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> Volume::Lookup(const RequestContext& ctx,
+                                           uint64_t parent,
+                                           const std::string& name) {
+  return meta_->Lookup(ctx.caller, parent, name);
+}
+
+absl::StatusOr<proto::Attr> Volume::GetAttr(const RequestContext& ctx, uint64_t ino) {
+  return meta_->GetAttr(ino);
+}
+
+absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
+                                            const proto::SetAttrRequest& req) {
+  if (!(req.valid() & proto::SetAttrRequest::SIZE)) {
+    ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req));
+    Publish(ctx, req.ino(), 0, "");
+    return attr;
+  }
+  // Truncation: no data I/O on this inode meanwhile. The chunk files are cut
+  // before the size shrinks, so a crash in between leaves zeros in the file,
+  // never stale bytes past the end that a later extension would uncover.
+  absl::WriterMutexLock l(&DataLock(req.ino()));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec,
+                   meta_->CheckTruncate(ctx.caller, req.ino(), req.size()));
+  if (req.size() < rec.size()) {
+    RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req));
+  Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
+  return attr;
+}
+
+absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx,
+                                          const proto::MkNodRequest& req) {
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
+                                req.rdev(), req.umask(), req.exclusive()));
+  Publish(ctx, req.parent(), req.parent(), req.name());
+  return attr;
+}
+
+absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx,
+                                            uint64_t parent,
+                                            const std::string& name,
+                                            const std::string& target) {
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->Symlink(ctx.caller, parent, name, target));
+  Publish(ctx, parent, parent, name);
+  return attr;
+}
+
+absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino,
+                                         uint64_t new_parent,
+                                         const std::string& name) {
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->Link(ctx.caller, ino, new_parent, name));
+  Publish(ctx, new_parent, new_parent, name);
+  Publish(ctx, ino, 0, "");
+  return attr;
+}
+
+absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent,
+                            const std::string& name, bool is_dir) {
+  ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir));
+  Publish(ctx, parent, parent, name);
+  Publish(ctx, removed.ino, 0, "");
+  if (removed.nlink == 0) RETURN_IF_ERROR(MaybeReap(removed.ino));
+  return absl::OkStatus();
+}
+
+absl::Status Volume::Rename(const RequestContext& ctx,
+                            const proto::RenameRequest& req) {
+  ASSIGN_OR_RETURN(Removed replaced,
+                   meta_->Rename(ctx.caller, req.parent(), req.name(),
+                                 req.new_parent(), req.new_name(), req.flags()));
+  Publish(ctx, req.parent(), req.parent(), req.name());
+  Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
+  if (replaced.ino != 0) {
+    Publish(ctx, replaced.ino, 0, "");
+    if (replaced.nlink == 0) RETURN_IF_ERROR(MaybeReap(replaced.ino));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Volume::ReadLink(const RequestContext& ctx, uint64_t ino) {
+  return meta_->ReadLink(ino);
+}
+
+absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino,
+                             uint64_t cookie, uint32_t max,
+                             proto::ReadDirReply* reply) {
+  return meta_->ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
+}
+
+absl::Status Volume::MaybeReap(uint64_t ino) {
+  if (sessions_.OpenCount(ino) > 0) return absl::OkStatus();
+  RETURN_IF_ERROR(meta_->Reap(ino));
+  absl::MutexLock l(&bg_mu_);
+  garbage_waiting_ = true;
+  return absl::OkStatus();
+}
+
+// --- files -----------------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino,
+                                         uint32_t flags) {
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags));
+  // A file removed elsewhere is gone, unless this client still holds it
+  // open (a second open of an unlinked file on the same node).
+  if (attr.nlink() == 0 && sessions_.OpenCountBy(ctx.client_id, ino) == 0) {
+    return ErrnoStatus(ENOENT, "file was removed");
+  }
+  sessions_.OpenFile(ctx.client_id, ino);
+  return attr;
+}
+
+absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino) {
+  if (sessions_.CloseFile(ctx.client_id, ino) > 0) return absl::OkStatus();
+  absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
+  if (!rec.ok()) return absl::OkStatus();  // already gone
+  if (rec->nlink() == 0) return MaybeReap(ino);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino,
+                                         uint64_t offset, uint32_t size) {
+  if (size > options_.max_io_bytes) return ErrnoStatus(EINVAL, "read too large");
+  absl::ReaderMutexLock l(&DataLock(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "read");
+  if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "read of a non-file");
+  if (offset >= rec.size()) return std::string();
+  const uint64_t n = std::min<uint64_t>(size, rec.size() - offset);
+  std::string data(n, '\0');
+  RETURN_IF_ERROR(chunks_->Read(ino, offset, n, data.data()));
+  return data;
+}
+
+absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino,
+                                          uint64_t offset, const std::string& data,
+                                          bool sync) {
+  if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
+  RETURN_IF_ERROR(ValidateRange(offset, data.size()));
+  absl::ReaderMutexLock l(&DataLock(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
+  if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
+  // Reserve first so that ENOSPC is decided before any byte lands; the data
+  // is on disk (fdatasync'd when `sync`) before the metadata that makes it
+  // part of the file is committed.
+  ASSIGN_OR_RETURN(uint64_t reserved, meta_->Reserve(ino, offset, data.size()));
+  absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+  if (!st.ok()) {
+    meta_->Unreserve(reserved);
+    return st;
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->CommitWrite(ino, offset, data.size(), true, reserved));
+  Publish(ctx, ino, 0, "", /*data_changed=*/true);
+  return attr;
+}
+
+absl::Status Volume::Fsync(const RequestContext& ctx, uint64_t ino) {
+  absl::ReaderMutexLock l(&DataLock(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  if (!S_ISREG(rec.mode())) return absl::OkStatus();  // metadata is always durable
+  return chunks_->Sync(ino, rec.size());
+}
+
+absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_t ino,
+                                              uint32_t mode, uint64_t offset,
+                                              uint64_t length) {
+  if (mode != 0) return ErrnoStatus(EOPNOTSUPP, "fallocate mode");
+  if (length == 0) return ErrnoStatus(EINVAL, "fallocate length 0");
+  RETURN_IF_ERROR(ValidateRange(offset, length));
+  absl::ReaderMutexLock l(&DataLock(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
+  if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
+  ASSIGN_OR_RETURN(uint64_t reserved, meta_->Reserve(ino, offset, length));
+  absl::Status st = chunks_->Allocate(ino, offset, length);
+  if (!st.ok()) {
+    meta_->Unreserve(reserved);
+    return st;
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, length, true, reserved));
+  Publish(ctx, ino, 0, "");
+  return attr;
+}
+
+// --- xattrs --------------------------------------------------------------------
+
+absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino,
+                              const std::string& name, const std::string& value,
+                              uint32_t flags) {
+  RETURN_IF_ERROR(meta_->SetXattr(ctx.caller, ino, name, value, flags));
+  Publish(ctx, ino, 0, "");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Volume::GetXattr(const RequestContext& ctx, uint64_t ino,
+                                             const std::string& name) {
+  return meta_->GetXattr(ctx.caller, ino, name);
+}
+
+absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext& ctx,
+                                                           uint64_t ino) {
+  return meta_->ListXattr(ctx.caller, ino);
+}
+
+absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino,
+                                 const std::string& name) {
+  RETURN_IF_ERROR(meta_->RemoveXattr(ctx.caller, ino, name));
+  Publish(ctx, ino, 0, "");
+  return absl::OkStatus();
+}
+
+// --- locks ---------------------------------------------------------------------------
+
+absl::StatusOr<FileLock> Volume::GetLock(const RequestContext& ctx, uint64_t ino,
+                                         const FileLock& want) {
+  RETURN_IF_ERROR(meta_->GetInode(ino).status());
+  return locks_.Test(ino, want);
+}
+
+absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino,
+                             const FileLock& want) {
+  if (want.type == FileLock::kUnlock && want.start == 0 && want.end == UINT64_MAX) {
+    // Releases at close must work even for a file removed meanwhile.
+    locks_.ReleaseOwner(ino, want.owner, want.flock);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(meta_->GetInode(ino).status());
+  return locks_.Set(ino, want);
+}
+
+// --- sessions and background work -------------------------------------------------
+
+void Volume::ForgetClient(uint64_t client_id,
+                          const std::map<uint64_t, uint32_t>& open_files) {
+  locks_.ReleaseClient(client_id);
+  for (const auto& [ino, n] : open_files) {
+    absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
+    if (rec.ok() && rec->nlink() == 0) {
+      absl::Status s = MaybeReap(ino);
+      if (!s.ok()) LOG(WARNING) << "reaping " << ino << ": " << s;
+    }
+  }
+}
+
+absl::Status Volume::CloseSession(uint64_t client_id) {
+  ForgetClient(client_id, sessions_.Close(client_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Volume::RunMaintenance() {
+  for (auto& [client_id, open_files] : sessions_.Expire()) {
+    LOG(WARNING) << "client " << client_id << ": lease expired; releasing its "
+                 << open_files.size() << " open files and its locks";
+    ForgetClient(client_id, open_files);
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->ListGarbage());
+  for (uint64_t ino : garbage) {
+    ASSIGN_OR_RETURN(uint64_t span, meta_->GarbageChunkSpan(ino));
+    for (uint64_t i = 0; i < span; ++i) RETURN_IF_ERROR(chunks_->RemoveChunk(ino, i));
+    RETURN_IF_ERROR(meta_->FinishGarbage(ino));
+  }
+  return static_cast<int>(garbage.size());
+}
+
+void Volume::BackgroundLoop() {
+  absl::MutexLock l(&bg_mu_);
+  while (!stopping_) {
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bg_mu_) {
+      return stopping_ || garbage_waiting_;
+    };
+    bg_mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Seconds(1));
+    if (stopping_) break;
+    garbage_waiting_ = false;
+    bg_mu_.Unlock();
+    absl::StatusOr<int> done = RunMaintenance();
+    if (!done.ok()) LOG(ERROR) << "background maintenance: " << done.status();
+    bg_mu_.Lock();
+  }
+}
+
+}  // namespace grantfs

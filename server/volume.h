@@ -1,0 +1,155 @@
+// A GrantFS volume on the primary: the metadata store, the chunk store, the
+// lock manager and the client sessions, and the rules that tie them
+// together: per-inode data locks, space reservation around data writes,
+// orphan files kept while open, deferred freeing of deleted files' chunks,
+// and cache invalidations pushed to the other clients after every change.
+//
+// Every method returns an errno status on failure (common/errno_status.h).
+// Thread-safe. Lock order: a data lock (data_locks_) before anything the
+// MetaStore, SessionTable or LockManager take inside.
+#ifndef GRANTFS_SERVER_VOLUME_H_
+#define GRANTFS_SERVER_VOLUME_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+#include "server/chunk_store.h"
+#include "server/lock_manager.h"
+#include "server/meta_store.h"
+#include "server/session_table.h"
+
+namespace grantfs {
+
+struct VolumeOptions {
+  // Data directory: holds `meta/` (RocksDB) and `chunks/`. Required.
+  std::string dir;
+  // Bytes of file data the volume may hold. 0 = the free space of the file
+  // system holding `dir` when the volume is opened.
+  uint64_t capacity_bytes = 0;
+  // Client lease: a client not heard from for this long loses its session.
+  absl::Duration lease = absl::Seconds(10);
+  // Largest read or write accepted in one request.
+  uint32_t max_io_bytes = 8 << 20;
+  // Time source. Default: the real clock. Not owned.
+  Clock* clock = Clock::Real();
+  // Run the background threads (chunk freeing, lease expiry). Unit tests
+  // turn them off and call RunMaintenance() themselves.
+  bool background = true;
+};
+
+// Who sent a request: the session and the caller's credentials.
+struct RequestContext {
+  uint64_t client_id = 0;
+  Caller caller;
+};
+
+class Volume {
+ public:
+  static absl::StatusOr<std::unique_ptr<Volume>> Open(const VolumeOptions& options);
+  ~Volume();
+
+  SessionTable& sessions() { return sessions_; }
+  MetaStore& meta() { return *meta_; }
+
+  // --- namespace ---------------------------------------------------------
+  absl::StatusOr<proto::Attr> Lookup(const RequestContext& ctx, uint64_t parent,
+                                     const std::string& name);
+  absl::StatusOr<proto::Attr> GetAttr(const RequestContext& ctx, uint64_t ino);
+  absl::StatusOr<proto::Attr> SetAttr(const RequestContext& ctx,
+                                      const proto::SetAttrRequest& req);
+  absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx,
+                                    const proto::MkNodRequest& req);
+  absl::StatusOr<proto::Attr> Symlink(const RequestContext& ctx, uint64_t parent,
+                                      const std::string& name,
+                                      const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino,
+                                   uint64_t new_parent, const std::string& name);
+  absl::Status Remove(const RequestContext& ctx, uint64_t parent,
+                      const std::string& name, bool is_dir);
+  absl::Status Rename(const RequestContext& ctx, const proto::RenameRequest& req);
+  absl::StatusOr<std::string> ReadLink(const RequestContext& ctx, uint64_t ino);
+  absl::Status ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie,
+                       uint32_t max, proto::ReadDirReply* reply);
+
+  // --- files ---------------------------------------------------------------
+  absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino,
+                                   uint32_t flags);
+  absl::Status Release(const RequestContext& ctx, uint64_t ino);
+  absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino,
+                                   uint64_t offset, uint32_t size);
+  absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino,
+                                    uint64_t offset, const std::string& data,
+                                    bool sync);
+  absl::Status Fsync(const RequestContext& ctx, uint64_t ino);
+  absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino,
+                                        uint32_t mode, uint64_t offset,
+                                        uint64_t length);
+  SpaceInfo Space() { return meta_->Space(); }
+
+  // --- xattrs ----------------------------------------------------------------
+  absl::Status SetXattr(const RequestContext& ctx, uint64_t ino,
+                        const std::string& name, const std::string& value,
+                        uint32_t flags);
+  absl::StatusOr<std::string> GetXattr(const RequestContext& ctx, uint64_t ino,
+                                       const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const RequestContext& ctx,
+                                                     uint64_t ino);
+  absl::Status RemoveXattr(const RequestContext& ctx, uint64_t ino,
+                           const std::string& name);
+
+  // --- locks -------------------------------------------------------------------
+  absl::StatusOr<FileLock> GetLock(const RequestContext& ctx, uint64_t ino,
+                                   const FileLock& want);
+  absl::Status SetLock(const RequestContext& ctx, uint64_t ino,
+                       const FileLock& want);
+
+  // --- sessions ----------------------------------------------------------------
+  absl::Status CloseSession(uint64_t client_id);
+
+  // One round of background work: expire leases, free deleted chunks.
+  // Returns the number of garbage inodes freed.
+  absl::StatusOr<int> RunMaintenance();
+
+ private:
+  Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
+         std::unique_ptr<ChunkStore> chunks);
+
+  absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
+  // Turns `ino` into garbage if it has no links and nobody has it open.
+  absl::Status MaybeReap(uint64_t ino);
+  void ForgetClient(uint64_t client_id,
+                    const std::map<uint64_t, uint32_t>& open_files);
+  void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
+               const std::string& name, bool data_changed = false);
+  void BackgroundLoop();
+
+  // Constant after construction.
+  const VolumeOptions options_;
+  const std::unique_ptr<MetaStore> meta_;
+  const std::unique_ptr<ChunkStore> chunks_;
+
+  // Reader lock: reads and writes of file data; writer lock: truncation.
+  std::array<absl::Mutex, 1024> data_locks_;
+  LockManager locks_;
+  SessionTable sessions_;
+
+  absl::Mutex bg_mu_;
+  bool stopping_ ABSL_GUARDED_BY(bg_mu_) = false;
+  bool garbage_waiting_ ABSL_GUARDED_BY(bg_mu_) = false;
+  std::thread background_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_VOLUME_H_
