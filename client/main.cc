@@ -57,6 +57,10 @@ bool ParseArgs(int argc, char** argv, Args* out) {
       }
     } else if (a == "-f") {
       out->foreground = true;
+    } else if (a == "-n" || a == "-s" || a == "-v") {
+      // mount(8) helper flags: no mtab, sloppy, verbose.
+    } else if ((a == "-t" || a == "-N") && i + 1 < argc) {
+      ++i;  // mount(8) helper: type.subtype, namespace
     } else if (a.rfind("-", 0) == 0) {
       rest.push_back(argv[i]);
     } else {
