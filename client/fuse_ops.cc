@@ -261,8 +261,10 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags);
   if (!r.ok()) return ReplyError(req, r.status());
-  // Close-to-open: pages cached from an earlier open are dropped, so data
-  // written on another node is read fresh.
+  // Close-to-open: pages cached from an earlier open are dropped, and the
+  // kernel's attributes are marked stale (the server's push of a change made
+  // elsewhere may still be in flight), so size and data come fresh.
+  Adapter(req)->InvalidateInode(ino, /*data=*/false);
   fi->keep_cache = 0;
   fi->fh = 0;
   if (fuse_reply_open(req, fi) != 0) (void)Adapter(req)->fs()->Release(ino);
