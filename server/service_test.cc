@@ -1,0 +1,205 @@
+// The gRPC service with a real server on a loopback port: bad input from a
+// client gets a precise errno (or UNAUTHENTICATED), never a crash.
+#include "server/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    VolumeOptions vo;
+    vo.dir = dir_ + "/vol";
+    vo.capacity_bytes = 64 << 20;
+    vo.background = false;
+    volume_ = *Volume::Open(vo);
+    ServiceOptions so;
+    so.secret = "s3cret";
+    service_ = std::make_unique<GrantFsService>(volume_.get(), so);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service_.get());
+    b.SetMaxReceiveMessageSize(16 << 20);
+    server_ = b.BuildAndStart();
+    ASSERT_NE(port, 0);
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(16 << 20);
+    stub_ = proto::GrantFs::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    volume_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  // A context carrying the right secret and a deadline.
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& secret = "s3cret") {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!secret.empty()) ctx->AddMetadata("x-grantfs-secret", secret);
+    return ctx;
+  }
+  int MkNodErr(uint64_t parent, const std::string& name, uint32_t mode = S_IFREG | 0644) {
+    proto::MkNodRequest req;
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(mode);
+    req.set_exclusive(true);
+    proto::AttrReply reply;
+    EXPECT_TRUE(stub_->MkNod(Ctx().get(), req, &reply).ok());
+    last_ino_ = reply.attr().ino();
+    return reply.err();
+  }
+
+  std::string dir_;
+  std::unique_ptr<Volume> volume_;
+  std::unique_ptr<GrantFsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<proto::GrantFs::Stub> stub_;
+  uint64_t last_ino_ = 0;
+};
+
+TEST_F(ServiceTest, WrongOrMissingSecretIsUnauthenticated) {
+  proto::StatusRequest req;
+  proto::StatusReply reply;
+  EXPECT_EQ(stub_->Status(Ctx("wrong").get(), req, &reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub_->Status(Ctx("").get(), req, &reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(stub_->Status(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.role(), "primary");
+}
+
+TEST_F(ServiceTest, InodeZeroIsEinval) {
+  proto::GetAttrRequest req;
+  proto::AttrReply reply;
+  ASSERT_TRUE(stub_->GetAttr(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.err(), EINVAL);
+}
+
+TEST_F(ServiceTest, UnknownInodeIsEnoent) {
+  proto::GetAttrRequest req;
+  req.set_ino(999999);
+  proto::AttrReply reply;
+  ASSERT_TRUE(stub_->GetAttr(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.err(), ENOENT);
+}
+
+TEST_F(ServiceTest, BadNamesGetPreciseErrnos) {
+  EXPECT_EQ(MkNodErr(1, ""), EINVAL);
+  EXPECT_EQ(MkNodErr(1, "."), EINVAL);
+  EXPECT_EQ(MkNodErr(1, ".."), EINVAL);
+  EXPECT_EQ(MkNodErr(1, "a/b"), EINVAL);
+  EXPECT_EQ(MkNodErr(1, std::string("a\0b", 3)), EINVAL);
+  EXPECT_EQ(MkNodErr(1, std::string(256, 'n')), ENAMETOOLONG);
+  EXPECT_EQ(MkNodErr(1, std::string(255, 'n')), 0);
+  EXPECT_EQ(MkNodErr(1, "bad-type", 0170000 | 0644), EINVAL);
+}
+
+TEST_F(ServiceTest, WrongFileTypes) {
+  ASSERT_EQ(MkNodErr(1, "f"), 0);
+  const uint64_t file = last_ino_;
+  EXPECT_EQ(MkNodErr(file, "child"), ENOTDIR);  // parent is a file
+  proto::ReadRequest rd;
+  rd.set_ino(1);
+  rd.set_size(10);
+  proto::ReadReply rr;
+  ASSERT_TRUE(stub_->Read(Ctx().get(), rd, &rr).ok());
+  EXPECT_EQ(rr.err(), EISDIR);
+  proto::ReadDirRequest rdd;
+  rdd.set_ino(file);
+  proto::ReadDirReply rdr;
+  ASSERT_TRUE(stub_->ReadDir(Ctx().get(), rdd, &rdr).ok());
+  EXPECT_EQ(rdr.err(), ENOTDIR);
+  EXPECT_EQ(rdr.entries_size(), 0);
+  proto::ReadLinkRequest rl;
+  rl.set_ino(file);
+  proto::ReadLinkReply rlr;
+  ASSERT_TRUE(stub_->ReadLink(Ctx().get(), rl, &rlr).ok());
+  EXPECT_EQ(rlr.err(), EINVAL);
+}
+
+TEST_F(ServiceTest, OffsetsPastTheMaximumFileSizeAreEfbig) {
+  ASSERT_EQ(MkNodErr(1, "f"), 0);
+  proto::WriteRequest w;
+  w.set_ino(last_ino_);
+  w.set_offset(uint64_t{1} << 40);
+  w.set_data("x");
+  proto::WriteReply wr;
+  ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+  EXPECT_EQ(wr.err(), EFBIG);
+  w.set_offset(UINT64_MAX - 1);  // offset + size overflows
+  ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+  EXPECT_EQ(wr.err(), EFBIG);
+  proto::SetAttrRequest t;
+  t.set_ino(last_ino_);
+  t.set_valid(proto::SetAttrRequest::SIZE);
+  t.set_size((uint64_t{1} << 40) + 1);
+  proto::AttrReply tr;
+  ASSERT_TRUE(stub_->SetAttr(Ctx().get(), t, &tr).ok());
+  EXPECT_EQ(tr.err(), EFBIG);
+  EXPECT_EQ(volume_->Space().used_bytes, 0u);
+}
+
+TEST_F(ServiceTest, OversizedIoIsEinvalAndFullVolumeIsEnospc) {
+  ASSERT_EQ(MkNodErr(1, "f"), 0);
+  proto::ReadRequest rd;
+  rd.set_ino(last_ino_);
+  rd.set_size(64 << 20);
+  proto::ReadReply rr;
+  ASSERT_TRUE(stub_->Read(Ctx().get(), rd, &rr).ok());
+  EXPECT_EQ(rr.err(), EINVAL);
+  // 9 MiB in one write is over the 8 MiB limit.
+  proto::WriteRequest w;
+  w.set_ino(last_ino_);
+  w.set_data(std::string(9 << 20, 'x'));
+  proto::WriteReply wr;
+  ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+  EXPECT_EQ(wr.err(), EINVAL);
+  // Fill the 64 MiB volume with 8 MiB writes; the ninth fails with ENOSPC
+  // and leaves nothing behind.
+  w.set_data(std::string(8 << 20, 'y'));
+  for (int i = 0; i < 8; ++i) {
+    w.set_offset(uint64_t(i) << 23);
+    ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+    ASSERT_EQ(wr.err(), 0) << i;
+  }
+  w.set_offset(uint64_t(8) << 23);
+  ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+  EXPECT_EQ(wr.err(), ENOSPC);
+  EXPECT_EQ(volume_->Space().used_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(volume_->Space().reserved_bytes, 0u);
+  // Overwriting allocated bytes needs no new space.
+  w.set_offset(0);
+  ASSERT_TRUE(stub_->Write(Ctx().get(), w, &wr).ok());
+  EXPECT_EQ(wr.err(), 0);
+}
+
+TEST_F(ServiceTest, BadLockRequests) {
+  ASSERT_EQ(MkNodErr(1, "f"), 0);
+  proto::LockRequest l;
+  l.set_ino(last_ino_);
+  l.mutable_range()->set_type(7);  // not a lock type
+  l.mutable_range()->set_end(10);
+  proto::ErrReply r;
+  ASSERT_TRUE(stub_->SetLock(Ctx().get(), l, &r).ok());
+  EXPECT_EQ(r.err(), EINVAL);
+  l.mutable_range()->set_type(1);
+  l.mutable_range()->set_start(20);  // start > end
+  ASSERT_TRUE(stub_->SetLock(Ctx().get(), l, &r).ok());
+  EXPECT_EQ(r.err(), EINVAL);
+}
+
+}  // namespace
+}  // namespace grantfs
