@@ -151,15 +151,23 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size,
     if (absl::Status s = RemoveChunk(ino, i); !s.ok()) return s;
   }
   if (new_size % cs != 0) {
-    // Cut the chunk holding new_size, unless it is already shorter (a
-    // truncate(2) would then extend it).
+    // Cut the chunk holding new_size: drop its bytes past the cut, including
+    // blocks preallocated beyond the chunk file's size (fallocate).
+    const uint64_t cut = new_size % cs;
     std::string path = ChunkPath(ino, new_size / cs);
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) {
-      if (errno != ENOENT) return IoError("stat", path);
-    } else if (static_cast<uint64_t>(st.st_size) > new_size % cs &&
-               ::truncate(path.c_str(), new_size % cs) != 0) {
-      return IoError("truncate", path);
+    Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno != ENOENT) return IoError("open", path);
+    } else {
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return IoError("fstat", path);
+      if (static_cast<uint64_t>(st.st_size) > cut && ftruncate(fd.get(), cut) != 0) {
+        return IoError("ftruncate", path);
+      }
+      if (fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, cut, cs - cut) != 0 &&
+          errno != EOPNOTSUPP) {
+        return IoError("punch", path);
+      }
     }
   }
   return absl::OkStatus();

@@ -235,6 +235,22 @@ TEST_F(ChunkStoreTest, AllocateKeepsChunkFileSizes) {
   EXPECT_EQ(Read(19, 0, 20), data + std::string(10, '\0'));
 }
 
+// Blocks preallocated past a chunk file's size (fallocate KEEP_SIZE) must be
+// given back to the disk when the file is cut inside that chunk, or the
+// ledger (which frees them) and the disk drift apart.
+TEST_F(ChunkStoreTest, TruncateFreesPreallocatedBlocksPastTheCut) {
+  const std::string data(10, 'x');
+  ASSERT_TRUE(store_->Write(21, 0, data.data(), data.size(), false).ok());
+  ASSERT_TRUE(store_->Allocate(21, 0, kChunk).ok());
+  struct stat st;
+  ASSERT_EQ(stat(ChunkPath(21, 0).c_str(), &st), 0);
+  ASSERT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kChunk);
+  ASSERT_TRUE(store_->Truncate(21, 8192, kChunk).ok());
+  ASSERT_EQ(stat(ChunkPath(21, 0).c_str(), &st), 0);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 8192u);
+  EXPECT_EQ(Read(21, 0, 10), data);
+}
+
 TEST_F(ChunkStoreTest, ChunkFilesLiveInTheirFanOutDirectory) {
   const std::string data(1, 'z');
   ASSERT_TRUE(store_->Write(0x1ff, kChunk * 3, data.data(), 1, false).ok());

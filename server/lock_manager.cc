@@ -1,5 +1,6 @@
 #include "server/lock_manager.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/errno_status.h"

@@ -164,8 +164,7 @@ TEST(LockManagerTest, FlockAndPosixLocksDoNotConflict) {
   EXPECT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kWrite, 0, UINT64_MAX, kB, /*flock=*/true))), 0);
   EXPECT_EQ(m.CountLocks(kIno), 2u);
   // But flock locks conflict among themselves.
-  EXPECT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kRead, 0, UINT64_MAX, kA, /*flock=*/true))),
-            EAGAIN);
+  EXPECT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kRead, 0, UINT64_MAX, kA, /*flock=*/true))), EAGAIN);
   // And a POSIX unlock does not drop the same owner's flock lock.
   ASSERT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kWrite, 0, UINT64_MAX, LockOwner{5, 5}, true))),
             EAGAIN);

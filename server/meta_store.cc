@@ -432,9 +432,12 @@ absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller,
     ASSIGN_OR_RETURN(proto::InodeRecord dir, txn->GetInode(parent));
     if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "create parent");
     if (dir.nlink() == 0) return ErrnoStatus(ENOENT, "parent was removed");
-    RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite | kMayExec));
+    // As on Linux: an existing name is EEXIST (or, for open(O_CREAT), opened)
+    // without write permission on the directory; only search is needed.
+    RETURN_IF_ERROR(CheckAccess(dir, caller, kMayExec));
     ASSIGN_OR_RETURN(auto existing, txn->GetDirent(parent, name));
     if (existing) return ErrnoStatus(EEXIST, name);
+    RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite));
     proto::InodeRecord inode = NewInode(caller, dir, rec.mode());
     inode.set_rdev(rec.rdev());
     inode.set_symlink_target(rec.symlink_target());

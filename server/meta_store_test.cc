@@ -35,10 +35,10 @@ int Err(const T& s) {
   return ToErrno(StatusOf(s));
 }
 
-#define ASSERT_OK(expr)                    \
-  do {                                     \
+#define ASSERT_OK(expr)                      \
+  do {                                       \
     const absl::Status _st = StatusOf(expr); \
-    ASSERT_TRUE(_st.ok()) << _st;          \
+    ASSERT_TRUE(_st.ok()) << _st;            \
   } while (0)
 
 #define ASSERT_OK_AND_ASSIGN(lhs, expr) \
@@ -97,12 +97,12 @@ class MetaStoreTest : public ::testing::Test {
     store_ = *std::move(store);
   }
 
-  absl::StatusOr<proto::Attr> Create(uint64_t parent, const std::string& name,
-                                     uint32_t mode = 0644, const Caller& caller = kRoot) {
+  absl::StatusOr<proto::Attr> Create(uint64_t parent, const std::string& name, uint32_t mode = 0644,
+                                     const Caller& caller = kRoot) {
     return store_->MkNod(caller, parent, name, S_IFREG | mode, 0, 0, true);
   }
-  absl::StatusOr<proto::Attr> Mkdir(uint64_t parent, const std::string& name,
-                                    uint32_t mode = 0755, const Caller& caller = kRoot) {
+  absl::StatusOr<proto::Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode = 0755,
+                                    const Caller& caller = kRoot) {
     return store_->MkNod(caller, parent, name, S_IFDIR | mode, 0, 0, true);
   }
   absl::StatusOr<proto::Attr> Chmod(uint64_t ino, uint32_t mode, const Caller& caller = kRoot) {
@@ -112,8 +112,7 @@ class MetaStoreTest : public ::testing::Test {
     req.set_mode(mode);
     return store_->SetAttr(caller, req);
   }
-  absl::StatusOr<proto::Attr> Truncate(uint64_t ino, uint64_t size,
-                                       const Caller& caller = kRoot) {
+  absl::StatusOr<proto::Attr> Truncate(uint64_t ino, uint64_t size, const Caller& caller = kRoot) {
     proto::SetAttrRequest req;
     req.set_ino(ino);
     req.set_valid(V::SIZE);
@@ -236,8 +235,7 @@ TEST_F(MetaStoreTest, SymlinkAndReadLink) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   EXPECT_EQ(Err(store_->ReadLink(f.ino())), EINVAL);
   EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "empty", "")), ENOENT);
-  EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "long", std::string(4096, 'a'))),
-            ENAMETOOLONG);
+  EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "long", std::string(4096, 'a'))), ENAMETOOLONG);
   EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "l", "x")), EEXIST);
 }
 
@@ -499,6 +497,47 @@ TEST_F(MetaStoreTest, RenameOfADirectoryAcrossDirectoriesMovesItsLinkAndDotDot) 
   EXPECT_EQ(InoOf(c.ino(), ".."), kRootIno);
 }
 
+TEST_F(MetaStoreTest, RenameOfADirectoryWithinItsDirectoryKeepsLinkCounts) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, Mkdir(kRootIno, "a"));
+  ASSERT_OK(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  EXPECT_EQ(Nlink(kRootIno), 3);
+  EXPECT_EQ(Nlink(a.ino()), 2);
+  EXPECT_EQ(InoOf(a.ino(), ".."), kRootIno);
+}
+
+TEST_F(MetaStoreTest, RenameOfADirectoryOverAnEmptyDirectoryElsewhere) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, Mkdir(kRootIno, "a"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr x, Mkdir(a.ino(), "x"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr y, Mkdir(b.ino(), "x"));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, a.ino(), "x", b.ino(), "x", 0));
+  EXPECT_EQ(r.ino, y.ino());
+  EXPECT_EQ(r.nlink, 0u);
+  EXPECT_EQ(InoOf(b.ino(), "x"), x.ino());
+  EXPECT_EQ(InoOf(x.ino(), ".."), b.ino());
+  EXPECT_EQ(Nlink(kRootIno), 4);
+  EXPECT_EQ(Nlink(a.ino()), 2);
+  EXPECT_EQ(Nlink(b.ino()), 3);
+  EXPECT_EQ(Orphans(), std::vector<uint64_t>{y.ino()});
+}
+
+TEST_F(MetaStoreTest, RenameExchangeOfTwoDirectoriesAcrossDirectories) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, Mkdir(kRootIno, "a"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr x, Mkdir(a.ino(), "x"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr y, Mkdir(b.ino(), "y"));
+  ASSERT_OK(store_->Rename(kRoot, a.ino(), "x", b.ino(), "y", kExchange));
+  EXPECT_EQ(InoOf(a.ino(), "x"), y.ino());
+  EXPECT_EQ(InoOf(b.ino(), "y"), x.ino());
+  EXPECT_EQ(InoOf(x.ino(), ".."), b.ino());
+  EXPECT_EQ(InoOf(y.ino(), ".."), a.ino());
+  EXPECT_EQ(Nlink(a.ino()), 3);
+  EXPECT_EQ(Nlink(b.ino()), 3);
+  EXPECT_EQ(Nlink(kRootIno), 4);
+  // Exchanging a directory with its own ancestor's entry is a loop.
+  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", b.ino(), "y", kExchange)), EINVAL);
+}
+
 TEST_F(MetaStoreTest, RenameOverAFileReturnsTheReplacedInode) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a"));
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Create(kRootIno, "b"));
@@ -748,13 +787,12 @@ TEST_F(MetaStoreTest, XattrSetGetListRemove) {
 
 TEST_F(MetaStoreTest, XattrValidation) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "system.posix_acl_access", "x", 0)),
-            EOPNOTSUPP);
+  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "system.posix_acl_access", "x", 0)), EOPNOTSUPP);
   EXPECT_EQ(Err(store_->GetXattr(kRoot, f.ino(), "system.posix_acl_access")), EOPNOTSUPP);
   EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "foo", "x", 0)), EOPNOTSUPP);
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "user.big", std::string(kXattrValueMax + 1, 'v'),
-                                 0)),
-            E2BIG);
+  EXPECT_EQ(
+      Err(store_->SetXattr(kRoot, f.ino(), "user.big", std::string(kXattrValueMax + 1, 'v'), 0)),
+      E2BIG);
   ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.max", std::string(kXattrValueMax, 'v'), 0));
   EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "user.x", "x", 4)), EINVAL);
   EXPECT_EQ(Err(store_->SetXattr(kRoot, 999, "user.x", "x", 0)), ENOENT);

@@ -122,9 +122,9 @@ TEST(CheckStickyTest, StickyDirectoryRule) {
   const auto victim = Inode(S_IFREG | 0666, 1000, 1000);
   EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kOther)), EPERM);
   EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kGroupMember)), EPERM);
-  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kOwner)), 0);              // owns the file
-  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, User(3000, 1))), 0);       // owns the dir
-  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kRoot)), 0);               // root
+  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kOwner)), 0);         // owns the file
+  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, User(3000, 1))), 0);  // owns the dir
+  EXPECT_EQ(ToErrno(CheckSticky(dir, victim, kRoot)), 0);          // root
   // Group membership of the file's group is not enough.
   EXPECT_EQ(ToErrno(CheckSticky(dir, victim, User(1003, 1000))), EPERM);
 }

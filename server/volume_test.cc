@@ -1,0 +1,525 @@
+#include "server/volume.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "common/errno_status.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "server/names.h"
+
+namespace grantfs {
+namespace {
+
+absl::Status StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+// The errno of a Status or StatusOr (0 when OK).
+template <typename T>
+int Err(const T& s) {
+  return ToErrno(StatusOf(s));
+}
+
+#define ASSERT_OK(expr)                      \
+  do {                                       \
+    const absl::Status _st = StatusOf(expr); \
+    ASSERT_TRUE(_st.ok()) << _st;            \
+  } while (0)
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(GRANTFS_CONCAT_(_status_or_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                               \
+  ASSERT_TRUE(tmp.ok()) << tmp.status();           \
+  lhs = *std::move(tmp)
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kVolumeChunk = 4 * kMiB;  // ChunkStoreOptions' default
+constexpr absl::Duration kLease = absl::Seconds(10);
+
+// Bytes that differ at every offset, so a misplaced copy is noticed.
+std::string Pattern(size_t n, uint8_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 31 + seed) % 251 + 1);
+  return s;
+}
+
+FileLock WriteLock(uint64_t client_id, uint64_t owner, uint64_t start = 0,
+                   uint64_t end = UINT64_MAX) {
+  FileLock l;
+  l.type = FileLock::kWrite;
+  l.start = start;
+  l.end = end;
+  l.owner = LockOwner{client_id, owner};
+  return l;
+}
+
+class VolumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/grantfs_volume_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr) << strerror(errno);
+    root_dir_ = tmpl;
+    OpenVolume(kMiB);
+  }
+  void TearDown() override {
+    volume_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(root_dir_, ec);
+  }
+
+  // (Re)opens the volume in the same directory with `capacity` bytes.
+  void OpenVolume(uint64_t capacity) {
+    volume_.reset();
+    VolumeOptions options;
+    options.dir = root_dir_ + "/vol";
+    options.capacity_bytes = capacity;
+    options.lease = kLease;
+    options.clock = &clock_;
+    options.background = false;
+    auto v = Volume::Open(options);
+    ASSERT_TRUE(v.ok()) << v.status();
+    volume_ = *std::move(v);
+    a_.client_id = volume_->sessions().Open("a");
+    b_.client_id = volume_->sessions().Open("b");
+  }
+
+  absl::StatusOr<proto::Attr> CreateFile(const RequestContext& ctx, const std::string& name,
+                                         uint64_t parent = kRootIno) {
+    proto::MkNodRequest req;
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(S_IFREG | 0644);
+    req.set_exclusive(true);
+    return volume_->MkNod(ctx, req);
+  }
+  absl::StatusOr<proto::Attr> Truncate(const RequestContext& ctx, uint64_t ino, uint64_t size) {
+    proto::SetAttrRequest req;
+    req.set_ino(ino);
+    req.set_valid(proto::SetAttrRequest::SIZE);
+    req.set_size(size);
+    return volume_->SetAttr(ctx, req);
+  }
+  // The whole file, read in one go (or a marker on error).
+  std::string ReadAll(const RequestContext& ctx, uint64_t ino) {
+    auto attr = volume_->GetAttr(ctx, ino);
+    if (!attr.ok()) return "<getattr failed>";
+    auto data = volume_->Read(ctx, ino, 0, static_cast<uint32_t>(attr->size()));
+    return data.ok() ? *data : "<read failed>";
+  }
+  std::string ChunkPath(uint64_t ino, uint64_t index) const {
+    return absl::StrFormat("%s/vol/chunks/%02x/%d.%d", root_dir_, ino % 256, ino, index);
+  }
+  // The chunk file's size, or -1 when it does not exist.
+  int64_t ChunkFileSize(uint64_t ino, uint64_t index) const {
+    struct stat st;
+    if (stat(ChunkPath(ino, index).c_str(), &st) != 0) return -1;
+    return st.st_size;
+  }
+  uint64_t Used() { return volume_->Space().used_bytes; }
+
+  FakeClock clock_;
+  std::string root_dir_;
+  std::unique_ptr<Volume> volume_;
+  RequestContext a_;  // two clients, both root
+  RequestContext b_;
+};
+
+// --- data -----------------------------------------------------------------------
+
+TEST_F(VolumeTest, WriteThenReadReturnsTheData) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
+  const std::string data = Pattern(10000, 1);
+  ASSERT_OK_AND_ASSIGN(proto::Attr w, volume_->Write(a_, f.ino(), 0, data, false));
+  EXPECT_EQ(w.size(), 10000u);
+  EXPECT_EQ(w.blocks(), 3 * kBlockSize / 512);
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  ASSERT_OK_AND_ASSIGN(std::string got, volume_->Read(a_, f.ino(), 0, 10000));
+  EXPECT_EQ(got, data);
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(a_, f.ino(), 1234, 100));
+  EXPECT_EQ(got, data.substr(1234, 100));
+  // Another client reads the same bytes.
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(b_, f.ino(), 0, 10000));
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(VolumeTest, ReadPastEndOfFileIsShort) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  const std::string data = Pattern(10000, 2);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, data, false));
+  ASSERT_OK_AND_ASSIGN(std::string got, volume_->Read(a_, f.ino(), 5000, 10000));
+  EXPECT_EQ(got, data.substr(5000));
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(a_, f.ino(), 9999, 2));
+  EXPECT_EQ(got, data.substr(9999));
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(a_, f.ino(), 10000, 10));
+  EXPECT_EQ(got, "");
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(a_, f.ino(), 1 << 30, 10));
+  EXPECT_EQ(got, "");
+}
+
+TEST_F(VolumeTest, WriteAcrossAChunkBoundaryAndHoles) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  const std::string data = Pattern(300, 3);
+  ASSERT_OK_AND_ASSIGN(proto::Attr w, volume_->Write(a_, f.ino(), kVolumeChunk - 100, data, false));
+  EXPECT_EQ(w.size(), kVolumeChunk + 200);
+  EXPECT_EQ(Used(), 2 * kBlockSize);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), static_cast<int64_t>(kVolumeChunk));
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), 200);
+  ASSERT_OK_AND_ASSIGN(std::string got, volume_->Read(a_, f.ino(), kVolumeChunk - 100, 300));
+  EXPECT_EQ(got, data);
+  // The hole before the data reads as zeros.
+  ASSERT_OK_AND_ASSIGN(got, volume_->Read(a_, f.ino(), 0, 4096));
+  EXPECT_EQ(got, std::string(4096, '\0'));
+}
+
+TEST_F(VolumeTest, OverwriteKeepsSizeAndSpace) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(8192, 'a'), false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr w, volume_->Write(a_, f.ino(), 100, "bbb", true));
+  EXPECT_EQ(w.size(), 8192u);
+  EXPECT_EQ(Used(), 8192u);
+  std::string expect(8192, 'a');
+  expect.replace(100, 3, "bbb");
+  EXPECT_EQ(ReadAll(a_, f.ino()), expect);
+  ASSERT_OK(volume_->Fsync(a_, f.ino()));
+}
+
+TEST_F(VolumeTest, DataRequestsOnWrongTargets) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  EXPECT_EQ(Err(volume_->Read(a_, kRootIno, 0, 10)), EISDIR);
+  EXPECT_EQ(Err(volume_->Write(a_, kRootIno, 0, "x", false)), EISDIR);
+  EXPECT_EQ(Err(volume_->Read(a_, 999, 0, 10)), ENOENT);
+  EXPECT_EQ(Err(volume_->Write(a_, 999, 0, "x", false)), ENOENT);
+  EXPECT_EQ(Err(volume_->Read(a_, f.ino(), 0, (8 << 20) + 1)), EINVAL);
+  EXPECT_EQ(Err(volume_->Write(a_, f.ino(), kMaxFileSize, "x", false)), EFBIG);
+  EXPECT_EQ(Err(volume_->Write(a_, f.ino(), kMaxFileSize - 1, "xy", false)), EFBIG);
+  ASSERT_OK_AND_ASSIGN(proto::Attr attr, volume_->GetAttr(a_, f.ino()));
+  EXPECT_EQ(attr.size(), 0u);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(VolumeTest, DataSurvivesAReopen) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  const std::string data = Pattern(20000, 4);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, data, true));
+  OpenVolume(kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr again, volume_->Lookup(a_, kRootIno, "f"));
+  EXPECT_EQ(again.ino(), f.ino());
+  EXPECT_EQ(again.size(), 20000u);
+  EXPECT_EQ(ReadAll(a_, f.ino()), data);
+  EXPECT_EQ(Used(), 5 * kBlockSize);
+}
+
+// --- space ------------------------------------------------------------------------
+
+TEST_F(VolumeTest, WritePastCapacityIsEnospcAndChangesNothing) {
+  OpenVolume(16 * kBlockSize);  // 64 KiB
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  const std::string first(2 * kBlockSize, 'a');
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, first, false));
+  EXPECT_EQ(Used(), 2 * kBlockSize);
+  // 15 more blocks do not fit in the 14 left.
+  EXPECT_EQ(
+      Err(volume_->Write(a_, f.ino(), 2 * kBlockSize, std::string(15 * kBlockSize, 'b'), false)),
+      ENOSPC);
+  SpaceInfo space = volume_->Space();
+  EXPECT_EQ(space.used_bytes, 2 * kBlockSize);
+  EXPECT_EQ(space.reserved_bytes, 0u);
+  ASSERT_OK_AND_ASSIGN(proto::Attr attr, volume_->GetAttr(a_, f.ino()));
+  EXPECT_EQ(attr.size(), 2 * kBlockSize);
+  // Decided before any byte landed on disk.
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), static_cast<int64_t>(2 * kBlockSize));
+  EXPECT_EQ(ReadAll(a_, f.ino()), first);
+  // Exactly the 14 left still fit, and then nothing more.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 2 * kBlockSize, std::string(14 * kBlockSize, 'c'), false));
+  EXPECT_EQ(Used(), 16 * kBlockSize);
+  EXPECT_EQ(Err(volume_->Write(a_, f.ino(), 16 * kBlockSize, "d", false)), ENOSPC);
+  // Overwriting in place on a full volume works.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "e", false));
+  EXPECT_EQ(Used(), 16 * kBlockSize);
+}
+
+TEST_F(VolumeTest, TruncateDownThenExtendReadsZeros) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(3 * kBlockSize, 'x'), false));
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  // Cut inside the second block: it stays allocated, the third is freed.
+  ASSERT_OK_AND_ASSIGN(proto::Attr t, Truncate(a_, f.ino(), 5000));
+  EXPECT_EQ(t.size(), 5000u);
+  EXPECT_EQ(Used(), 2 * kBlockSize);
+  EXPECT_EQ(ReadAll(a_, f.ino()), std::string(5000, 'x'));
+  ASSERT_OK_AND_ASSIGN(t, Truncate(a_, f.ino(), 3 * kBlockSize));
+  EXPECT_EQ(t.size(), 3 * kBlockSize);
+  EXPECT_EQ(Used(), 2 * kBlockSize);  // growing allocates nothing
+  EXPECT_EQ(ReadAll(a_, f.ino()),
+            std::string(5000, 'x') + std::string(3 * kBlockSize - 5000, '\0'));
+}
+
+TEST_F(VolumeTest, WritePastATruncationLeavesZerosBetween) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(3 * kBlockSize, 'x'), false));
+  ASSERT_OK(Truncate(a_, f.ino(), 100));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 10000, "yy", false));
+  EXPECT_EQ(ReadAll(a_, f.ino()), std::string(100, 'x') + std::string(9900, '\0') + "yy");
+  EXPECT_EQ(Used(), 2 * kBlockSize);  // blocks 0 and 2
+}
+
+TEST_F(VolumeTest, TruncateToZeroFreesEverything) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), kVolumeChunk - 10, std::string(20, 'x'), false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr t, Truncate(a_, f.ino(), 0));
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.blocks(), 0u);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
+  ASSERT_OK(Truncate(a_, f.ino(), kVolumeChunk + 10));
+  EXPECT_EQ(ReadAll(a_, f.ino()), std::string(kVolumeChunk + 10, '\0'));
+}
+
+TEST_F(VolumeTest, TruncateOfADirectoryIsEisdir) {
+  EXPECT_EQ(Err(Truncate(a_, kRootIno, 0)), EISDIR);
+}
+
+// --- unlinked open files ----------------------------------------------------------
+
+TEST_F(VolumeTest, UnlinkedOpenFileStaysReadableUntilRelease) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
+  const std::string data = Pattern(3 * kBlockSize, 5);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, data, false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+
+  EXPECT_EQ(Err(volume_->Lookup(a_, kRootIno, "f")), ENOENT);
+  ASSERT_OK_AND_ASSIGN(proto::Attr attr, volume_->GetAttr(a_, f.ino()));
+  EXPECT_EQ(attr.nlink(), 0u);
+  EXPECT_EQ(ReadAll(a_, f.ino()), data);
+  // Still writable through the open handle.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "Z", false));
+  // Another client cannot open it any more; the holder can open it again.
+  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY)), ENOENT);
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY));
+
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  ASSERT_OK(volume_->Release(a_, f.ino()));  // one open left
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(ReadAll(a_, f.ino()).substr(1), data.substr(1));
+
+  ASSERT_OK(volume_->Release(a_, f.ino()));  // the last one
+  EXPECT_EQ(volume_->Space().pending_deletes, 1u);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  SpaceInfo space = volume_->Space();
+  EXPECT_EQ(space.used_bytes, 0u);
+  EXPECT_EQ(space.pending_deletes, 0u);
+  EXPECT_EQ(space.inodes, 1u);
+  EXPECT_EQ(Err(volume_->GetAttr(a_, f.ino())), ENOENT);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+}
+
+TEST_F(VolumeTest, UnlinkOfAClosedFileFreesItsSpaceAtTheNextMaintenance) {
+  OpenVolume(16 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(kVolumeChunk + 1, 'q'), false));
+  EXPECT_EQ(Used(), kVolumeChunk + kBlockSize);
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  EXPECT_EQ(Err(volume_->GetAttr(a_, f.ino())), ENOENT);
+  EXPECT_EQ(Used(), kVolumeChunk + kBlockSize);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
+}
+
+TEST_F(VolumeTest, RmdirMakesTheDirectoryGarbage) {
+  proto::MkNodRequest req;
+  req.set_parent(kRootIno);
+  req.set_name("d");
+  req.set_mode(S_IFDIR | 0755);
+  req.set_exclusive(true);
+  ASSERT_OK_AND_ASSIGN(proto::Attr d, volume_->MkNod(a_, req));
+  ASSERT_OK(CreateFile(a_, "f", d.ino()));
+  EXPECT_EQ(Err(volume_->Remove(a_, kRootIno, "d", true)), ENOTEMPTY);
+  ASSERT_OK(volume_->Remove(a_, d.ino(), "f", false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "d", true));
+  EXPECT_EQ(Err(volume_->GetAttr(a_, d.ino())), ENOENT);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 2);
+  EXPECT_EQ(volume_->Space().inodes, 1u);
+  ASSERT_OK_AND_ASSIGN(proto::Attr root, volume_->GetAttr(a_, kRootIno));
+  EXPECT_EQ(root.nlink(), 2u);
+}
+
+TEST_F(VolumeTest, RenameOverAnOpenFileKeepsItUntilRelease) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr victim, CreateFile(a_, "victim"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr other, CreateFile(a_, "other"));
+  ASSERT_OK(volume_->Open(b_, victim.ino(), O_RDONLY));
+  ASSERT_OK(volume_->Write(a_, victim.ino(), 0, "old", false));
+  proto::RenameRequest req;
+  req.set_parent(kRootIno);
+  req.set_name("other");
+  req.set_new_parent(kRootIno);
+  req.set_new_name("victim");
+  ASSERT_OK(volume_->Rename(a_, req));
+  ASSERT_OK_AND_ASSIGN(proto::Attr now, volume_->Lookup(a_, kRootIno, "victim"));
+  EXPECT_EQ(now.ino(), other.ino());
+  EXPECT_EQ(ReadAll(b_, victim.ino()), "old");
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  ASSERT_OK(volume_->Release(b_, victim.ino()));
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(VolumeTest, OrphansOfAPreviousRunAreReapedAtOpen) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(100, 'o'), false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  EXPECT_EQ(Used(), kBlockSize);
+  OpenVolume(kMiB);  // a restart: nobody has anything open
+  EXPECT_EQ(Err(volume_->GetAttr(a_, f.ino())), ENOENT);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+}
+
+// --- fallocate ---------------------------------------------------------------------
+
+TEST_F(VolumeTest, FallocateExtendsAndAllocates) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, volume_->Fallocate(a_, f.ino(), 0, 0, 10000));
+  EXPECT_EQ(a.size(), 10000u);
+  EXPECT_EQ(a.blocks(), 3 * kBlockSize / 512);
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  EXPECT_EQ(ReadAll(a_, f.ino()), std::string(10000, '\0'));
+  // Writing into allocated space needs no more.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "abc", false));
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  // Inside the file: the size stays.
+  ASSERT_OK_AND_ASSIGN(a, volume_->Fallocate(a_, f.ino(), 0, 0, 100));
+  EXPECT_EQ(a.size(), 10000u);
+  EXPECT_EQ(ReadAll(a_, f.ino()).substr(0, 4), std::string("abc\0", 4));
+  // Past the end: extends.
+  ASSERT_OK_AND_ASSIGN(a, volume_->Fallocate(a_, f.ino(), 0, 20000, 100));
+  EXPECT_EQ(a.size(), 20100u);
+  EXPECT_EQ(Used(), 4 * kBlockSize);
+}
+
+TEST_F(VolumeTest, FallocateErrors) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  EXPECT_EQ(Err(volume_->Fallocate(a_, f.ino(), 1, 0, 4096)), EOPNOTSUPP);  // KEEP_SIZE
+  EXPECT_EQ(Err(volume_->Fallocate(a_, f.ino(), 3, 0, 4096)), EOPNOTSUPP);  // PUNCH_HOLE
+  EXPECT_EQ(Err(volume_->Fallocate(a_, f.ino(), 0, 0, 0)), EINVAL);
+  EXPECT_EQ(Err(volume_->Fallocate(a_, f.ino(), 0, kMaxFileSize, 1)), EFBIG);
+  EXPECT_EQ(Err(volume_->Fallocate(a_, kRootIno, 0, 0, 4096)), EISDIR);
+  EXPECT_EQ(Err(volume_->Fallocate(a_, f.ino(), 0, 0, 2 * kMiB)), ENOSPC);  // 1 MiB volume
+  ASSERT_OK_AND_ASSIGN(proto::Attr attr, volume_->GetAttr(a_, f.ino()));
+  EXPECT_EQ(attr.size(), 0u);
+  EXPECT_EQ(Used(), 0u);
+  EXPECT_EQ(volume_->Space().reserved_bytes, 0u);
+}
+
+// --- locks and sessions -------------------------------------------------------------
+
+TEST_F(VolumeTest, LocksConflictAcrossClients) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1)));
+  EXPECT_EQ(Err(volume_->SetLock(b_, f.ino(), WriteLock(b_.client_id, 1, 10, 20))), EAGAIN);
+  ASSERT_OK_AND_ASSIGN(FileLock held,
+                       volume_->GetLock(b_, f.ino(), WriteLock(b_.client_id, 1, 10, 20)));
+  EXPECT_EQ(held.type, FileLock::kWrite);
+  EXPECT_EQ(held.owner, (LockOwner{a_.client_id, 1}));
+  EXPECT_EQ(Err(volume_->SetLock(a_, 999, WriteLock(a_.client_id, 1, 0, 10))), ENOENT);
+  EXPECT_EQ(Err(volume_->GetLock(a_, 999, WriteLock(a_.client_id, 1))), ENOENT);
+  // The release at close works even after the file is gone.
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  FileLock unlock = WriteLock(a_.client_id, 1);
+  unlock.type = FileLock::kUnlock;
+  EXPECT_EQ(Err(volume_->SetLock(a_, f.ino(), unlock)), 0);
+}
+
+TEST_F(VolumeTest, LeaseExpiryReleasesLocksAndReapsUnlinkedOpenFiles) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr kept, CreateFile(a_, "kept"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
+  ASSERT_OK(volume_->Open(a_, kept.ino(), O_RDWR));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(2 * kBlockSize, 'f'), false));
+  ASSERT_OK(volume_->Write(a_, kept.ino(), 0, std::string(kBlockSize, 'k'), false));
+  ASSERT_OK(volume_->SetLock(a_, kept.ino(), WriteLock(a_.client_id, 7)));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  EXPECT_EQ(Err(volume_->SetLock(b_, kept.ino(), WriteLock(b_.client_id, 1))), EAGAIN);
+
+  // Halfway through the lease nothing happens; b keeps its session alive.
+  clock_.Advance(kLease / 2);
+  volume_->sessions().Touch(b_.client_id);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(Used(), 3 * kBlockSize);
+  EXPECT_EQ(Err(volume_->SetLock(b_, kept.ino(), WriteLock(b_.client_id, 1))), EAGAIN);
+
+  // a is not heard from for a whole lease.
+  clock_.Advance(kLease / 2);
+  volume_->sessions().Touch(b_.client_id);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);  // f, unlinked and open only by a
+  EXPECT_EQ(Used(), kBlockSize);
+  EXPECT_EQ(Err(volume_->GetAttr(b_, f.ino())), ENOENT);
+  EXPECT_EQ(volume_->sessions().OpenCount(kept.ino()), 0u);
+  ASSERT_OK_AND_ASSIGN(FileLock held, volume_->GetLock(b_, kept.ino(), WriteLock(b_.client_id, 1)));
+  EXPECT_EQ(held.type, FileLock::kUnlock);
+  EXPECT_EQ(Err(volume_->SetLock(b_, kept.ino(), WriteLock(b_.client_id, 1))), 0);
+  // The linked file is untouched.
+  EXPECT_EQ(ReadAll(b_, kept.ino()), std::string(kBlockSize, 'k'));
+  ASSERT_EQ(volume_->sessions().List().size(), 1u);
+  EXPECT_EQ(volume_->sessions().List()[0].client_id(), b_.client_id);
+}
+
+TEST_F(VolumeTest, CloseSessionReleasesLocksAndOpenFiles) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "data", false));
+  ASSERT_OK(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1)));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  ASSERT_OK(volume_->CloseSession(a_.client_id));
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(VolumeTest, ChangesAreQueuedForTheOtherClients) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  proto::InvalidationBatch for_b, for_a;
+  ASSERT_TRUE(volume_->sessions().Drain(b_.client_id, absl::ZeroDuration(), &for_b));
+  ASSERT_TRUE(volume_->sessions().Drain(a_.client_id, absl::ZeroDuration(), &for_a));
+  EXPECT_EQ(for_a.items_size(), 0);  // the origin is not told
+  ASSERT_EQ(for_b.items_size(), 2);
+  EXPECT_EQ(for_b.items(0).parent(), kRootIno);  // the new entry
+  EXPECT_EQ(for_b.items(0).name(), "f");
+  EXPECT_EQ(for_b.items(1).ino(), f.ino());  // the data
+  EXPECT_TRUE(for_b.items(1).data_changed());
+}
+
+}  // namespace
+}  // namespace grantfs
