@@ -161,13 +161,12 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size,
     } else {
       struct stat st;
       if (fstat(fd.get(), &st) != 0) return IoError("fstat", path);
-      if (static_cast<uint64_t>(st.st_size) > cut && ftruncate(fd.get(), cut) != 0) {
-        return IoError("ftruncate", path);
-      }
-      if (fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, cut, cs - cut) != 0 &&
-          errno != EOPNOTSUPP) {
-        return IoError("punch", path);
-      }
+      // Never grows the chunk file; a truncate that does not grow it is also
+      // what makes ext4 give back blocks preallocated past EOF (a hole punch
+      // there is ignored). Preallocated blocks below the cut may go too: the
+      // ledger still counts them, so the disk only ever has more room.
+      const off_t keep = std::min<off_t>(st.st_size, cut);
+      if (ftruncate(fd.get(), keep) != 0) return IoError("ftruncate", path);
     }
   }
   return absl::OkStatus();
