@@ -279,22 +279,10 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (!made.ok()) return ReplyError(req, made.status());
   proto::Attr attr = *made;
   // The name may have existed already (created on another node): open it
-  // as open(2) would, including O_TRUNC.
+  // as open(2) would, O_TRUNC included (the server truncates in Open).
   auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL));
   if (!opened.ok()) return ReplyError(req, opened.status());
   attr = *opened;
-  if ((fi->flags & O_TRUNC) && attr.size() > 0) {
-    proto::SetAttrRequest t;
-    t.set_ino(attr.ino());
-    t.set_valid(proto::SetAttrRequest::SIZE);
-    t.set_size(0);
-    auto cut = a->fs()->SetAttr(c, t);
-    if (!cut.ok()) {
-      (void)a->fs()->Release(attr.ino());
-      return ReplyError(req, cut.status());
-    }
-    attr = *cut;
-  }
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();

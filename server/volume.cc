@@ -182,6 +182,15 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
   if (attr.nlink() == 0 && sessions_.OpenCountBy(ctx.client_id, ino) == 0) {
     return ErrnoStatus(ENOENT, "file was removed");
   }
+  if ((flags & O_TRUNC) && S_ISREG(attr.mode()) && attr.size() > 0) {
+    // open(O_TRUNC): the kernel passes it here (atomic O_TRUNC) instead of
+    // sending a truncate first.
+    proto::SetAttrRequest cut;
+    cut.set_ino(ino);
+    cut.set_valid(proto::SetAttrRequest::SIZE);
+    cut.set_size(0);
+    ASSIGN_OR_RETURN(attr, SetAttr(ctx, cut));
+  }
   sessions_.OpenFile(ctx.client_id, ino);
   return attr;
 }

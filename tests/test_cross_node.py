@@ -1,0 +1,292 @@
+"""One namespace seen from two nodes (two mounts of one server).
+
+Changes made through node1 must be visible through node2: file data with
+close-to-open consistency, and names and attributes within 1 s (the stated
+bound: changes are pushed as invalidations; caches expire after 1 s at most).
+"""
+
+import os
+import stat
+import time
+
+VISIBILITY_BOUND = 1.0  # seconds
+
+
+def write_file(path, data, mode="wb"):
+    with open(path, mode) as f:
+        f.write(data)
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def visible_within(pred, bound=VISIBILITY_BOUND):
+    """Polls pred until it holds; returns the seconds it took, or None."""
+    start = time.monotonic()
+    while True:
+        if pred():
+            return time.monotonic() - start
+        if time.monotonic() - start >= bound:
+            return None
+        time.sleep(0.005)
+
+
+def assert_visible(pred, what, timings=None):
+    took = visible_within(pred)
+    assert took is not None, f"{what} not visible on node2 within {VISIBILITY_BOUND} s"
+    if timings is not None:
+        timings[what] = took
+    print(f"{what}: visible on node2 after {took * 1000:.1f} ms")
+    return took
+
+
+def stat_or_none(path):
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+class TestFileData:
+    def test_file_written_on_node1_is_read_on_node2(self, cluster):
+        data = os.urandom(3 * 1024 * 1024 + 17)
+        write_file(os.path.join(cluster.n1, "f"), data)
+        p2 = os.path.join(cluster.n2, "f")
+        assert os.stat(p2).st_size == len(data)
+        assert read_file(p2) == data
+
+    def test_rewrite_longer_then_shorter_close_to_open(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"version one\n")
+        assert read_file(p2) == b"version one\n"
+        assert os.stat(p2).st_size == 12
+
+        longer = b"version two is quite a bit longer than one\n" * 100
+        write_file(p1, longer)
+        with open(p2, "rb") as f:
+            assert os.fstat(f.fileno()).st_size == len(longer)
+            assert f.read() == longer
+
+        write_file(p1, b"v3\n")  # open(O_TRUNC) of an existing file on node1
+        assert os.stat(p1).st_size == 3, "node1 itself did not truncate on open(O_TRUNC)"
+        with open(p2, "rb") as f:
+            assert os.fstat(f.fileno()).st_size == 3
+            assert f.read() == b"v3\n"
+        assert os.stat(p2).st_size == 3
+
+    def test_rewrite_shorter_via_ftruncate_close_to_open(self, cluster):
+        # Same as above but shortening with ftruncate instead of O_TRUNC.
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        longer = os.urandom(200000)
+        write_file(p1, longer)
+        assert read_file(p2) == longer
+        fd = os.open(p1, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, b"short")
+        finally:
+            os.close(fd)
+        with open(p2, "rb") as f:
+            assert os.fstat(f.fileno()).st_size == 5
+            assert f.read() == b"short"
+
+    def test_rewrite_in_place_same_size_is_seen(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"A" * 8192)
+        assert read_file(p2) == b"A" * 8192
+        with open(p1, "r+b") as f:
+            f.seek(4096)
+            f.write(b"B" * 10)
+        assert read_file(p2) == b"A" * 4096 + b"B" * 10 + b"A" * 4086
+
+    def test_node2_keeps_file_open_and_rereads(self, cluster):
+        # A new open on node2 sees node1's data even while an older open exists.
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"old data")
+        with open(p2, "rb") as held:
+            assert held.read() == b"old data"
+            write_file(p1, b"new data, longer")
+            assert read_file(p2) == b"new data, longer"
+
+    def test_append_on_node1_then_node2(self, cluster):
+        p1 = os.path.join(cluster.n1, "log")
+        p2 = os.path.join(cluster.n2, "log")
+        write_file(p1, b"")
+        # Both nodes know the file (and its size 0) before the appends.
+        assert os.stat(p1).st_size == 0
+        assert os.stat(p2).st_size == 0
+        write_file(p1, b"line from node1\n", mode="ab")
+        write_file(p2, b"line from node2\n", mode="ab")
+        expected = b"line from node1\nline from node2\n"
+        assert read_file(p1) == expected
+        assert read_file(p2) == expected
+
+    def test_alternating_appends(self, cluster):
+        p = [os.path.join(cluster.n1, "log"), os.path.join(cluster.n2, "log")]
+        expected = b""
+        for i in range(10):
+            line = f"line {i} from node{i % 2 + 1}\n".encode()
+            write_file(p[i % 2], line, mode="ab")
+            expected += line
+        assert read_file(p[0]) == expected
+        assert read_file(p[1]) == expected
+
+
+class TestNamespaceVisibility:
+    def test_create_is_visible(self, cluster):
+        p2 = os.path.join(cluster.n2, "new")
+        write_file(os.path.join(cluster.n1, "new"), b"x")
+        assert_visible(lambda: os.path.exists(p2), "create")
+        assert read_file(p2) == b"x"
+
+    def test_create_after_negative_lookup_is_visible(self, cluster):
+        p2 = os.path.join(cluster.n2, "later")
+        assert not os.path.exists(p2)  # node2 caches a negative entry
+        assert not os.path.exists(p2)
+        write_file(os.path.join(cluster.n1, "later"), b"now here")
+        assert_visible(lambda: os.path.exists(p2), "create after negative lookup")
+        assert read_file(p2) == b"now here"
+
+    def test_create_in_subdir_after_negative_lookup_is_visible(self, cluster):
+        os.mkdir(os.path.join(cluster.n1, "d"))
+        p2 = os.path.join(cluster.n2, "d", "later")
+        assert not os.path.exists(p2)
+        write_file(os.path.join(cluster.n1, "d", "later"), b"")
+        assert_visible(lambda: os.path.exists(p2), "create in subdir after negative lookup")
+
+    def test_rename_is_visible(self, cluster):
+        write_file(os.path.join(cluster.n1, "a"), b"renamed")
+        a2 = os.path.join(cluster.n2, "a")
+        b2 = os.path.join(cluster.n2, "b")
+        assert os.path.exists(a2)
+        assert not os.path.exists(b2)
+        os.rename(os.path.join(cluster.n1, "a"), os.path.join(cluster.n1, "b"))
+        assert_visible(lambda: not os.path.exists(a2) and os.path.exists(b2), "rename")
+        assert read_file(b2) == b"renamed"
+
+    def test_rename_over_existing_is_visible(self, cluster):
+        write_file(os.path.join(cluster.n1, "a"), b"new")
+        write_file(os.path.join(cluster.n1, "b"), b"old")
+        b2 = os.path.join(cluster.n2, "b")
+        assert read_file(b2) == b"old"
+        ino_before = os.stat(b2).st_ino
+        os.rename(os.path.join(cluster.n1, "a"), os.path.join(cluster.n1, "b"))
+        assert_visible(lambda: os.stat(b2).st_ino != ino_before, "rename over existing")
+        assert read_file(b2) == b"new"
+
+    def test_unlink_is_visible(self, cluster):
+        write_file(os.path.join(cluster.n1, "f"), b"")
+        p2 = os.path.join(cluster.n2, "f")
+        assert os.path.exists(p2)
+        os.unlink(os.path.join(cluster.n1, "f"))
+        assert_visible(lambda: not os.path.exists(p2), "unlink")
+
+    def test_mkdir_is_visible(self, cluster):
+        p2 = os.path.join(cluster.n2, "d")
+        assert not os.path.exists(p2)
+        os.mkdir(os.path.join(cluster.n1, "d"))
+        assert_visible(lambda: os.path.isdir(p2), "mkdir")
+
+    def test_rmdir_is_visible(self, cluster):
+        os.mkdir(os.path.join(cluster.n1, "d"))
+        p2 = os.path.join(cluster.n2, "d")
+        assert os.path.isdir(p2)
+        os.rmdir(os.path.join(cluster.n1, "d"))
+        assert_visible(lambda: not os.path.exists(p2), "rmdir")
+
+    def test_directory_listing_follows(self, cluster):
+        d1 = os.path.join(cluster.n1, "d")
+        d2 = os.path.join(cluster.n2, "d")
+        os.mkdir(d1)
+        assert os.listdir(d2) == []
+        write_file(os.path.join(d1, "x"), b"")
+        assert_visible(lambda: os.listdir(d2) == ["x"], "listing after create")
+        os.rename(os.path.join(d1, "x"), os.path.join(d1, "y"))
+        assert_visible(lambda: os.listdir(d2) == ["y"], "listing after rename")
+        os.unlink(os.path.join(d1, "y"))
+        assert_visible(lambda: os.listdir(d2) == [], "listing after unlink")
+
+    def test_changes_on_node2_are_visible_on_node1(self, cluster):
+        p1 = os.path.join(cluster.n1, "from2")
+        assert not os.path.exists(p1)
+        write_file(os.path.join(cluster.n2, "from2"), b"hi")
+        assert_visible(lambda: os.path.exists(p1), "create on node2 seen on node1")
+        assert read_file(p1) == b"hi"
+
+
+class TestAttributeVisibility:
+    def test_chmod_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        os.chmod(p1, 0o644)
+        assert stat.S_IMODE(os.stat(p2).st_mode) == 0o644
+        os.chmod(p1, 0o600)
+        assert_visible(lambda: stat.S_IMODE(os.stat(p2).st_mode) == 0o600, "chmod")
+
+    def test_chown_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        assert os.stat(p2).st_uid == 0
+        os.chown(p1, 65534, 65534)
+        assert_visible(lambda: (os.stat(p2).st_uid, os.stat(p2).st_gid) == (65534, 65534),
+                       "chown")
+
+    def test_utime_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        os.stat(p2)
+        atime, mtime = 1500000000 * 10**9 + 1, 1600000000 * 10**9 + 2
+        os.utime(p1, ns=(atime, mtime))
+        assert_visible(lambda: (os.stat(p2).st_atime_ns, os.stat(p2).st_mtime_ns)
+                       == (atime, mtime), "utime")
+
+    def test_truncate_size_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"0123456789")
+        assert os.stat(p2).st_size == 10
+        os.truncate(p1, 4)
+        assert_visible(lambda: os.stat(p2).st_size == 4, "truncate down")
+        assert read_file(p2) == b"0123"
+        os.truncate(p1, 100000)
+        assert_visible(lambda: os.stat(p2).st_size == 100000, "truncate up")
+        assert read_file(p2) == b"0123" + b"\0" * 99996
+
+    def test_write_size_is_visible_while_file_open_on_node1(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        assert os.stat(p2).st_size == 0
+        with open(p1, "ab") as f:
+            f.write(b"x" * 5000)
+            f.flush()
+            assert_visible(lambda: os.stat(p2).st_size == 5000, "size after write")
+
+    def test_xattr_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        assert os.listxattr(p2) == []
+        os.setxattr(p1, "user.k", b"v1")
+        assert os.getxattr(p2, "user.k") == b"v1"
+        os.setxattr(p1, "user.k", b"v2")
+        assert os.getxattr(p2, "user.k") == b"v2"
+
+    def test_hard_link_count_is_visible(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        assert os.stat(p2).st_nlink == 1
+        os.link(p1, os.path.join(cluster.n1, "g"))
+        assert_visible(lambda: os.stat(p2).st_nlink == 2, "nlink after link")
+        os.unlink(os.path.join(cluster.n1, "g"))
+        assert_visible(lambda: os.stat(p2).st_nlink == 1, "nlink after unlink")
