@@ -14,6 +14,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   c->channel_ = grpc::CreateCustomChannel(options.servers.front(),
                                           grpc::InsecureChannelCredentials(), args);

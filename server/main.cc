@@ -118,10 +118,12 @@ int main(int argc, char** argv) {
             << space.used_bytes;
 
   // SIGTERM/SIGINT: stop accepting, finish calls in flight, then exit.
-  std::thread([stop_signals] {
+  grantfs::Volume* vol = volume->get();
+  std::thread([stop_signals, vol] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     LOG(INFO) << "signal " << sig << ": shutting down";
+    vol->sessions().Shutdown();  // ends the Subscribe streams
     g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }).detach();
   g_server->Wait();

@@ -118,17 +118,22 @@ bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
   absl::MutexLock l(&mu_);
   auto ready = [this, client_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(client_id);
-    return it == sessions_.end() || !it->second.queue.empty();
+    return shutting_down_ || it == sessions_.end() || !it->second.queue.empty();
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   auto it = sessions_.find(client_id);
-  if (it == sessions_.end()) return false;
+  if (shutting_down_ || it == sessions_.end()) return false;
   constexpr size_t kMaxBatch = 1024;
   while (!it->second.queue.empty() && out->items_size() < static_cast<int>(kMaxBatch)) {
     *out->add_items() = std::move(it->second.queue.front());
     it->second.queue.pop_front();
   }
   return true;
+}
+
+void SessionTable::Shutdown() {
+  absl::MutexLock l(&mu_);
+  shutting_down_ = true;
 }
 
 std::vector<proto::SessionInfo> SessionTable::List() {

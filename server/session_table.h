@@ -56,11 +56,16 @@ class SessionTable {
   // Queues `inv` for every session except `origin`.
   void Publish(uint64_t origin, const proto::Invalidation& inv);
   // Waits up to `timeout` for invalidations for `client_id` and moves them
-  // into `out`. Returns false when the session no longer exists.
+  // into `out`. Returns false when the session no longer exists or the
+  // table is shutting down.
   bool Drain(uint64_t client_id, absl::Duration timeout,
              proto::InvalidationBatch* out);
 
   std::vector<proto::SessionInfo> List();
+
+  // Makes every Drain return false at once and from then on: the server is
+  // stopping, so the Subscribe streams end.
+  void Shutdown();
 
  private:
   struct Session {
@@ -78,6 +83,7 @@ class SessionTable {
   absl::Mutex mu_;
   std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint32_t> open_total_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace grantfs

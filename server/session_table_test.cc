@@ -270,3 +270,19 @@ TEST(SessionTableQueueTest, DrainHandsOutAtMost1024AtATime) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+TEST(SessionTableShutdown, DrainReturnsFalseOnceShuttingDown) {
+  FakeClock clock;
+  SessionTable table(&clock, absl::Seconds(10));
+  const uint64_t id = table.Open("node");
+  proto::InvalidationBatch batch;
+  EXPECT_TRUE(table.Drain(id, absl::ZeroDuration(), &batch));
+  table.Shutdown();
+  EXPECT_FALSE(table.Drain(id, absl::Seconds(30), &batch));  // returns at once
+}
+
+}  // namespace
+}  // namespace grantfs
