@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from treesnap import poll_until
+
 PY = "/usr/bin/python3"
 FLOCK_FMT = "hhqqi4x"  # struct flock on x86-64: 32 bytes
 CONFLICT = (errno.EAGAIN, errno.EACCES)
@@ -170,16 +172,6 @@ def expect_conflict(fn, *args, errnos=CONFLICT):
         f"{errno.errorcode.get(info.value.errno, info.value.errno)}")
 
 
-def poll_until(pred, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-
-
 def try_lock(fd, ltype, start=0, length=0):
     """Takes a non-blocking POSIX lock; True if granted, False on a conflict."""
     try:
@@ -319,7 +311,7 @@ class TestPosixLocks:
             expect_conflict(setlk, fd, fcntl.F_WRLCK)
             h.kill9()
             start = time.monotonic()
-            assert poll_until(lambda: try_lock(fd, fcntl.F_WRLCK), 5.0), (
+            assert poll_until(lambda: try_lock(fd, fcntl.F_WRLCK), 5.0, interval=0.02), (
                 "lock of a killed holder still held after 5 s")
             print(f"lock free {time.monotonic() - start:.3f} s after kill -9")
 
@@ -395,4 +387,5 @@ class TestFlock:
                     return True
                 except BlockingIOError:
                     return False
-            assert poll_until(free, 5.0), "flock of a killed holder still held after 5 s"
+            assert poll_until(free, 5.0, interval=0.02), (
+                "flock of a killed holder still held after 5 s")

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import expect_errno
+from treesnap import poll_until
 
 # --- helpers -------------------------------------------------------------------
 
@@ -1001,16 +1002,6 @@ class TestNameLimits:
 # --- open-unlinked files --------------------------------------------------------------------------
 
 
-def _wait_until(pred, timeout):
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-
-
 class TestUnlinkedWhileOpen:
     def test_file_unlinked_while_open_stays_usable(self, cluster):
         p = os.path.join(cluster.n1, "f")
@@ -1036,7 +1027,7 @@ class TestUnlinkedWhileOpen:
         finally:
             if not closed:
                 os.close(fd)
-        freed = _wait_until(lambda: os.statvfs(cluster.n1).f_bfree == base_free, 5.0)
+        freed = poll_until(lambda: os.statvfs(cluster.n1).f_bfree == base_free, 5.0)
         assert freed, (f"f_bfree {os.statvfs(cluster.n1).f_bfree} did not return to "
                        f"{base_free} within 5 s after close")
 
@@ -1046,7 +1037,7 @@ class TestUnlinkedWhileOpen:
         write_file(p, b"k" * (4 * MIB))
         assert os.statvfs(cluster.n1).f_bfree < base_free
         os.unlink(p)
-        assert _wait_until(lambda: os.statvfs(cluster.n1).f_bfree == base_free, 5.0)
+        assert poll_until(lambda: os.statvfs(cluster.n1).f_bfree == base_free, 5.0)
 
 
 # --- large I/O -------------------------------------------------------------------------------------
