@@ -8,6 +8,7 @@
 //   'C' ino chunk_index    -> ChunkRecord        (allocated 4 KiB blocks)
 //   'O' ino                -> ""                 (unlinked but still open)
 //   'G' ino                -> InodeRecord        (unlinked, chunks to free)
+//   'L' client_id          -> GrantRecord        (a session's space grant)
 //   'M' "counters"         -> Counters
 #ifndef GRANTFS_SERVER_KEYS_H_
 #define GRANTFS_SERVER_KEYS_H_
@@ -52,6 +53,7 @@ inline std::string Chunk(uint64_t ino, uint64_t index) {
 }
 inline std::string Orphan(uint64_t ino) { return Prefix('O', ino); }
 inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
+inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
 inline std::string Counters() { return "Mcounters"; }
 
 }  // namespace grantfs::keys

@@ -15,6 +15,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 #include "server/keys.h"
+#include "server/grant_policy.h"
 #include "server/names.h"
 
 namespace grantfs {
@@ -159,6 +160,16 @@ absl::Status MetaStore::Init() {
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Counters(), &value);
   if (s.ok()) {
     if (!counters_.ParseFromString(value)) return absl::DataLossError("corrupt counters");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) {
+      proto::GrantRecord g;
+      if (!g.ParseFromArray(it->value().data(), it->value().size())) {
+        return absl::DataLossError("corrupt grant record");
+      }
+      grants_[keys::GetBigEndian64(it->key().data() + 1)] = g.blocks();
+    }
+    if (!it->status().ok()) return DbError(it->status(), "loading grants");
+    CheckLedger();
     return absl::OkStatus();
   }
   if (!s.IsNotFound()) return DbError(s, "reading counters");
@@ -192,9 +203,11 @@ absl::Status MetaStore::Mutate(Fn fn) {
     absl::MutexLock l(&mu_);
     Txn txn(db_);
     proto::Counters saved = counters_;
+    std::map<uint64_t, uint64_t> saved_grants = grants_;
     absl::Status st = fn(&txn);
     if (!st.ok()) {
       counters_ = saved;
+      grants_ = std::move(saved_grants);
       return st;
     }
     txn.batch()->Put(keys::Counters(), counters_.SerializeAsString());
@@ -203,8 +216,10 @@ absl::Status MetaStore::Mutate(Fn fn) {
     rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), txn.batch());
     if (!s.ok()) {
       counters_ = saved;
+      grants_ = std::move(saved_grants);
       return DbError(s, "write");
     }
+    CheckLedger();
     ticket = applied_ticket_.fetch_add(1) + 1;
   }
   return WaitDurable(ticket);
@@ -386,6 +401,8 @@ SpaceInfo MetaStore::Space() {
   s.capacity_bytes = capacity_blocks_ * kBlockSize;
   s.used_bytes = counters_.used_blocks() * kBlockSize;
   s.reserved_bytes = reserved_blocks_ * kBlockSize;
+  s.granted_bytes = counters_.granted_blocks() * kBlockSize;
+  s.ledger_ok = CheckLedger();
   s.inodes = counters_.inodes();
   s.next_ino = counters_.next_ino();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
@@ -914,7 +931,7 @@ absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino,
 // --- space and data ------------------------------------------------------------
 
 absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset,
-                                            uint64_t length) {
+                                            uint64_t length, uint64_t grant_client) {
   absl::MutexLock l(&mu_);
   Txn txn(db_);
   uint64_t blocks = 0;
@@ -927,8 +944,13 @@ absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset,
         for (uint64_t b = lo; b <= hi; ++b) blocks += !BitSet(chunk.bitmap(), b);
         return absl::OkStatus();
       }));
-  if (counters_.used_blocks() + reserved_blocks_ + blocks > capacity_blocks_) {
-    return ErrnoStatus(ENOSPC, "volume full");
+  uint64_t from_grant = 0;
+  auto grant = grant_client != 0 ? grants_.find(grant_client) : grants_.end();
+  if (grant != grants_.end()) from_grant = std::min(blocks, grant->second);
+  if (blocks - from_grant > FreeBlocks()) return ErrnoStatus(ENOSPC, "volume full");
+  if (from_grant > 0) {
+    grant->second -= from_grant;
+    counters_.set_granted_blocks(counters_.granted_blocks() - from_grant);
   }
   reserved_blocks_ += blocks;
   return blocks;
@@ -941,11 +963,16 @@ void MetaStore::Unreserve(uint64_t blocks) {
 
 absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset,
                                                    uint64_t length, bool extend,
-                                                   uint64_t reserved) {
+                                                   uint64_t reserved, uint64_t grant_client) {
   proto::Attr out;
   absl::Status st = Mutate([&](Txn* txn) -> absl::Status {
     reserved_blocks_ -= std::min(reserved, reserved_blocks_);
     reserved = 0;
+    if (grant_client != 0) {
+      proto::GrantRecord g;
+      g.set_blocks(grants_.count(grant_client) ? grants_[grant_client] : 0);
+      txn->Put(keys::Grant(grant_client), g.SerializeAsString());
+    }
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
     const uint64_t bitmap_bytes = options_.chunk_size / kBlockSize / 8;
@@ -979,6 +1006,70 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
   });
   if (reserved > 0) Unreserve(reserved);
   RETURN_IF_ERROR(st);
+  return out;
+}
+
+uint64_t MetaStore::FreeBlocks() const {
+  const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
+  return taken >= capacity_blocks_ ? 0 : capacity_blocks_ - taken;
+}
+
+bool MetaStore::CheckLedger() const {
+  const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
+  if (taken <= capacity_blocks_) return true;
+  LOG(ERROR) << "ledger invariant broken: used " << counters_.used_blocks() << " + granted "
+             << counters_.granted_blocks() << " + reserved " << reserved_blocks_
+             << " > capacity " << capacity_blocks_ << " blocks";
+  return false;
+}
+
+absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_blocks,
+                                          uint64_t return_blocks, uint64_t* added) {
+  if (client_id == 0) return ErrnoStatus(EINVAL, "grant without a session");
+  uint64_t total = 0;
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+    uint64_t& held = grants_[client_id];
+    const uint64_t back = std::min(return_blocks, held);
+    held -= back;
+    const uint64_t more = GrantBlocks(wanted_blocks, FreeBlocks(), capacity_blocks_);
+    held += more;
+    counters_.set_granted_blocks(counters_.granted_blocks() - back + more);
+    total = held;
+    *added = more;
+    proto::GrantRecord g;
+    g.set_blocks(held);
+    if (held == 0) {
+      grants_.erase(client_id);
+      txn->Delete(keys::Grant(client_id));
+    } else {
+      txn->Put(keys::Grant(client_id), g.SerializeAsString());
+    }
+    return absl::OkStatus();
+  }));
+  return total;
+}
+
+absl::Status MetaStore::ReleaseGrant(uint64_t client_id) {
+  return Mutate([&](Txn* txn) -> absl::Status {
+    auto it = grants_.find(client_id);
+    if (it == grants_.end()) return absl::OkStatus();
+    counters_.set_granted_blocks(counters_.granted_blocks() - it->second);
+    grants_.erase(it);
+    txn->Delete(keys::Grant(client_id));
+    return absl::OkStatus();
+  });
+}
+
+uint64_t MetaStore::GrantOf(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = grants_.find(client_id);
+  return it == grants_.end() ? 0 : it->second;
+}
+
+std::vector<uint64_t> MetaStore::GrantHolders() {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [id, blocks] : grants_) out.push_back(id);
   return out;
 }
 

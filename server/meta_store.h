@@ -17,6 +17,7 @@
 #define GRANTFS_SERVER_META_STORE_H_
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -64,6 +65,8 @@ struct SpaceInfo {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;      // allocated in the chunk store
   uint64_t reserved_bytes = 0;  // held for writes in progress
+  uint64_t granted_bytes = 0;   // sum of the sessions' grants
+  bool ledger_ok = true;        // used + granted + reserved <= capacity
   uint64_t inodes = 0;
   uint64_t next_ino = 0;
   uint64_t pending_deletes = 0;
@@ -128,16 +131,33 @@ class MetaStore {
                            const std::string& name);
 
   // --- space and data ------------------------------------------------------------
+  // The ledger: used + sum(grants) + reserved <= capacity, always.
+  //
   // Holds the blocks of [offset, offset + length) of `ino` that are not yet
-  // allocated, for a write in progress; returns how many, or ENOSPC.
-  absl::StatusOr<uint64_t> Reserve(uint64_t ino, uint64_t offset, uint64_t length);
+  // allocated, for a write in progress; returns how many. With
+  // `grant_client` != 0 they come out of that session's grant first and out
+  // of free space only for the rest. ENOSPC when free space cannot cover it.
+  absl::StatusOr<uint64_t> Reserve(uint64_t ino, uint64_t offset, uint64_t length,
+                                   uint64_t grant_client = 0);
   void Unreserve(uint64_t blocks);
   // Records that [offset, offset + length) of `ino` now holds data: marks
   // the blocks allocated, extends the size (when `extend`), sets mtime/ctime,
-  // and releases `reserved` blocks of an earlier Reserve.
-  absl::StatusOr<proto::Attr> CommitWrite(uint64_t ino, uint64_t offset,
-                                          uint64_t length, bool extend,
-                                          uint64_t reserved);
+  // and turns `reserved` blocks of an earlier Reserve into used ones. The
+  // grant of `grant_client` (if not 0) is persisted in the same batch.
+  absl::StatusOr<proto::Attr> CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
+                                          bool extend, uint64_t reserved,
+                                          uint64_t grant_client = 0);
+  // Gives `return_blocks` of the session's grant back to free space, then
+  // grants up to `wanted_blocks` more by the grant policy
+  // (server/grant_policy.h). Returns the session's whole grant; `added`
+  // gets what this call granted.
+  absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks,
+                                 uint64_t return_blocks, uint64_t* added);
+  // The session's grant goes back to free space (session ended).
+  absl::Status ReleaseGrant(uint64_t client_id);
+  uint64_t GrantOf(uint64_t client_id);
+  // Sessions that hold a grant (persisted; they survive a restart).
+  std::vector<uint64_t> GrantHolders();
 
   // --- orphans and deferred deletion ---------------------------------------
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
@@ -175,6 +195,10 @@ class MetaStore {
   absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
   // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
   absl::StatusOr<bool> IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir);
+  // Free blocks: capacity - used - granted - reserved. REQUIRES: mu_ held.
+  uint64_t FreeBlocks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs loudly if the ledger invariant is broken. REQUIRES: mu_ held.
+  bool CheckLedger() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;
@@ -185,6 +209,7 @@ class MetaStore {
   absl::Mutex mu_;
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
   uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, uint64_t> grants_ ABSL_GUARDED_BY(mu_);  // client id -> blocks
 
   // Group commit of WAL fsyncs.
   std::atomic<uint64_t> applied_ticket_{0};  // batches applied to RocksDB

@@ -229,9 +229,26 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                                    proto::WriteReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Write", req->ino(), reply);
-  auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync());
+  auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
+                          req->from_grant());
   if (r.ok()) *reply->mutable_attr() = *r;
+  if (req->from_grant()) reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
   return Done("Write", r.status(), reply);
+}
+
+grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
+                                   proto::GrantReply* reply) {
+  GRANTFS_BEGIN(req);
+  uint64_t added = 0;
+  auto r = volume_->Grant(rc, req->wanted_bytes(), req->return_bytes(), &added);
+  if (r.ok()) {
+    reply->set_grant_bytes(*r);
+    reply->set_granted_bytes(added);
+  }
+  SpaceInfo s = volume_->Space();
+  const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+  reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+  return Done("Grant", r.status(), reply);
 }
 
 grpc::Status GrantFsService::Fsync(Ctx* ctx, const proto::FsyncRequest* req,
@@ -257,7 +274,9 @@ grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
   reply->set_block_size(kBlockSize);
   reply->set_capacity_bytes(s.capacity_bytes);
   reply->set_used_bytes(s.used_bytes);
-  const uint64_t taken = s.used_bytes + s.reserved_bytes;
+  // Available = what a new grant could get: nothing granted to any session
+  // or held by a write in progress counts as free.
+  const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
   reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
   reply->set_inodes(s.inodes);
   reply->set_name_max(255);
@@ -333,7 +352,13 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_inodes(s.inodes);
   reply->set_next_ino(s.next_ino);
   reply->set_pending_deletes(s.pending_deletes);
-  for (auto& info : volume_->sessions().List()) *reply->add_sessions() = info;
+  reply->set_granted_bytes(s.granted_bytes);
+  reply->set_reserved_bytes(s.reserved_bytes);
+  reply->set_ledger_ok(s.ledger_ok);
+  for (auto& info : volume_->sessions().List()) {
+    info.set_grant_bytes(volume_->meta().GrantOf(info.client_id()) * kBlockSize);
+    *reply->add_sessions() = info;
+  }
   return grpc::Status::OK;
 }
 

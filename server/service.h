@@ -45,6 +45,7 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*) override;
   grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*) override;
   grpc::Status Write(Ctx*, const proto::WriteRequest*, proto::WriteReply*) override;
+  grpc::Status Grant(Ctx*, const proto::GrantRequest*, proto::GrantReply*) override;
   grpc::Status Fsync(Ctx*, const proto::FsyncRequest*, proto::ErrReply*) override;
   grpc::Status Fallocate(Ctx*, const proto::FallocateRequest*, proto::AttrReply*) override;
   grpc::Status StatFs(Ctx*, const proto::StatFsRequest*, proto::StatFsReply*) override;

@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   // run become garbage.
   ASSIGN_OR_RETURN(std::vector<uint64_t> orphans, v->meta_->ListGarbage(true));
   for (uint64_t ino : orphans) RETURN_IF_ERROR(v->meta_->Reap(ino));
+  // Grants outlive a restart; their sessions get a fresh lease to come back
+  // in, and give the space back when they do not.
+  for (uint64_t client_id : v->meta_->GrantHolders()) v->sessions_.Touch(client_id);
   if (options.background) v->background_ = std::thread([p = v.get()] { p->BackgroundLoop(); });
   return v;
 }
@@ -219,7 +222,7 @@ absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino
 
 absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino,
                                           uint64_t offset, const std::string& data,
-                                          bool sync) {
+                                          bool sync, bool from_grant) {
   if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
   RETURN_IF_ERROR(ValidateRange(offset, data.size()));
   absl::ReaderMutexLock l(&DataLock(ino));
@@ -229,16 +232,30 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // Reserve first so that ENOSPC is decided before any byte lands; the data
   // is on disk (fdatasync'd when `sync`) before the metadata that makes it
   // part of the file is committed.
-  ASSIGN_OR_RETURN(uint64_t reserved, meta_->Reserve(ino, offset, data.size()));
+  const uint64_t grant_client = from_grant ? ctx.client_id : 0;
+  ASSIGN_OR_RETURN(uint64_t reserved,
+                   meta_->Reserve(ino, offset, data.size(), grant_client));
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   if (!st.ok()) {
     meta_->Unreserve(reserved);
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->CommitWrite(ino, offset, data.size(), true, reserved));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, data.size(), true,
+                                                        reserved, grant_client));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
+}
+
+absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wanted_bytes,
+                                       uint64_t return_bytes, uint64_t* added) {
+  // Bytes are rounded to whole blocks: down for what is asked, up for what
+  // is given back, so a client never holds more than it was told.
+  uint64_t added_blocks = 0;
+  ASSIGN_OR_RETURN(uint64_t blocks,
+                   meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
+                                (return_bytes + kBlockSize - 1) / kBlockSize, &added_blocks));
+  *added = added_blocks * kBlockSize;
+  return blocks * kBlockSize;
 }
 
 absl::Status Volume::Fsync(const RequestContext& ctx, uint64_t ino) {
@@ -320,6 +337,9 @@ absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino,
 void Volume::ForgetClient(uint64_t client_id,
                           const std::map<uint64_t, uint32_t>& open_files) {
   locks_.ReleaseClient(client_id);
+  if (absl::Status s = meta_->ReleaseGrant(client_id); !s.ok()) {
+    LOG(ERROR) << "returning the grant of client " << client_id << ": " << s;
+  }
   for (const auto& [ino, n] : open_files) {
     absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
     if (rec.ok() && rec->nlink() == 0) {

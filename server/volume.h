@@ -88,9 +88,15 @@ class Volume {
   absl::Status Release(const RequestContext& ctx, uint64_t ino);
   absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino,
                                    uint64_t offset, uint32_t size);
+  // With `from_grant`, newly allocated blocks come out of the session's
+  // space grant first.
   absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino,
                                     uint64_t offset, const std::string& data,
-                                    bool sync);
+                                    bool sync, bool from_grant = false);
+  // Space grants: see MetaStore::Grant. Returns the session's whole grant
+  // in bytes; `added` gets the bytes this call granted.
+  absl::StatusOr<uint64_t> Grant(const RequestContext& ctx, uint64_t wanted_bytes,
+                                 uint64_t return_bytes, uint64_t* added);
   absl::Status Fsync(const RequestContext& ctx, uint64_t ino);
   absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino,
                                         uint32_t mode, uint64_t offset,
