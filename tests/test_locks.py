@@ -351,7 +351,18 @@ class TestFlock:
         with Fd(p2) as fd:
             h.send("close")
             h.expect("closed")
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # FUSE unlocks a flock with the RELEASE the kernel sends after the
+            # last close, asynchronously: the lock may outlive close() by a
+            # few milliseconds (docs/protocol.md). Bounded here by 2 s.
+            deadline = time.monotonic() + 2.0
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.005)
 
     def test_blocking_flock_waits(self, cluster, files, holders):
         p1, p2 = files()
