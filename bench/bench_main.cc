@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (args.size() != 2 || dir.empty() || absl::GetFlag(FLAGS_runs) < 1) {
-    fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage());
+    fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
