@@ -11,7 +11,31 @@
 namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
-    : options_(options), rpc_(std::move(rpc)) {}
+    : options_(options), rpc_(std::move(rpc)) {
+  if (!options_.fastwrite) return;
+  pool_ = std::make_unique<GrantPool>(
+      options_.grants, [this](uint64_t wanted, uint64_t back) -> absl::StatusOr<uint64_t> {
+        proto::GrantRequest req;
+        req.set_wanted_bytes(wanted);
+        req.set_return_bytes(back);
+        proto::GrantReply reply;
+        RETURN_IF_ERROR(rpc_->Call("Grant", &proto::GrantFs::Stub::Grant, &req, &reply));
+        return reply.granted_bytes();
+      });
+  cache_ = std::make_unique<WriteCache>(
+      options_.cache, pool_.get(),
+      [this](uint64_t ino, uint64_t offset,
+             const std::string& data) -> absl::StatusOr<WriteCache::FlushResult> {
+        proto::WriteRequest req;
+        req.set_ino(ino);
+        req.set_offset(offset);
+        req.set_data(data);
+        req.set_from_grant(true);
+        proto::WriteReply reply;
+        RETURN_IF_ERROR(rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply));
+        return WriteCache::FlushResult{reply.grant_used_bytes()};
+      });
+}
 
 FileSystem::~FileSystem() { Stop(); }
 
@@ -38,6 +62,10 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->options().servers.front()
             << ", lease " << reply.lease_ms() << " ms";
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  if (cache_) {
+    pool_->Start();
+    cache_->Start();
+  }
   if (invalidator != nullptr) {
     subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
   }
@@ -50,6 +78,17 @@ void FileSystem::Stop() {
     if (!started_ || stopping_) return;
     stopping_ = true;
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  if (cache_) {
+    // Unmount: everything cached goes to the server first; the session's
+    // unused grant goes back with CloseSession below.
+    absl::Status s = cache_->FlushAll();
+    if (!s.ok()) {
+      LOG(ERROR) << "unmount: " << cache_->dirty_bytes()
+                 << " cached bytes could not be written: " << s;
+    }
+    cache_->Stop();
+    pool_->Stop();
   }
   if (heartbeat_.joinable()) heartbeat_.join();
   if (subscriber_.joinable()) subscriber_.join();
@@ -83,7 +122,8 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
   absl::Duration backoff = absl::Milliseconds(100);
   for (;;) {
     grpc::ClientContext ctx;
-    if (!rpc_->options().secret.empty()) ctx.AddMetadata("x-grantfs-secret", rpc_->options().secret);
+    if (!rpc_->options().secret.empty())
+      ctx.AddMetadata("x-grantfs-secret", rpc_->options().secret);
     {
       absl::MutexLock l(&mu_);
       if (stopping_) return;
@@ -123,6 +163,7 @@ absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
   req.set_name(name);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply));
+  Patch(reply.mutable_attr());
   return reply.attr();
 }
 
@@ -132,19 +173,24 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   req.set_ino(ino);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
+  Patch(reply.mutable_attr());
   return reply.attr();
 }
 
 absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRequest req) {
+  // Cached writes go first: a size change applies to the data as the server
+  // has it, and a flush after an explicit utimes would move mtime again.
+  if (cache_) RETURN_IF_ERROR(Flush(req.ino()));
   Stamp(c, &req);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
+  Patch(reply.mutable_attr());
   return reply.attr();
 }
 
 absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
-                                              const std::string& name, uint32_t mode,
-                                              uint64_t rdev, uint32_t umask, bool exclusive) {
+                                              const std::string& name, uint32_t mode, uint64_t rdev,
+                                              uint32_t umask, bool exclusive) {
   proto::MkNodRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -180,6 +226,7 @@ absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint6
   req.set_new_name(new_name);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Link", &proto::GrantFs::Stub::Link, &req, &reply));
+  Patch(reply.mutable_attr());
   return reply.attr();
 }
 
@@ -195,8 +242,7 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
 }
 
 absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
-                                uint64_t new_parent, const std::string& new_name,
-                                uint32_t flags) {
+                                uint64_t new_parent, const std::string& new_name, uint32_t flags) {
   proto::RenameRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -226,18 +272,22 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
   req.set_max_entries(max_entries);
   proto::ReadDirReply reply;
   RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
+  for (proto::DirEntry& e : *reply.mutable_entries()) Patch(e.mutable_attr());
   return reply;
 }
 
 // --- files -------------------------------------------------------------------------
 
 absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags) {
+  // open(O_TRUNC) truncates at the server: cached writes go first.
+  if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
   proto::OpenRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   req.set_flags(flags);
   proto::OpenReply reply;
   RETURN_IF_ERROR(rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply));
+  Patch(reply.mutable_attr());
   return reply.attr();
 }
 
@@ -250,6 +300,10 @@ absl::Status FileSystem::Release(uint64_t ino) {
 
 absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint64_t offset,
                                              size_t size) {
+  // Read-your-writes: cached bytes are copied before the server read and
+  // laid over it, so a flush finishing in between cannot hide them.
+  std::vector<WriteCache::Piece> cached;
+  if (cache_) cached = cache_->Snapshot(ino, offset, size);
   std::string out;
   while (out.size() < size) {
     proto::ReadRequest req;
@@ -263,11 +317,27 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
     out += reply.data();
     if (reply.data().size() < want) break;  // end of file
   }
+  if (!cached.empty()) WriteCache::Apply(cached, offset, size, &out);
   return out;
 }
 
 absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t offset,
                                          const char* data, size_t size) {
+  if (cache_) {
+    if (cache_->Write(ino, offset, data, size)) return size;
+    // The grant cannot cover it (the volume is nearly full): allocate at the
+    // server, exactly, after what is cached for this file (order).
+    RETURN_IF_ERROR(cache_->FlushInode(ino));
+  }
+  return WriteThrough(c, ino, offset, data, size);
+}
+
+absl::Status FileSystem::Flush(uint64_t ino) {
+  return cache_ ? cache_->FlushInode(ino) : absl::OkStatus();
+}
+
+absl::StatusOr<size_t> FileSystem::WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
+                                                const char* data, size_t size) {
   size_t done = 0;
   while (done < size) {
     const size_t n = std::min<size_t>(size - done, options_.max_io_bytes);
@@ -284,6 +354,7 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
 }
 
 absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
+  RETURN_IF_ERROR(Flush(ino));
   proto::FsyncRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -356,8 +427,7 @@ absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::st
 
 // --- locks -------------------------------------------------------------------------
 
-absl::StatusOr<proto::LockRange> FileSystem::GetLock(const Creds& c, uint64_t ino,
-                                                     uint64_t owner,
+absl::StatusOr<proto::LockRange> FileSystem::GetLock(const Creds& c, uint64_t ino, uint64_t owner,
                                                      const proto::LockRange& range) {
   proto::LockRequest req;
   Stamp(c, &req);

@@ -2,10 +2,10 @@
 // mount as a call on the server, the session (heartbeats) and the stream of
 // cache invalidations from the server.
 //
-// Data path in this version: write-through. Each write() is sent to the
-// server before it returns (the server stores it in its chunk store); fsync
-// makes the server fdatasync the file's chunks. Space grants and the local
-// write-back cache come with the fastwrite work (docs/write-path.md).
+// Data path (docs/write-path.md): in fastwrite mode (the default) write()
+// debits the session's space grant and copies into the write cache; flusher
+// threads send the data on; flush (close) and fsync wait for it. In
+// write-through mode every write() is one RPC that allocates at the server.
 //
 // Every method returns an errno status on failure (ToErrno()). Thread-safe.
 #ifndef GRANTFS_CLIENT_FILESYSTEM_H_
@@ -22,8 +22,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/grant_pool.h"
 #include "client/inode_table.h"
 #include "client/rpc_client.h"
+#include "client/write_cache.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -51,6 +53,10 @@ struct FileSystemOptions {
   std::string client_name;
   // Largest read or write sent in one request.
   uint32_t max_io_bytes = 1 << 20;
+  // Fastwrite (grants + write cache) or one RPC per write.
+  bool fastwrite = true;
+  WriteCacheOptions cache;
+  GrantPoolOptions grants;
 };
 
 class FileSystem {
@@ -72,15 +78,14 @@ class FileSystem {
   // `req.ino` and `req.valid` say what to change.
   absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);
   absl::StatusOr<proto::Attr> MkNod(const Creds& c, uint64_t parent, const std::string& name,
-                                    uint32_t mode, uint64_t rdev, uint32_t umask,
-                                    bool exclusive);
+                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive);
   absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
                                       const std::string& target);
   absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                    const std::string& new_name);
   absl::Status Remove(const Creds& c, uint64_t parent, const std::string& name, bool is_dir);
-  absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name,
-                      uint64_t new_parent, const std::string& new_name, uint32_t flags);
+  absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name, uint64_t new_parent,
+                      const std::string& new_name, uint32_t flags);
   absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
   absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
                                               uint32_t max_entries);
@@ -91,6 +96,9 @@ class FileSystem {
   // Returns the bytes written (all of them, or an error).
   absl::StatusOr<size_t> Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
                                size_t size);
+  // Waits until this mount's cached writes of `ino` are on the server
+  // (close-to-open: what one node has closed, the next open elsewhere sees).
+  absl::Status Flush(uint64_t ino);
   absl::Status Fsync(const Creds& c, uint64_t ino);
   absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                          uint64_t length);
@@ -115,11 +123,18 @@ class FileSystem {
   template <typename Req>
   void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
+  absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
+                                      const char* data, size_t size);
+  void Patch(proto::Attr* attr) {
+    if (cache_) cache_->PatchAttr(attr);
+  }
   void SubscribeLoop(Invalidator* invalidator);
 
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
   InodeTable inodes_;
+  std::unique_ptr<GrantPool> pool_;    // fastwrite only
+  std::unique_ptr<WriteCache> cache_;  // fastwrite only
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

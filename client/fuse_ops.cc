@@ -321,8 +321,9 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     absl::Status s = a->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, false, all, false, {});
     if (!s.ok()) LOG(WARNING) << "releasing locks of inode " << ino << ": " << s;
   }
-  // Data is written through to the server; nothing is buffered here.
-  fuse_reply_err(req, 0);
+  // close(2): this file's cached writes reach the server before close
+  // returns, so the next open on any node sees them.
+  ReplyStatus(req, a->fs()->Flush(ino));
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -467,8 +468,8 @@ void OpFlock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
 }
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
-  // Writes go through to the server at write() time, so the kernel must
-  // not buffer them (its writeback cache would answer write() first).
+  // write() must reach GrantFS before it returns (the grant debit is what
+  // makes ENOSPC exact), so the kernel must not buffer writes itself.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   conn->max_readahead = 1 << 20;
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;

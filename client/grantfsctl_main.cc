@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("grantfsctl [--server=HOST:PORT] status|df");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage());
+    fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "grantfsctl: %s: %s\n", o.servers[0].c_str(), s.ToString().c_str());
     return 1;
   }
-  const uint64_t avail = st.capacity_bytes() > st.used_bytes()
-                             ? st.capacity_bytes() - st.used_bytes() : 0;
+  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
+  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
   if (cmd == "df") {
     printf("%-22s %14s %14s %14s %5s\n", "server", "capacity", "used", "available", "use%");
     printf("%-22s %14llu %14llu %14llu %4.0f%%\n", o.servers[0].c_str(),
@@ -81,20 +81,27 @@ int main(int argc, char** argv) {
            (unsigned long long)st.capacity_bytes());
     printf("used:            %s (%llu bytes)\n", Human(st.used_bytes()).c_str(),
            (unsigned long long)st.used_bytes());
-    printf("available:       %s\n", Human(avail).c_str());
+    printf("granted:         %s (%llu bytes)\n", Human(st.granted_bytes()).c_str(),
+           (unsigned long long)st.granted_bytes());
+    printf("reserved:        %llu bytes\n", (unsigned long long)st.reserved_bytes());
+    printf("available:       %s (%llu bytes)\n", Human(avail).c_str(), (unsigned long long)avail);
+    printf("ledger:          %s\n", st.ledger_ok()
+                                        ? "ok (used + granted + reserved <= capacity)"
+                                        : "BROKEN (used + granted + reserved > capacity)");
     printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),
            (unsigned long long)st.next_ino());
     printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
     printf("sessions:        %d\n", st.sessions_size());
     const int64_t now_ms = absl::ToUnixMillis(absl::Now());
     for (const auto& ses : st.sessions()) {
-      printf("  %016llx  %-40s open files %-6llu lease %+.1fs\n",
+      printf("  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs\n",
              (unsigned long long)ses.client_id(), ses.client_name().c_str(),
-             (unsigned long long)ses.open_files(), (ses.lease_expires_ms() - now_ms) / 1000.0);
+             (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
+             (ses.lease_expires_ms() - now_ms) / 1000.0);
     }
     return 0;
   }
   fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
-          absl::ProgramUsageMessage());
+          std::string(absl::ProgramUsageMessage()).c_str());
   return 2;
 }

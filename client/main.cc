@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -35,6 +36,14 @@ ABSL_FLAG(double, entry_timeout, 1.0, "seconds the kernel may cache names");
 ABSL_FLAG(int, rpc_timeout_ms, 30000, "deadline of one RPC attempt");
 ABSL_FLAG(int, retry_ms, 60000, "how long an unreachable server is retried before EIO");
 ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
+ABSL_FLAG(std::string, write_mode, "fastwrite",
+          "fastwrite (space grants + write-back cache) or writethrough (one RPC per write)");
+ABSL_FLAG(int, dirty_limit_mb, 256, "fastwrite: most MiB of written data held before writers wait");
+ABSL_FLAG(int, flushers, 4, "fastwrite: threads sending cached data in parallel");
+ABSL_FLAG(int, extent_kib, 4096, "fastwrite: extent size sent at once (1024..8192 KiB)");
+ABSL_FLAG(double, flush_age_s, 5.0, "fastwrite: cached data older than this is sent");
+ABSL_FLAG(int, grant_mb, 64,
+          "fastwrite: first grant refill size in MiB (grows with the write rate)");
 
 namespace {
 
@@ -118,7 +127,7 @@ int main(int argc, char** argv) {
       "grantfs-mount [flags] SERVER[:PORT][,SERVER...]:/ MOUNTPOINT [-o opts] [-f]");
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
-    fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage());
+    fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   google::InitGoogleLogging(argv[0]);
@@ -180,6 +189,21 @@ int main(int argc, char** argv) {
   gethostname(host, sizeof(host) - 1);
   grantfs::FileSystemOptions fo;
   fo.client_name = absl::StrCat(host, ":", args.mountpoint);
+  const std::string mode = absl::GetFlag(FLAGS_write_mode);
+  if (mode != "fastwrite" && mode != "writethrough") {
+    LOG(ERROR) << "--write_mode must be fastwrite or writethrough, not '" << mode << "'";
+    report(2);
+    return 2;
+  }
+  fo.fastwrite = mode == "fastwrite";
+  fo.cache.dirty_limit = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_dirty_limit_mb)))
+                         << 20;
+  fo.cache.flushers = std::max(1, absl::GetFlag(FLAGS_flushers));
+  fo.cache.extent_bytes =
+      static_cast<uint64_t>(std::clamp(absl::GetFlag(FLAGS_extent_kib), 1024, 8192)) << 10;
+  fo.cache.max_age = absl::Seconds(absl::GetFlag(FLAGS_flush_age_s));
+  fo.grants.initial_refill_bytes = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_grant_mb)))
+                                   << 20;
   grantfs::FileSystem fs(fo, *std::move(rpc));
   grantfs::FuseOptions fuse_options;
   fuse_options.attr_timeout_s = absl::GetFlag(FLAGS_attr_timeout);
@@ -197,8 +221,8 @@ int main(int argc, char** argv) {
   std::vector<char*> fuse_argv;
   for (std::string& s : opt_strings) fuse_argv.push_back(s.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(fuse_argv.size()), fuse_argv.data());
-  fuse_session* se = fuse_session_new(&fargs, grantfs::FuseAdapter::Ops(),
-                                      sizeof(fuse_lowlevel_ops), &adapter);
+  fuse_session* se =
+      fuse_session_new(&fargs, grantfs::FuseAdapter::Ops(), sizeof(fuse_lowlevel_ops), &adapter);
   if (se == nullptr) {
     LOG(ERROR) << "fuse_session_new failed";
     fs.Stop();

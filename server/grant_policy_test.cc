@@ -5,7 +5,7 @@
 namespace grantfs {
 namespace {
 
-constexpr uint64_t kMiB = 256;  // blocks per MiB
+constexpr uint64_t kMiB = 256;          // blocks per MiB
 constexpr uint64_t kCap = 1024 * kMiB;  // a 1 GiB volume
 
 TEST(GrantPolicy, PlentyOfRoomGrantsTheWholeWish) {

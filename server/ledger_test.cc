@@ -126,7 +126,7 @@ TEST_F(LedgerTest, NearFullGrantsShrinkAndStopAtTheLowWaterMark) {
   SpaceInfo s = volume_->Space();
   EXPECT_EQ(s.capacity_bytes - s.granted_bytes, 8 * kMiB);
   EXPECT_EQ(total, 256 * kMiB - 16 * kMiB - 8 * kMiB);
-  EXPECT_EQ(GrantTo(a, kMiB) , 16 * kMiB);  // nothing more for anyone
+  EXPECT_EQ(GrantTo(a, kMiB), 16 * kMiB);  // nothing more for anyone
   ExpectInvariant();
 }
 

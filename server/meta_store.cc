@@ -14,8 +14,8 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
-#include "server/keys.h"
 #include "server/grant_policy.h"
+#include "server/keys.h"
 #include "server/names.h"
 
 namespace grantfs {
@@ -39,8 +39,7 @@ int CountBits(const std::string& bitmap) {
 // Calls fn(chunk_index, lo, hi) for each chunk that [offset, offset + length)
 // touches, with the inclusive range of its blocks inside that chunk.
 template <typename Fn>
-absl::Status ForEachChunkRange(uint64_t offset, uint64_t length,
-                               uint64_t chunk_size, Fn fn) {
+absl::Status ForEachChunkRange(uint64_t offset, uint64_t length, uint64_t chunk_size, Fn fn) {
   if (length == 0) return absl::OkStatus();
   const uint64_t per_chunk = chunk_size / kBlockSize;
   const uint64_t first = offset / kBlockSize;
@@ -93,8 +92,8 @@ class MetaStore::Txn {
   void PutInode(uint64_t ino, const proto::InodeRecord& rec) {
     Put(keys::Inode(ino), rec.SerializeAsString());
   }
-  absl::StatusOr<std::optional<proto::DirentRecord>> GetDirent(
-      uint64_t parent, const std::string& name) {
+  absl::StatusOr<std::optional<proto::DirentRecord>> GetDirent(uint64_t parent,
+                                                               const std::string& name) {
     ASSIGN_OR_RETURN(auto v, Get(keys::Dirent(parent, name)));
     if (!v) return std::optional<proto::DirentRecord>();
     proto::DirentRecord d;
@@ -102,15 +101,13 @@ class MetaStore::Txn {
     return std::optional<proto::DirentRecord>(d);
   }
   // Adds or replaces the entry `name` of `parent`, keeping its cookie.
-  void PutDirent(uint64_t parent, const std::string& name,
-                 const proto::DirentRecord& d) {
+  void PutDirent(uint64_t parent, const std::string& name, const proto::DirentRecord& d) {
     Put(keys::Dirent(parent, name), d.SerializeAsString());
     proto::DirentRecord listed = d;
     listed.set_name(name);
     Put(keys::DirCookie(parent, d.cookie()), listed.SerializeAsString());
   }
-  void DeleteDirent(uint64_t parent, const std::string& name,
-                    const proto::DirentRecord& d) {
+  void DeleteDirent(uint64_t parent, const std::string& name, const proto::DirentRecord& d) {
     Delete(keys::Dirent(parent, name));
     Delete(keys::DirCookie(parent, d.cookie()));
   }
@@ -124,14 +121,11 @@ class MetaStore::Txn {
 };
 
 MetaStore::MetaStore(const MetaStoreOptions& options, rocksdb::DB* db)
-    : options_(options),
-      db_(db),
-      capacity_blocks_(options.capacity_bytes / kBlockSize) {}
+    : options_(options), db_(db), capacity_blocks_(options.capacity_bytes / kBlockSize) {}
 
 MetaStore::~MetaStore() { delete db_; }
 
-absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(
-    const MetaStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(const MetaStoreOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("metadata dir is empty");
   if (options.capacity_bytes < kBlockSize) {
     return absl::InvalidArgumentError("capacity must be at least 4096 bytes");
@@ -281,8 +275,7 @@ absl::StatusOr<proto::Attr> MetaStore::GetAttr(uint64_t ino) {
   return ToAttr(ino, rec);
 }
 
-absl::StatusOr<proto::Attr> MetaStore::Lookup(const Caller& caller,
-                                              uint64_t parent,
+absl::StatusOr<proto::Attr> MetaStore::Lookup(const Caller& caller, uint64_t parent,
                                               const std::string& name) {
   if (name.size() > kNameMax) return ErrnoStatus(ENAMETOOLONG, "name");
   ASSIGN_OR_RETURN(proto::InodeRecord dir, GetInode(parent));
@@ -305,8 +298,7 @@ absl::StatusOr<std::string> MetaStore::ReadLink(uint64_t ino) {
   return rec.symlink_target();
 }
 
-absl::Status MetaStore::ReadDir(const Caller& caller, uint64_t ino,
-                                uint64_t cookie, uint32_t max,
+absl::Status MetaStore::ReadDir(const Caller& caller, uint64_t ino, uint64_t cookie, uint32_t max,
                                 proto::ReadDirReply* reply) {
   ASSIGN_OR_RETURN(proto::InodeRecord dir, GetInode(ino));
   if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "readdir");
@@ -344,8 +336,7 @@ absl::Status MetaStore::ReadDir(const Caller& caller, uint64_t ino,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> MetaStore::GetXattr(const Caller& caller,
-                                                uint64_t ino,
+absl::StatusOr<std::string> MetaStore::GetXattr(const Caller& caller, uint64_t ino,
                                                 const std::string& name) {
   RETURN_IF_ERROR(ValidateXattr(name, 0));
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
@@ -360,8 +351,7 @@ absl::StatusOr<std::string> MetaStore::GetXattr(const Caller& caller,
   return v;
 }
 
-absl::StatusOr<std::vector<std::string>> MetaStore::ListXattr(
-    const Caller& caller, uint64_t ino) {
+absl::StatusOr<std::vector<std::string>> MetaStore::ListXattr(const Caller& caller, uint64_t ino) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   std::vector<std::string> names;
   const std::string prefix = keys::Prefix('X', ino);
@@ -375,8 +365,8 @@ absl::StatusOr<std::vector<std::string>> MetaStore::ListXattr(
   return names;
 }
 
-absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller,
-                                                 uint64_t ino, uint32_t flags) {
+absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t ino,
+                                                 uint32_t flags) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   int mask = 0;
   switch (flags & O_ACCMODE) {
@@ -414,8 +404,7 @@ SpaceInfo MetaStore::Space() {
 
 // --- namespace changes ------------------------------------------------------
 
-proto::InodeRecord MetaStore::NewInode(const Caller& caller,
-                                       const proto::InodeRecord& dir,
+proto::InodeRecord MetaStore::NewInode(const Caller& caller, const proto::InodeRecord& dir,
                                        uint32_t mode) {
   const int64_t now = options_.clock->NowNanos();
   proto::InodeRecord rec;
@@ -428,8 +417,7 @@ proto::InodeRecord MetaStore::NewInode(const Caller& caller,
     rec.set_gid(caller.gid);
   }
   // Only a member of the file's group (or root) may create it setgid.
-  if (S_ISREG(mode) && (mode & S_ISGID) && !caller.IsRoot() &&
-      !caller.InGroup(rec.gid())) {
+  if (S_ISREG(mode) && (mode & S_ISGID) && !caller.IsRoot() && !caller.InGroup(rec.gid())) {
     mode &= ~S_ISGID;
   }
   rec.set_mode(mode);
@@ -440,8 +428,7 @@ proto::InodeRecord MetaStore::NewInode(const Caller& caller,
   return rec;
 }
 
-absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller,
-                                                   uint64_t parent,
+absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller, uint64_t parent,
                                                    const std::string& name,
                                                    proto::InodeRecord rec) {
   proto::Attr out;
@@ -481,10 +468,8 @@ absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller,
   return out;
 }
 
-absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller,
-                                             uint64_t parent,
-                                             const std::string& name,
-                                             uint32_t mode, uint64_t rdev,
+absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller, uint64_t parent,
+                                             const std::string& name, uint32_t mode, uint64_t rdev,
                                              uint32_t umask, bool exclusive) {
   RETURN_IF_ERROR(ValidateName(name));
   const uint32_t type = mode & S_IFMT;
@@ -506,8 +491,7 @@ absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller,
   rec.set_mode(type | (mode & 07777 & ~umask));
   rec.set_rdev(type == S_IFCHR || type == S_IFBLK ? rdev : 0);
   absl::StatusOr<proto::Attr> created = CreateEntry(caller, parent, name, rec);
-  if (created.ok() || type == S_IFDIR || exclusive ||
-      ToErrno(created.status()) != EEXIST) {
+  if (created.ok() || type == S_IFDIR || exclusive || ToErrno(created.status()) != EEXIST) {
     return created;
   }
   // open(O_CREAT) without O_EXCL of an existing name opens it.
@@ -516,10 +500,8 @@ absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller,
   return attr;
 }
 
-absl::StatusOr<proto::Attr> MetaStore::Symlink(const Caller& caller,
-                                               uint64_t parent,
-                                               const std::string& name,
-                                               const std::string& target) {
+absl::StatusOr<proto::Attr> MetaStore::Symlink(const Caller& caller, uint64_t parent,
+                                               const std::string& name, const std::string& target) {
   RETURN_IF_ERROR(ValidateName(name));
   RETURN_IF_ERROR(ValidateSymlinkTarget(target));
   proto::InodeRecord rec;
@@ -528,8 +510,7 @@ absl::StatusOr<proto::Attr> MetaStore::Symlink(const Caller& caller,
   return CreateEntry(caller, parent, name, rec);
 }
 
-absl::StatusOr<proto::Attr> MetaStore::Link(const Caller& caller, uint64_t ino,
-                                            uint64_t new_parent,
+absl::StatusOr<proto::Attr> MetaStore::Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
                                             const std::string& new_name) {
   RETURN_IF_ERROR(ValidateName(new_name));
   proto::Attr out;
@@ -612,8 +593,7 @@ absl::StatusOr<Removed> MetaStore::Remove(const Caller& caller, uint64_t parent,
   return removed;
 }
 
-absl::StatusOr<bool> MetaStore::IsAncestor(Txn* txn, uint64_t ancestor,
-                                           uint64_t dir) {
+absl::StatusOr<bool> MetaStore::IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir) {
   // Walk up from `dir` through ".." (directories have one parent).
   for (int depth = 0; depth < 100000; ++depth) {
     if (dir == ancestor) return true;
@@ -625,10 +605,8 @@ absl::StatusOr<bool> MetaStore::IsAncestor(Txn* txn, uint64_t ancestor,
 }
 
 absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
-                                          const std::string& name,
-                                          uint64_t new_parent,
-                                          const std::string& new_name,
-                                          uint32_t flags) {
+                                          const std::string& name, uint64_t new_parent,
+                                          const std::string& new_name, uint32_t flags) {
   constexpr uint32_t kNoReplace = 1, kExchange = 2;
   if (flags & ~(kNoReplace | kExchange)) return ErrnoStatus(EINVAL, "rename flags");
   if ((flags & kNoReplace) && (flags & kExchange)) {
@@ -757,8 +735,7 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
   return removed;
 }
 
-absl::StatusOr<proto::InodeRecord> MetaStore::CheckTruncate(const Caller& caller,
-                                                            uint64_t ino,
+absl::StatusOr<proto::InodeRecord> MetaStore::CheckTruncate(const Caller& caller, uint64_t ino,
                                                             uint64_t size) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   if (IsDir(rec)) return ErrnoStatus(EISDIR, "truncate");
@@ -768,8 +745,7 @@ absl::StatusOr<proto::InodeRecord> MetaStore::CheckTruncate(const Caller& caller
   return rec;
 }
 
-absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino,
-                                      proto::InodeRecord* rec,
+absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec,
                                       uint64_t new_size) {
   const uint64_t cs = options_.chunk_size;
   const uint64_t blocks_per_chunk = cs / kBlockSize;
@@ -779,8 +755,8 @@ absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino,
   const std::string prefix = keys::Prefix('C', ino);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   uint64_t freed = 0;
-  for (it->Seek(keys::Chunk(ino, first_chunk));
-       it->Valid() && it->key().starts_with(prefix); it->Next()) {
+  for (it->Seek(keys::Chunk(ino, first_chunk)); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
     const uint64_t index = keys::GetBigEndian64(it->key().data() + 9);
     proto::ChunkRecord chunk;
     if (!chunk.ParseFromArray(it->value().data(), it->value().size())) {
@@ -849,8 +825,8 @@ absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
       rec.set_size(req.size());
       rec.set_mtime_ns(now);
     }
-    const bool explicit_times = (valid & (V::ATIME | V::MTIME)) &&
-                                !(valid & (V::ATIME_NOW | V::MTIME_NOW));
+    const bool explicit_times =
+        (valid & (V::ATIME | V::MTIME)) && !(valid & (V::ATIME_NOW | V::MTIME_NOW));
     if (valid & (V::ATIME | V::MTIME | V::ATIME_NOW | V::MTIME_NOW)) {
       if (explicit_times) {
         RETURN_IF_ERROR(CheckOwner(rec, caller));
@@ -876,8 +852,7 @@ absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
   return out;
 }
 
-absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino,
-                                 const std::string& name,
+absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino, const std::string& name,
                                  const std::string& value, uint32_t flags) {
   RETURN_IF_ERROR(ValidateXattr(name, value.size()));
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return ErrnoStatus(EINVAL, "xattr flags");
@@ -888,8 +863,7 @@ absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino,
     }
     if (name.rfind("user.", 0) == 0) {
       if (!S_ISREG(rec.mode()) && !IsDir(rec)) return ErrnoStatus(EPERM, "user xattr type");
-      if (IsDir(rec) && (rec.mode() & S_ISVTX) && !caller.IsRoot() &&
-          caller.uid != rec.uid()) {
+      if (IsDir(rec) && (rec.mode() & S_ISVTX) && !caller.IsRoot() && caller.uid != rec.uid()) {
         return ErrnoStatus(EPERM, "user xattr on sticky dir");
       }
       RETURN_IF_ERROR(CheckAccess(rec, caller, kMayWrite));
@@ -906,8 +880,7 @@ absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino,
   });
 }
 
-absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino,
-                                    const std::string& name) {
+absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name) {
   RETURN_IF_ERROR(ValidateXattr(name, 0));
   return Mutate([&](Txn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
@@ -930,20 +903,21 @@ absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino,
 
 // --- space and data ------------------------------------------------------------
 
-absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset,
-                                            uint64_t length, uint64_t grant_client) {
+absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset, uint64_t length,
+                                            uint64_t grant_client, uint64_t* from_grant_out) {
   absl::MutexLock l(&mu_);
   Txn txn(db_);
   uint64_t blocks = 0;
-  RETURN_IF_ERROR(ForEachChunkRange(
-      offset, length, options_.chunk_size,
-      [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
-        ASSIGN_OR_RETURN(auto v, txn.Get(keys::Chunk(ino, c)));
-        proto::ChunkRecord chunk;
-        if (v && !chunk.ParseFromString(*v)) return ErrnoStatus(EIO, "corrupt chunk");
-        for (uint64_t b = lo; b <= hi; ++b) blocks += !BitSet(chunk.bitmap(), b);
-        return absl::OkStatus();
-      }));
+  RETURN_IF_ERROR(ForEachChunkRange(offset, length, options_.chunk_size,
+                                    [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
+                                      ASSIGN_OR_RETURN(auto v, txn.Get(keys::Chunk(ino, c)));
+                                      proto::ChunkRecord chunk;
+                                      if (v && !chunk.ParseFromString(*v))
+                                        return ErrnoStatus(EIO, "corrupt chunk");
+                                      for (uint64_t b = lo; b <= hi; ++b)
+                                        blocks += !BitSet(chunk.bitmap(), b);
+                                      return absl::OkStatus();
+                                    }));
   uint64_t from_grant = 0;
   auto grant = grant_client != 0 ? grants_.find(grant_client) : grants_.end();
   if (grant != grants_.end()) from_grant = std::min(blocks, grant->second);
@@ -953,6 +927,7 @@ absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset,
     counters_.set_granted_blocks(counters_.granted_blocks() - from_grant);
   }
   reserved_blocks_ += blocks;
+  if (from_grant_out != nullptr) *from_grant_out = from_grant;
   return blocks;
 }
 
@@ -961,9 +936,9 @@ void MetaStore::Unreserve(uint64_t blocks) {
   reserved_blocks_ -= std::min(blocks, reserved_blocks_);
 }
 
-absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset,
-                                                   uint64_t length, bool extend,
-                                                   uint64_t reserved, uint64_t grant_client) {
+absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
+                                                   bool extend, uint64_t reserved,
+                                                   uint64_t grant_client) {
   proto::Attr out;
   absl::Status st = Mutate([&](Txn* txn) -> absl::Status {
     reserved_blocks_ -= std::min(reserved, reserved_blocks_);
@@ -977,23 +952,23 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
     if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
     const uint64_t bitmap_bytes = options_.chunk_size / kBlockSize / 8;
     uint64_t added = 0;
-    RETURN_IF_ERROR(ForEachChunkRange(
-        offset, length, options_.chunk_size,
-        [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
-          ASSIGN_OR_RETURN(auto v, txn->Get(keys::Chunk(ino, c)));
-          proto::ChunkRecord chunk;
-          if (v && !chunk.ParseFromString(*v)) return ErrnoStatus(EIO, "corrupt chunk");
-          std::string* bitmap = chunk.mutable_bitmap();
-          bitmap->resize(bitmap_bytes, '\0');
-          for (uint64_t b = lo; b <= hi; ++b) {
-            if (!BitSet(*bitmap, b)) {
-              (*bitmap)[b / 8] |= static_cast<char>(1 << (b % 8));
-              ++added;
-            }
-          }
-          txn->Put(keys::Chunk(ino, c), chunk.SerializeAsString());
-          return absl::OkStatus();
-        }));
+    RETURN_IF_ERROR(ForEachChunkRange(offset, length, options_.chunk_size,
+                                      [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
+                                        ASSIGN_OR_RETURN(auto v, txn->Get(keys::Chunk(ino, c)));
+                                        proto::ChunkRecord chunk;
+                                        if (v && !chunk.ParseFromString(*v))
+                                          return ErrnoStatus(EIO, "corrupt chunk");
+                                        std::string* bitmap = chunk.mutable_bitmap();
+                                        bitmap->resize(bitmap_bytes, '\0');
+                                        for (uint64_t b = lo; b <= hi; ++b) {
+                                          if (!BitSet(*bitmap, b)) {
+                                            (*bitmap)[b / 8] |= static_cast<char>(1 << (b % 8));
+                                            ++added;
+                                          }
+                                        }
+                                        txn->Put(keys::Chunk(ino, c), chunk.SerializeAsString());
+                                        return absl::OkStatus();
+                                      }));
     counters_.set_used_blocks(counters_.used_blocks() + added);
     rec.set_allocated_blocks(rec.allocated_blocks() + added);
     if (extend && offset + length > rec.size()) rec.set_size(offset + length);
@@ -1018,8 +993,8 @@ bool MetaStore::CheckLedger() const {
   const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
   if (taken <= capacity_blocks_) return true;
   LOG(ERROR) << "ledger invariant broken: used " << counters_.used_blocks() << " + granted "
-             << counters_.granted_blocks() << " + reserved " << reserved_blocks_
-             << " > capacity " << capacity_blocks_ << " blocks";
+             << counters_.granted_blocks() << " + reserved " << reserved_blocks_ << " > capacity "
+             << capacity_blocks_ << " blocks";
   return false;
 }
 

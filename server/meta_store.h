@@ -17,8 +17,8 @@
 #define GRANTFS_SERVER_META_STORE_H_
 
 #include <atomic>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,8 +56,8 @@ inline constexpr uint64_t kBlockSize = 4096;  // allocation unit
 
 // What a removal left behind.
 struct Removed {
-  uint64_t ino = 0;      // the inode whose link went away (0: none)
-  uint32_t nlink = 0;    // its link count afterwards; 0 = now an orphan
+  uint64_t ino = 0;    // the inode whose link went away (0: none)
+  uint32_t nlink = 0;  // its link count afterwards; 0 = now an orphan
 };
 
 // Totals for statfs and status.
@@ -74,8 +74,7 @@ struct SpaceInfo {
 
 class MetaStore {
  public:
-  static absl::StatusOr<std::unique_ptr<MetaStore>> Open(
-      const MetaStoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<MetaStore>> Open(const MetaStoreOptions& options);
   ~MetaStore();
   MetaStore(const MetaStore&) = delete;
   MetaStore& operator=(const MetaStore&) = delete;
@@ -87,48 +86,37 @@ class MetaStore {
   absl::StatusOr<proto::InodeRecord> GetInode(uint64_t ino);
   absl::StatusOr<std::string> ReadLink(uint64_t ino);
   // Up to `max` entries after `cookie` ("." and ".." first), eof when done.
-  absl::Status ReadDir(const Caller& caller, uint64_t ino, uint64_t cookie,
-                       uint32_t max, proto::ReadDirReply* reply);
-  absl::StatusOr<std::string> GetXattr(const Caller& caller, uint64_t ino,
-                                       const std::string& name);
-  absl::StatusOr<std::vector<std::string>> ListXattr(const Caller& caller,
-                                                     uint64_t ino);
+  absl::Status ReadDir(const Caller& caller, uint64_t ino, uint64_t cookie, uint32_t max,
+                       proto::ReadDirReply* reply);
+  absl::StatusOr<std::string> GetXattr(const Caller& caller, uint64_t ino, const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const Caller& caller, uint64_t ino);
   // Checks that `caller` may open `ino` with open(2) `flags`; fresh attrs.
-  absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino,
-                                        uint32_t flags);
+  absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino, uint32_t flags);
   SpaceInfo Space();
 
   // --- namespace changes -----------------------------------------------------
   // Creates a file, directory, fifo, socket or device node. With `exclusive`
   // false and a regular file already there, returns it (open O_CREAT).
-  absl::StatusOr<proto::Attr> MkNod(const Caller& caller, uint64_t parent,
-                                    const std::string& name, uint32_t mode,
-                                    uint64_t rdev, uint32_t umask,
-                                    bool exclusive);
+  absl::StatusOr<proto::Attr> MkNod(const Caller& caller, uint64_t parent, const std::string& name,
+                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive);
   absl::StatusOr<proto::Attr> Symlink(const Caller& caller, uint64_t parent,
-                                      const std::string& name,
-                                      const std::string& target);
-  absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino,
-                                   uint64_t new_parent,
+                                      const std::string& name, const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
                                    const std::string& new_name);
-  absl::StatusOr<Removed> Remove(const Caller& caller, uint64_t parent,
-                                 const std::string& name, bool is_dir);
+  absl::StatusOr<Removed> Remove(const Caller& caller, uint64_t parent, const std::string& name,
+                                 bool is_dir);
   // rename(2) / renameat2(2) with RENAME_NOREPLACE (1) or RENAME_EXCHANGE (2).
-  absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent,
-                                 const std::string& name, uint64_t new_parent,
-                                 const std::string& new_name, uint32_t flags);
+  absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent, const std::string& name,
+                                 uint64_t new_parent, const std::string& new_name, uint32_t flags);
   // chmod/chown/utimes and the metadata half of truncate. For a size change
   // the caller has already cut the chunk files (see Volume).
-  absl::StatusOr<proto::Attr> SetAttr(const Caller& caller,
-                                      const proto::SetAttrRequest& req);
+  absl::StatusOr<proto::Attr> SetAttr(const Caller& caller, const proto::SetAttrRequest& req);
   // The permission and type checks of a size change, without changing anything.
-  absl::StatusOr<proto::InodeRecord> CheckTruncate(const Caller& caller,
-                                                   uint64_t ino, uint64_t size);
-  absl::Status SetXattr(const Caller& caller, uint64_t ino,
-                        const std::string& name, const std::string& value,
-                        uint32_t flags);
-  absl::Status RemoveXattr(const Caller& caller, uint64_t ino,
-                           const std::string& name);
+  absl::StatusOr<proto::InodeRecord> CheckTruncate(const Caller& caller, uint64_t ino,
+                                                   uint64_t size);
+  absl::Status SetXattr(const Caller& caller, uint64_t ino, const std::string& name,
+                        const std::string& value, uint32_t flags);
+  absl::Status RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name);
 
   // --- space and data ------------------------------------------------------------
   // The ledger: used + sum(grants) + reserved <= capacity, always.
@@ -137,8 +125,9 @@ class MetaStore {
   // allocated, for a write in progress; returns how many. With
   // `grant_client` != 0 they come out of that session's grant first and out
   // of free space only for the rest. ENOSPC when free space cannot cover it.
+  // `from_grant` (optional) gets how many of them came out of the grant.
   absl::StatusOr<uint64_t> Reserve(uint64_t ino, uint64_t offset, uint64_t length,
-                                   uint64_t grant_client = 0);
+                                   uint64_t grant_client = 0, uint64_t* from_grant = nullptr);
   void Unreserve(uint64_t blocks);
   // Records that [offset, offset + length) of `ino` now holds data: marks
   // the blocks allocated, extends the size (when `extend`), sets mtime/ctime,
@@ -151,8 +140,8 @@ class MetaStore {
   // grants up to `wanted_blocks` more by the grant policy
   // (server/grant_policy.h). Returns the session's whole grant; `added`
   // gets what this call granted.
-  absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks,
-                                 uint64_t return_blocks, uint64_t* added);
+  absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks, uint64_t return_blocks,
+                                 uint64_t* added);
   // The session's grant goes back to free space (session ended).
   absl::Status ReleaseGrant(uint64_t client_id);
   uint64_t GrantOf(uint64_t client_id);
@@ -184,14 +173,11 @@ class MetaStore {
   absl::Status WaitDurable(uint64_t ticket);
 
   proto::Attr ToAttr(uint64_t ino, const proto::InodeRecord& rec) const;
-  proto::InodeRecord NewInode(const Caller& caller,
-                              const proto::InodeRecord& dir, uint32_t mode);
+  proto::InodeRecord NewInode(const Caller& caller, const proto::InodeRecord& dir, uint32_t mode);
   absl::StatusOr<proto::Attr> CreateEntry(const Caller& caller, uint64_t parent,
-                                          const std::string& name,
-                                          proto::InodeRecord rec);
+                                          const std::string& name, proto::InodeRecord rec);
   // Frees allocation of `ino` at and past `new_size`. REQUIRES: mu_ held.
-  absl::Status CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec,
-                             uint64_t new_size);
+  absl::Status CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec, uint64_t new_size);
   absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
   // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
   absl::StatusOr<bool> IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir);

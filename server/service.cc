@@ -16,8 +16,17 @@ grpc::Status Done(const char* op, const absl::Status& s, Reply* reply) {
   const int err = ToErrno(s);
   reply->set_err(err);
   switch (err) {
-    case 0: case ENOENT: case EEXIST: case ENOTEMPTY: case ENODATA:
-    case EACCES: case EPERM: case EAGAIN: case ENOSPC: case EISDIR: case ENOTDIR:
+    case 0:
+    case ENOENT:
+    case EEXIST:
+    case ENOTEMPTY:
+    case ENODATA:
+    case EACCES:
+    case EPERM:
+    case EAGAIN:
+    case ENOSPC:
+    case EISDIR:
+    case ENOTDIR:
       break;
     default:
       LOG(WARNING) << op << ": " << s;
@@ -40,13 +49,11 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
 
 }  // namespace
 
-#define GRANTFS_BEGIN(req)                                   \
-  RequestContext rc;                                         \
-  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc);  \
-      !auth.ok())                                            \
-  return auth
+#define GRANTFS_BEGIN(req) \
+  RequestContext rc;       \
+  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth
 
-#define GRANTFS_CHECK_INO(op, ino, reply)                                 \
+#define GRANTFS_CHECK_INO(op, ino, reply) \
   if (!ValidIno(ino)) return Done(op, ErrnoStatus(EINVAL, "inode 0"), reply)
 
 GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
@@ -75,8 +82,8 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
   GRANTFS_BEGIN(req);
   reply->set_client_id(volume_->sessions().Open(req->client_name()));
   reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
-  LOG(INFO) << "session " << reply->client_id() << " opened for '"
-            << req->client_name() << "' from " << ctx->peer();
+  LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
+            << "' from " << ctx->peer();
   return grpc::Status::OK;
 }
 
@@ -170,8 +177,7 @@ grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
                                     proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Remove", req->parent(), reply);
-  return Done("Remove", volume_->Remove(rc, req->parent(), req->name(), req->is_dir()),
-              reply);
+  return Done("Remove", volume_->Remove(rc, req->parent(), req->name(), req->is_dir()), reply);
 }
 
 grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
@@ -229,9 +235,11 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                                    proto::WriteReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Write", req->ino(), reply);
+  uint64_t grant_used = 0;
   auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
-                          req->from_grant());
+                          req->from_grant(), &grant_used);
   if (r.ok()) *reply->mutable_attr() = *r;
+  reply->set_grant_used_bytes(grant_used);
   if (req->from_grant()) reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
   return Done("Write", r.status(), reply);
 }
@@ -288,8 +296,7 @@ grpc::Status GrantFsService::SetXattr(Ctx* ctx, const proto::SetXattrRequest* re
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("SetXattr", req->ino(), reply);
   return Done("SetXattr",
-              volume_->SetXattr(rc, req->ino(), req->name(), req->value(), req->flags()),
-              reply);
+              volume_->SetXattr(rc, req->ino(), req->name(), req->value(), req->flags()), reply);
 }
 
 grpc::Status GrantFsService::GetXattr(Ctx* ctx, const proto::GetXattrRequest* req,
@@ -338,8 +345,7 @@ grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
                                      proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("SetLock", req->ino(), reply);
-  return Done("SetLock", volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id)),
-              reply);
+  return Done("SetLock", volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id)), reply);
 }
 
 grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,

@@ -26,9 +26,11 @@ class GrantFsService final : public proto::GrantFs::Service {
   GrantFsService(Volume* volume, const ServiceOptions& options);
 
   using Ctx = grpc::ServerContext;
-  grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*, proto::OpenSessionReply*) override;
+  grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*,
+                           proto::OpenSessionReply*) override;
   grpc::Status Heartbeat(Ctx*, const proto::HeartbeatRequest*, proto::HeartbeatReply*) override;
-  grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*, proto::CloseSessionReply*) override;
+  grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*,
+                            proto::CloseSessionReply*) override;
   grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*,
                          grpc::ServerWriter<proto::InvalidationBatch>*) override;
   grpc::Status Lookup(Ctx*, const proto::LookupRequest*, proto::AttrReply*) override;

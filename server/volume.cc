@@ -76,8 +76,7 @@ void Volume::Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
 
 // --- namespace ----------------------------------------------------------------
 
-absl::StatusOr<proto::Attr> Volume::Lookup(const RequestContext& ctx,
-                                           uint64_t parent,
+absl::StatusOr<proto::Attr> Volume::Lookup(const RequestContext& ctx, uint64_t parent,
                                            const std::string& name) {
   return meta_->Lookup(ctx.caller, parent, name);
 }
@@ -97,8 +96,7 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   // before the size shrinks, so a crash in between leaves zeros in the file,
   // never stale bytes past the end that a later extension would uncover.
   absl::WriterMutexLock l(&DataLock(req.ino()));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec,
-                   meta_->CheckTruncate(ctx.caller, req.ino(), req.size()));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->CheckTruncate(ctx.caller, req.ino(), req.size()));
   if (req.size() < rec.size()) {
     RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
   }
@@ -109,33 +107,29 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
 
 absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx,
                                           const proto::MkNodRequest& req) {
-  ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
-                                req.rdev(), req.umask(), req.exclusive()));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
+                                                  req.rdev(), req.umask(), req.exclusive()));
   Publish(ctx, req.parent(), req.parent(), req.name());
   return attr;
 }
 
-absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx,
-                                            uint64_t parent,
-                                            const std::string& name,
-                                            const std::string& target) {
+absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx, uint64_t parent,
+                                            const std::string& name, const std::string& target) {
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->Symlink(ctx.caller, parent, name, target));
   Publish(ctx, parent, parent, name);
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino,
-                                         uint64_t new_parent,
-                                         const std::string& name) {
+                                         uint64_t new_parent, const std::string& name) {
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->Link(ctx.caller, ino, new_parent, name));
   Publish(ctx, new_parent, new_parent, name);
   Publish(ctx, ino, 0, "");
   return attr;
 }
 
-absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent,
-                            const std::string& name, bool is_dir) {
+absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
+                            bool is_dir) {
   ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir));
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
@@ -143,11 +137,9 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent,
   return absl::OkStatus();
 }
 
-absl::Status Volume::Rename(const RequestContext& ctx,
-                            const proto::RenameRequest& req) {
-  ASSIGN_OR_RETURN(Removed replaced,
-                   meta_->Rename(ctx.caller, req.parent(), req.name(),
-                                 req.new_parent(), req.new_name(), req.flags()));
+absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameRequest& req) {
+  ASSIGN_OR_RETURN(Removed replaced, meta_->Rename(ctx.caller, req.parent(), req.name(),
+                                                   req.new_parent(), req.new_name(), req.flags()));
   Publish(ctx, req.parent(), req.parent(), req.name());
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
@@ -161,8 +153,7 @@ absl::StatusOr<std::string> Volume::ReadLink(const RequestContext& ctx, uint64_t
   return meta_->ReadLink(ino);
 }
 
-absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino,
-                             uint64_t cookie, uint32_t max,
+absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie, uint32_t max,
                              proto::ReadDirReply* reply) {
   return meta_->ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
 }
@@ -177,8 +168,7 @@ absl::Status Volume::MaybeReap(uint64_t ino) {
 
 // --- files -----------------------------------------------------------------------
 
-absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino,
-                                         uint32_t flags) {
+absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags) {
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags));
   // A file removed elsewhere is gone, unless this client still holds it
   // open (a second open of an unlinked file on the same node).
@@ -206,8 +196,8 @@ absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino,
-                                         uint64_t offset, uint32_t size) {
+absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
+                                         uint32_t size) {
   if (size > options_.max_io_bytes) return ErrnoStatus(EINVAL, "read too large");
   absl::ReaderMutexLock l(&DataLock(ino));
   ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
@@ -220,9 +210,9 @@ absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino
   return data;
 }
 
-absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino,
-                                          uint64_t offset, const std::string& data,
-                                          bool sync, bool from_grant) {
+absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
+                                          const std::string& data, bool sync, bool from_grant,
+                                          uint64_t* grant_used) {
   if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
   RETURN_IF_ERROR(ValidateRange(offset, data.size()));
   absl::ReaderMutexLock l(&DataLock(ino));
@@ -233,15 +223,17 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // is on disk (fdatasync'd when `sync`) before the metadata that makes it
   // part of the file is committed.
   const uint64_t grant_client = from_grant ? ctx.client_id : 0;
+  uint64_t from_grant_blocks = 0;
   ASSIGN_OR_RETURN(uint64_t reserved,
-                   meta_->Reserve(ino, offset, data.size(), grant_client));
+                   meta_->Reserve(ino, offset, data.size(), grant_client, &from_grant_blocks));
+  if (grant_used != nullptr) *grant_used = from_grant_blocks * kBlockSize;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   if (!st.ok()) {
     meta_->Unreserve(reserved);
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, data.size(), true,
-                                                        reserved, grant_client));
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->CommitWrite(ino, offset, data.size(), true, reserved, grant_client));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
 }
@@ -266,8 +258,7 @@ absl::Status Volume::Fsync(const RequestContext& ctx, uint64_t ino) {
 }
 
 absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_t ino,
-                                              uint32_t mode, uint64_t offset,
-                                              uint64_t length) {
+                                              uint32_t mode, uint64_t offset, uint64_t length) {
   if (mode != 0) return ErrnoStatus(EOPNOTSUPP, "fallocate mode");
   if (length == 0) return ErrnoStatus(EINVAL, "fallocate length 0");
   RETURN_IF_ERROR(ValidateRange(offset, length));
@@ -288,9 +279,8 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
 
 // --- xattrs --------------------------------------------------------------------
 
-absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino,
-                              const std::string& name, const std::string& value,
-                              uint32_t flags) {
+absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
+                              const std::string& value, uint32_t flags) {
   RETURN_IF_ERROR(meta_->SetXattr(ctx.caller, ino, name, value, flags));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
@@ -306,8 +296,7 @@ absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext&
   return meta_->ListXattr(ctx.caller, ino);
 }
 
-absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino,
-                                 const std::string& name) {
+absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name) {
   RETURN_IF_ERROR(meta_->RemoveXattr(ctx.caller, ino, name));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
@@ -321,8 +310,7 @@ absl::StatusOr<FileLock> Volume::GetLock(const RequestContext& ctx, uint64_t ino
   return locks_.Test(ino, want);
 }
 
-absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino,
-                             const FileLock& want) {
+absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want) {
   if (want.type == FileLock::kUnlock && want.start == 0 && want.end == UINT64_MAX) {
     // Releases at close must work even for a file removed meanwhile.
     locks_.ReleaseOwner(ino, want.owner, want.flock);
@@ -334,8 +322,7 @@ absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino,
 
 // --- sessions and background work -------------------------------------------------
 
-void Volume::ForgetClient(uint64_t client_id,
-                          const std::map<uint64_t, uint32_t>& open_files) {
+void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files) {
   locks_.ReleaseClient(client_id);
   if (absl::Status s = meta_->ReleaseGrant(client_id); !s.ok()) {
     LOG(ERROR) << "returning the grant of client " << client_id << ": " << s;
@@ -356,8 +343,8 @@ absl::Status Volume::CloseSession(uint64_t client_id) {
 
 absl::StatusOr<int> Volume::RunMaintenance() {
   for (auto& [client_id, open_files] : sessions_.Expire()) {
-    LOG(WARNING) << "client " << client_id << ": lease expired; releasing its "
-                 << open_files.size() << " open files and its locks";
+    LOG(WARNING) << "client " << client_id << ": lease expired; releasing its " << open_files.size()
+                 << " open files and its locks";
     ForgetClient(client_id, open_files);
   }
   ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->ListGarbage());
@@ -372,9 +359,8 @@ absl::StatusOr<int> Volume::RunMaintenance() {
 void Volume::BackgroundLoop() {
   absl::MutexLock l(&bg_mu_);
   while (!stopping_) {
-    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bg_mu_) {
-      return stopping_ || garbage_waiting_;
-    };
+    auto wake = [this]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(bg_mu_) { return stopping_ || garbage_waiting_; };
     bg_mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Seconds(1));
     if (stopping_) break;
     garbage_waiting_ = false;

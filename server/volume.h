@@ -66,59 +66,50 @@ class Volume {
   absl::StatusOr<proto::Attr> Lookup(const RequestContext& ctx, uint64_t parent,
                                      const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const RequestContext& ctx, uint64_t ino);
-  absl::StatusOr<proto::Attr> SetAttr(const RequestContext& ctx,
-                                      const proto::SetAttrRequest& req);
-  absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx,
-                                    const proto::MkNodRequest& req);
+  absl::StatusOr<proto::Attr> SetAttr(const RequestContext& ctx, const proto::SetAttrRequest& req);
+  absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx, const proto::MkNodRequest& req);
   absl::StatusOr<proto::Attr> Symlink(const RequestContext& ctx, uint64_t parent,
-                                      const std::string& name,
-                                      const std::string& target);
-  absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino,
-                                   uint64_t new_parent, const std::string& name);
-  absl::Status Remove(const RequestContext& ctx, uint64_t parent,
-                      const std::string& name, bool is_dir);
+                                      const std::string& name, const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino, uint64_t new_parent,
+                                   const std::string& name);
+  absl::Status Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
+                      bool is_dir);
   absl::Status Rename(const RequestContext& ctx, const proto::RenameRequest& req);
   absl::StatusOr<std::string> ReadLink(const RequestContext& ctx, uint64_t ino);
-  absl::Status ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie,
-                       uint32_t max, proto::ReadDirReply* reply);
+  absl::Status ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie, uint32_t max,
+                       proto::ReadDirReply* reply);
 
   // --- files ---------------------------------------------------------------
-  absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino,
-                                   uint32_t flags);
+  absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags);
   absl::Status Release(const RequestContext& ctx, uint64_t ino);
-  absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino,
-                                   uint64_t offset, uint32_t size);
+  absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
+                                   uint32_t size);
   // With `from_grant`, newly allocated blocks come out of the session's
   // space grant first.
-  absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino,
-                                    uint64_t offset, const std::string& data,
-                                    bool sync, bool from_grant = false);
+  // `grant_used` (optional) gets the bytes taken from the grant.
+  absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
+                                    const std::string& data, bool sync, bool from_grant = false,
+                                    uint64_t* grant_used = nullptr);
   // Space grants: see MetaStore::Grant. Returns the session's whole grant
   // in bytes; `added` gets the bytes this call granted.
   absl::StatusOr<uint64_t> Grant(const RequestContext& ctx, uint64_t wanted_bytes,
                                  uint64_t return_bytes, uint64_t* added);
   absl::Status Fsync(const RequestContext& ctx, uint64_t ino);
-  absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino,
-                                        uint32_t mode, uint64_t offset,
-                                        uint64_t length);
+  absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino, uint32_t mode,
+                                        uint64_t offset, uint64_t length);
   SpaceInfo Space() { return meta_->Space(); }
 
   // --- xattrs ----------------------------------------------------------------
-  absl::Status SetXattr(const RequestContext& ctx, uint64_t ino,
-                        const std::string& name, const std::string& value,
-                        uint32_t flags);
+  absl::Status SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
+                        const std::string& value, uint32_t flags);
   absl::StatusOr<std::string> GetXattr(const RequestContext& ctx, uint64_t ino,
                                        const std::string& name);
-  absl::StatusOr<std::vector<std::string>> ListXattr(const RequestContext& ctx,
-                                                     uint64_t ino);
-  absl::Status RemoveXattr(const RequestContext& ctx, uint64_t ino,
-                           const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const RequestContext& ctx, uint64_t ino);
+  absl::Status RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name);
 
   // --- locks -------------------------------------------------------------------
-  absl::StatusOr<FileLock> GetLock(const RequestContext& ctx, uint64_t ino,
-                                   const FileLock& want);
-  absl::Status SetLock(const RequestContext& ctx, uint64_t ino,
-                       const FileLock& want);
+  absl::StatusOr<FileLock> GetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want);
+  absl::Status SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want);
 
   // --- sessions ----------------------------------------------------------------
   absl::Status CloseSession(uint64_t client_id);
@@ -134,10 +125,9 @@ class Volume {
   absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
   // Turns `ino` into garbage if it has no links and nobody has it open.
   absl::Status MaybeReap(uint64_t ino);
-  void ForgetClient(uint64_t client_id,
-                    const std::map<uint64_t, uint32_t>& open_files);
-  void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
-               const std::string& name, bool data_changed = false);
+  void ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files);
+  void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
+               bool data_changed = false);
   void BackgroundLoop();
 
   // Constant after construction.

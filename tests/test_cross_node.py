@@ -10,6 +10,7 @@ import stat
 import time
 
 VISIBILITY_BOUND = 1.0  # seconds
+FLUSH_AGE = 5.0  # grantfs-mount --flush_age_s default
 
 
 def write_file(path, data, mode="wb"):
@@ -261,7 +262,7 @@ class TestAttributeVisibility:
         assert_visible(lambda: os.stat(p2).st_size == 100000, "truncate up")
         assert read_file(p2) == b"0123" + b"\0" * 99996
 
-    def test_write_size_is_visible_while_file_open_on_node1(self, cluster):
+    def test_fsynced_write_is_visible_while_file_open_on_node1(self, cluster):
         p1 = os.path.join(cluster.n1, "f")
         p2 = os.path.join(cluster.n2, "f")
         write_file(p1, b"")
@@ -269,7 +270,22 @@ class TestAttributeVisibility:
         with open(p1, "ab") as f:
             f.write(b"x" * 5000)
             f.flush()
-            assert_visible(lambda: os.stat(p2).st_size == 5000, "size after write")
+            os.fsync(f.fileno())
+            assert_visible(lambda: os.stat(p2).st_size == 5000, "size after fsync")
+
+    def test_cached_write_is_visible_within_the_flush_age(self, cluster):
+        # Without fsync or close, a write stays in node1's write cache until
+        # it is flushed by age (--flush_age_s, 5 s by default): that plus the
+        # 1 s cache bound is the documented bound for a file still open.
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        write_file(p1, b"")
+        with open(p1, "ab") as f:
+            f.write(b"x" * 5000)
+            f.flush()
+            took = visible_within(lambda: os.stat(p2).st_size == 5000,
+                                  bound=FLUSH_AGE + VISIBILITY_BOUND)
+            assert took is not None, "cached write not visible on node2 within the flush age"
 
     def test_xattr_is_visible(self, cluster):
         p1 = os.path.join(cluster.n1, "f")

@@ -1,0 +1,146 @@
+#include "client/grant_pool.h"
+
+#include <algorithm>
+
+#include "glog/logging.h"
+
+namespace grantfs {
+
+GrantPool::GrantPool(const GrantPoolOptions& options, GrantRpc grant_rpc)
+    : options_(options), grant_rpc_(std::move(grant_rpc)), refill_(options.initial_refill_bytes) {
+  rate_since_ = options_.clock->Now();
+}
+
+GrantPool::~GrantPool() { Stop(); }
+
+void GrantPool::Start() {
+  absl::MutexLock l(&mu_);
+  if (started_) return;
+  started_ = true;
+  refiller_ = std::thread([this] { RefillLoop(); });
+}
+
+void GrantPool::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (refiller_.joinable()) refiller_.join();
+}
+
+uint64_t GrantPool::available() {
+  absl::MutexLock l(&mu_);
+  return available_;
+}
+
+uint64_t GrantPool::refill_size() {
+  absl::MutexLock l(&mu_);
+  return refill_;
+}
+
+uint64_t GrantPool::Refill(uint64_t at_least) {
+  uint64_t wanted;
+  {
+    absl::MutexLock l(&mu_);
+    // Size the refill to the write rate: what was debited over the last
+    // second or so, doubled, between the initial and the maximum size.
+    const double secs = std::max(absl::ToDoubleSeconds(options_.clock->Now() - rate_since_), 1e-3);
+    if (secs >= 1.0) {
+      const uint64_t per_sec = static_cast<uint64_t>(debited_recently_ / secs);
+      refill_ = std::clamp<uint64_t>(2 * per_sec, options_.initial_refill_bytes,
+                                     options_.max_refill_bytes);
+      debited_recently_ = 0;
+      rate_since_ = options_.clock->Now();
+    }
+    wanted = std::max(refill_, at_least);
+  }
+  absl::StatusOr<uint64_t> added = grant_rpc_(wanted, 0);
+  absl::MutexLock l(&mu_);
+  if (!added.ok()) {
+    LOG(WARNING) << "grant refill: " << added.status();
+    server_empty_ = true;
+    empty_since_ = options_.clock->Now();
+    return 0;
+  }
+  available_ += *added;
+  server_empty_ = *added == 0;
+  if (server_empty_) empty_since_ = options_.clock->Now();
+  return *added;
+}
+
+uint64_t GrantPool::MaybeRefill() {
+  {
+    absl::MutexLock l(&mu_);
+    if (refilling_ || available_ >= options_.low_watermark * refill_) return 0;
+    // Near full the server has nothing to give: ask again once a second.
+    if (server_empty_ && options_.clock->Now() - empty_since_ < absl::Seconds(1)) return 0;
+    refilling_ = true;
+  }
+  uint64_t added = Refill(0);
+  absl::MutexLock l(&mu_);
+  refilling_ = false;
+  return added;
+}
+
+bool GrantPool::Debit(uint64_t bytes) {
+  if (bytes == 0) return true;
+  absl::MutexLock l(&mu_);
+  active_ = true;
+  bool own_refill_short = false;
+  for (int attempt = 0;; ++attempt) {
+    if (available_ >= bytes) {
+      available_ -= bytes;
+      debited_recently_ += bytes;
+      return true;
+    }
+    // Short: wait for a refill in flight, or make one; give up when the
+    // server had nothing to give.
+    if (attempt > 0 && server_empty_) return false;
+    if (refilling_) {
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !refilling_; };
+      mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(60));
+      if (refilling_) return false;  // the refill RPC is stuck: write through
+      continue;
+    }
+    // A refill of its own that came back short means the server is near
+    // full: write through. A full one that other writers took first is
+    // tried again, a few times.
+    if (own_refill_short || attempt > 3) return false;
+    refilling_ = true;
+    mu_.Unlock();
+    own_refill_short = Refill(bytes) < bytes;
+    mu_.Lock();
+    refilling_ = false;
+  }
+}
+
+void GrantPool::Settle(uint64_t debited, uint64_t used) {
+  absl::MutexLock l(&mu_);
+  if (used <= debited) {
+    available_ += debited - used;
+  } else {
+    available_ -= std::min(available_, used - debited);
+  }
+}
+
+void GrantPool::Refund(uint64_t debited) {
+  absl::MutexLock l(&mu_);
+  available_ += debited;
+}
+
+void GrantPool::RefillLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    // Checks often enough that a fast writer finds the refill done before
+    // its pool runs dry; idle cost is one mutex round per 20 ms.
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(20))) break;
+    if (!active_) continue;  // an idle mount holds no grant
+    mu_.Unlock();
+    MaybeRefill();
+    mu_.Lock();
+  }
+}
+
+}  // namespace grantfs

@@ -1,0 +1,98 @@
+// The client's share of the server's space ledger: bytes of the session's
+// grant not yet promised to cached data. write() debits it with no RPC;
+// refills happen in the background when it falls under a low watermark,
+// sized to the recent write rate; only an empty pool makes a writer wait,
+// for one Grant RPC.
+//
+// Accounting: available = (server grant) - (debits of cached data not yet
+// acknowledged by the server). When a flush is acknowledged the server says
+// how much of the grant the write really used (overwrites use none), and the
+// difference comes back to `available`.
+//
+// Thread-safe.
+#ifndef GRANTFS_CLIENT_GRANT_POOL_H_
+#define GRANTFS_CLIENT_GRANT_POOL_H_
+
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+
+namespace grantfs {
+
+struct GrantPoolOptions {
+  // First refill size; grows with the write rate up to `max_refill_bytes`.
+  uint64_t initial_refill_bytes = 64ull << 20;
+  uint64_t max_refill_bytes = 1ull << 30;
+  // Refill in the background when available falls under this fraction of
+  // the current refill size.
+  double low_watermark = 0.5;
+  Clock* clock = Clock::Real();
+};
+
+class GrantPool {
+ public:
+  // `grant_rpc(wanted, return_bytes)` asks the server; it returns the bytes
+  // added to the session's grant (0 when the server has none to give).
+  using GrantRpc = std::function<absl::StatusOr<uint64_t>(uint64_t wanted, uint64_t back)>;
+  GrantPool(const GrantPoolOptions& options, GrantRpc grant_rpc);
+  ~GrantPool();
+
+  // Starts the background refiller.
+  void Start();
+  // Stops it. Idempotent.
+  void Stop();
+
+  // Takes `bytes` for data about to be cached. When the pool is short it
+  // waits for a grant RPC (a few at most, when other writers take the
+  // refills first). Returns false when the server cannot grant
+  // enough (near full): the caller then writes through, allocating exactly
+  // at the server. An RPC error also returns false (write-through decides).
+  bool Debit(uint64_t bytes);
+
+  // A flush of data that had been debited `debited` was acknowledged; the
+  // server used `used` of the grant for it.
+  void Settle(uint64_t debited, uint64_t used);
+  // Cached data that had been debited is gone without reaching the server
+  // (e.g. dropped by a truncate): the debit is still in the server's grant.
+  void Refund(uint64_t debited);
+
+  uint64_t available();
+  uint64_t refill_size();
+
+  // One refill decision: asks for a refill when under the watermark. Returns
+  // the bytes added. The background thread calls it only once the mount has
+  // written (an idle mount holds no grant); tests call it directly.
+  uint64_t MaybeRefill();
+
+ private:
+  void RefillLoop();
+  // Asks the server for more; `wait_for` > 0 means a writer is waiting.
+  uint64_t Refill(uint64_t at_least);
+
+  const GrantPoolOptions options_;
+  const GrantRpc grant_rpc_;
+
+  absl::Mutex mu_;
+  uint64_t available_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refill_ ABSL_GUARDED_BY(mu_);
+  bool refilling_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_empty_ ABSL_GUARDED_BY(mu_) = false;  // last ask got nothing
+  absl::Time empty_since_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Write-rate estimate: bytes debited since `rate_since_`.
+  uint64_t debited_recently_ ABSL_GUARDED_BY(mu_) = 0;
+  // Background refills start with the first debit: an idle mount holds no grant.
+  bool active_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time rate_since_ ABSL_GUARDED_BY(mu_);
+  std::thread refiller_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_GRANT_POOL_H_

@@ -1,0 +1,273 @@
+#include "client/write_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+constexpr uint64_t kBlock = 4096;
+constexpr uint64_t kMaxExtent = 8ull << 20;  // the server's largest write
+}  // namespace
+
+WriteCache::WriteCache(const WriteCacheOptions& options, GrantPool* pool, FlushRpc flush)
+    : options_(options), pool_(pool), flush_(std::move(flush)) {}
+
+WriteCache::~WriteCache() { Stop(); }
+
+void WriteCache::Start() {
+  for (int i = 0; i < std::max(1, options_.flushers); ++i) {
+    flushers_.emplace_back([this] { FlusherLoop(); });
+  }
+}
+
+void WriteCache::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  for (std::thread& t : flushers_) t.join();
+  flushers_.clear();
+}
+
+uint64_t WriteCache::NewBlockBytes(const Inode& inode, uint64_t offset, size_t size) {
+  if (size == 0) return 0;
+  const uint64_t b0 = offset / kBlock, b1 = (offset + size - 1) / kBlock;
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
+  for (const auto& e : inode.extents) {
+    // Sharing a block is enough: that block was debited by the older extent.
+    if (e->data.empty() || (e->end() - 1) / kBlock < b0 || e->offset / kBlock > b1) continue;
+    covered.emplace_back(std::max(b0, e->offset / kBlock), std::min(b1, (e->end() - 1) / kBlock));
+  }
+  std::sort(covered.begin(), covered.end());
+  uint64_t n = 0, next = b0;  // blocks [b0, next) are accounted for
+  for (const auto& [lo, hi] : covered) {
+    if (hi < next) continue;
+    n += std::max(lo, next) - next;
+    next = hi + 1;
+  }
+  n += b1 + 1 - std::min(next, b1 + 1);
+  return n * kBlock;
+}
+
+bool WriteCache::Write(uint64_t ino, uint64_t offset, const char* data, size_t size) {
+  // No extent is larger than the server takes in one write.
+  const uint64_t max_extent = std::min(options_.extent_bytes, kMaxExtent);
+  for (size_t done = 0; done < size;) {
+    const size_t n = std::min<uint64_t>(size - done, max_extent);
+    // A piece the pool cannot cover: the caller writes the whole range
+    // through, which rewrites the pieces cached so far with the same bytes.
+    if (!WritePiece(ino, offset + done, data + done, n)) return false;
+    done += n;
+  }
+  return true;
+}
+
+bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size) {
+  uint64_t debit;
+  {
+    absl::MutexLock l(&mu_);
+    // Memory bound: wait for room (a write larger than the limit goes in
+    // alone once everything else is out).
+    auto room = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || dirty_bytes_ == 0 || dirty_bytes_ + size <= options_.dirty_limit;
+    };
+    while (!room()) mu_.AwaitWithTimeout(absl::Condition(&room), absl::Seconds(1));
+    dirty_bytes_ += size;  // held now so concurrent writers cannot overshoot
+    debit = NewBlockBytes(inodes_[ino], offset, size);
+  }
+  if (!pool_->Debit(debit)) {
+    absl::MutexLock l(&mu_);
+    dirty_bytes_ -= size;
+    return false;
+  }
+  absl::MutexLock l(&mu_);
+  Inode& inode = inodes_[ino];
+  const uint64_t end = offset + size;
+  std::shared_ptr<Extent> last = inode.extents.empty() ? nullptr : inode.extents.back();
+  const uint64_t max_extent = std::min(options_.extent_bytes, kMaxExtent);
+  if (last && !last->flushing && !last->sealed && offset >= last->offset && offset <= last->end() &&
+      std::max(end, last->end()) - last->offset <= max_extent) {
+    // Coalesce into the newest extent (it is newer than everything it
+    // overlaps, so order is kept).
+    const uint64_t overlap = std::min(end, last->end()) - offset;
+    if (end > last->end()) last->data.resize(end - last->offset);
+    memcpy(&last->data[offset - last->offset], data, size);
+    last->debit += debit;
+    dirty_bytes_ -= overlap;
+    if (last->data.size() >= max_extent) last->sealed = true;
+  } else {
+    if (last && !last->flushing) last->sealed = true;
+    auto e = std::make_shared<Extent>();
+    e->offset = offset;
+    if (size >= 64 * 1024) e->data.reserve(max_extent);  // a streaming writer
+    e->data.assign(data, size);
+    e->debit = debit;
+    e->born = options_.clock->Now();
+    inode.extents.push_back(std::move(e));
+  }
+  inode.cached_end = std::max(inode.cached_end, end);
+  inode.mtime_ns = options_.clock->NowNanos();
+  return true;
+}
+
+bool WriteCache::Sendable(const Inode& inode, const Extent& e) const {
+  // In write order per block, not only per byte: the server charges a newly
+  // allocated block to whichever write reaches it first, and the debit for
+  // it was made by the older extent, so the older one must land first.
+  const uint64_t b0 = e.offset / kBlock, b1 = (e.end() - 1) / kBlock;
+  for (const auto& x : inode.extents) {
+    if (x.get() == &e) return true;
+    if (x->offset / kBlock <= b1 && b0 <= (x->end() - 1) / kBlock) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
+  const absl::Time now = options_.clock->Now();
+  const bool pressure = dirty_bytes_ > options_.dirty_limit / 2;
+  // Inodes someone waits on first, then anything due.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& [id, inode] : inodes_) {
+      if (pass == 0 && inode.urgent == 0) continue;
+      for (const auto& e : inode.extents) {
+        if (e->flushing) continue;
+        const bool due = inode.urgent > 0 || e->sealed || pressure || stopping_ ||
+                         e->data.size() >= options_.extent_bytes ||
+                         now - e->born >= options_.max_age;
+        if (due && Sendable(inode, *e)) {
+          *ino = id;
+          return e;
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+void WriteCache::FlusherLoop() {
+  absl::MutexLock l(&mu_);
+  absl::Duration backoff = absl::ZeroDuration();
+  for (;;) {
+    uint64_t ino = 0;
+    std::shared_ptr<Extent> e;
+    auto work = [this, &e, &ino]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      e = PickLocked(&ino);
+      return e != nullptr || stopping_;
+    };
+    // The timeout lets extents come of age without a writer waking us.
+    mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
+    if (stopping_) return;
+    if (!e) continue;
+    e->flushing = true;
+    ++in_flight_;
+    mu_.Unlock();
+    if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
+    absl::StatusOr<FlushResult> r = flush_(ino, e->offset, e->data);
+    mu_.Lock();
+    --in_flight_;
+    Inode& inode = inodes_[ino];
+    if (r.ok()) {
+      backoff = absl::ZeroDuration();
+      inode.extents.remove(e);
+      dirty_bytes_ -= e->data.size();
+      pool_->Settle(e->debit, r->grant_used);
+      if (inode.extents.empty() && inode.urgent == 0 && inode.error.ok()) inodes_.erase(ino);
+    } else {
+      // Kept and retried; waiters learn of the error.
+      e->flushing = false;
+      if (inode.error.ok()) inode.error = r.status();
+      LOG(WARNING) << "flush of inode " << ino << " [" << e->offset << ", " << e->end()
+                   << "): " << r.status() << "; will retry";
+      backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(2));
+    }
+  }
+}
+
+absl::Status WriteCache::FlushInode(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return absl::OkStatus();
+  Inode& inode = it->second;  // not erased while urgent > 0
+  std::vector<std::shared_ptr<Extent>> mine(inode.extents.begin(), inode.extents.end());
+  ++inode.urgent;
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!inode.error.ok() || stopping_) return true;
+    for (const auto& e : mine) {
+      if (std::find(inode.extents.begin(), inode.extents.end(), e) != inode.extents.end()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  mu_.Await(absl::Condition(&done));
+  --inode.urgent;
+  absl::Status err = inode.error;
+  inode.error = absl::OkStatus();
+  if (err.ok() && stopping_ && !done()) err = absl::UnavailableError("write cache stopped");
+  if (inode.extents.empty() && inode.urgent == 0) inodes_.erase(ino);
+  return err;
+}
+
+absl::Status WriteCache::FlushAll() {
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [id, inode] : inodes_) ids.push_back(id);
+  }
+  absl::Status first;
+  for (uint64_t id : ids) {
+    absl::Status s = FlushInode(id);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+std::vector<WriteCache::Piece> WriteCache::Snapshot(uint64_t ino, uint64_t offset, size_t size) {
+  std::vector<Piece> out;
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return out;
+  const uint64_t end = offset + size;
+  for (const auto& e : it->second.extents) {  // oldest first: later ones win
+    const uint64_t lo = std::max(offset, e->offset), hi = std::min(end, e->end());
+    if (lo >= hi) continue;
+    out.push_back({lo, e->data.substr(lo - e->offset, hi - lo)});
+  }
+  return out;
+}
+
+void WriteCache::Apply(const std::vector<Piece>& pieces, uint64_t offset, size_t size,
+                       std::string* data) {
+  for (const Piece& p : pieces) {
+    const uint64_t rel = p.offset - offset;
+    if (rel + p.data.size() > data->size()) {
+      data->resize(std::min<uint64_t>(rel + p.data.size(), size), '\0');
+    }
+    memcpy(&(*data)[rel], p.data.data(), p.data.size());
+  }
+}
+
+void WriteCache::PatchAttr(proto::Attr* attr) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(attr->ino());
+  if (it == inodes_.end() || it->second.extents.empty()) return;
+  attr->set_size(std::max<uint64_t>(attr->size(), it->second.cached_end));
+  attr->set_mtime_ns(std::max<int64_t>(attr->mtime_ns(), it->second.mtime_ns));
+  attr->set_ctime_ns(std::max<int64_t>(attr->ctime_ns(), it->second.mtime_ns));
+}
+
+uint64_t WriteCache::dirty_bytes() {
+  absl::MutexLock l(&mu_);
+  return dirty_bytes_;
+}
+
+size_t WriteCache::extent_count(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? 0 : it->second.extents.size();
+}
+
+}  // namespace grantfs

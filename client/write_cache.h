@@ -1,0 +1,145 @@
+// The client's write-back cache (fastwrite). write() copies its bytes into
+// an extent here and returns; flusher threads send extents to the server in
+// the background, several at once, coalesced up to `extent_bytes`.
+//
+// Space: every byte cached has been debited from the GrantPool first (the
+// blocks it may newly allocate), so the server can always store it: a
+// flush never fails for lack of space. When the pool cannot cover a write,
+// Write() says so and the caller writes through instead.
+//
+// Order: extents of one inode are kept in write order; an extent is only
+// sent when no older extent sharing a 4 KiB block with it is still
+// unacknowledged, so the server applies overlapping writes in the order they
+// were made and charges each newly allocated block to the extent that was
+// debited for it.
+//
+// Memory: cached bytes never exceed `dirty_limit`; a writer above it waits
+// for flushes (it does not fail and memory does not grow).
+//
+// Thread-safe. Lock order: mu_ before the GrantPool's lock (the pool is
+// called outside mu_ for debits that may wait).
+#ifndef GRANTFS_CLIENT_WRITE_CACHE_H_
+#define GRANTFS_CLIENT_WRITE_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/grant_pool.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+struct WriteCacheOptions {
+  // Most bytes held in the cache (dirty and in flight). Default 256 MiB.
+  uint64_t dirty_limit = 256ull << 20;
+  // An extent is sent once it holds this much (at most 8 MiB). Default 4 MiB.
+  uint64_t extent_bytes = 4ull << 20;
+  // ... or once its oldest byte is this old.
+  absl::Duration max_age = absl::Seconds(5);
+  // Flusher threads sending in parallel.
+  int flushers = 4;
+  Clock* clock = Clock::Real();
+};
+
+class WriteCache {
+ public:
+  // What the server said about a flushed extent.
+  struct FlushResult {
+    uint64_t grant_used = 0;  // bytes of the session's grant it consumed
+  };
+  using FlushRpc = std::function<absl::StatusOr<FlushResult>(uint64_t ino, uint64_t offset,
+                                                             const std::string& data)>;
+
+  // `pool` must outlive the cache.
+  WriteCache(const WriteCacheOptions& options, GrantPool* pool, FlushRpc flush);
+  ~WriteCache();
+
+  void Start();
+  // Stops the flushers; call FlushAll() first to keep the data. Idempotent.
+  void Stop();
+
+  // Caches [offset, offset + size) of `ino`. Returns false, caching nothing,
+  // when the grant pool cannot cover the bytes (the caller writes through,
+  // after FlushInode). Waits while the cache is full.
+  bool Write(uint64_t ino, uint64_t offset, const char* data, size_t size);
+
+  // Waits until every byte of `ino` cached before the call is acknowledged
+  // by the server. Returns the first flush error since the last call
+  // (the data stays cached and is retried).
+  absl::Status FlushInode(uint64_t ino);
+  // The same for every inode.
+  absl::Status FlushAll();
+
+  // Read-your-writes, in two steps around the server read: Snapshot copies
+  // the cached bytes overlapping [offset, offset + size); Apply lays them
+  // over what the server returned (zero-filling up to the cached end).
+  struct Piece {
+    uint64_t offset;
+    std::string data;
+  };
+  std::vector<Piece> Snapshot(uint64_t ino, uint64_t offset, size_t size);
+  static void Apply(const std::vector<Piece>& pieces, uint64_t offset, size_t size,
+                    std::string* data);
+
+  // Makes attributes from the server reflect cached writes (size, mtime).
+  void PatchAttr(proto::Attr* attr);
+
+  uint64_t dirty_bytes();
+  size_t extent_count(uint64_t ino);
+
+ private:
+  struct Extent {
+    uint64_t offset = 0;
+    std::string data;
+    uint64_t debit = 0;  // bytes debited from the pool for it
+    absl::Time born;
+    bool flushing = false;
+    bool sealed = false;
+    uint64_t end() const { return offset + data.size(); }
+  };
+  struct Inode {
+    std::list<std::shared_ptr<Extent>> extents;  // oldest first
+    uint64_t cached_end = 0;                     // largest end of any cached write
+    int64_t mtime_ns = 0;                        // time of the last cached write
+    int urgent = 0;                              // FlushInode callers waiting
+    absl::Status error;                          // first flush error not yet reported
+  };
+
+  // Write() for at most one extent's worth of bytes.
+  bool WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size);
+  // Bytes of [offset, offset + size) rounded to blocks that no cached
+  // extent of `inode` has debited already. REQUIRES: mu_.
+  uint64_t NewBlockBytes(const Inode& inode, uint64_t offset, size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extent to send next, or null. REQUIRES: mu_.
+  std::shared_ptr<Extent> PickLocked(uint64_t* ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Sendable(const Inode& inode, const Extent& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlusherLoop();
+
+  const WriteCacheOptions options_;
+  GrantPool* const pool_;
+  const FlushRpc flush_;
+
+  absl::Mutex mu_;
+  std::map<uint64_t, Inode> inodes_ ABSL_GUARDED_BY(mu_);
+  uint64_t dirty_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> flushers_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_WRITE_CACHE_H_
