@@ -386,6 +386,7 @@ absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) {
 
 absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
+  ForgetXattrs(ino);
   proto::SetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -396,8 +397,39 @@ absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::strin
   return rpc_->Call("SetXattr", &proto::GrantFs::Stub::SetXattr, &req, &reply);
 }
 
+namespace {
+constexpr char kCapability[] = "security.capability";
+// How long an absent security.capability is trusted without asking; changes
+// made elsewhere also drop it at once through the invalidation stream.
+constexpr absl::Duration kNoCapabilityTtl = absl::Seconds(1);
+}  // namespace
+
+void FileSystem::ForgetXattrs(uint64_t ino) {
+  absl::MutexLock l(&xattr_mu_);
+  no_capability_.erase(ino);
+}
+
 absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
+  const bool capability = name == kCapability;
+  if (capability) {
+    absl::MutexLock l(&xattr_mu_);
+    auto it = no_capability_.find(ino);
+    if (it != no_capability_.end() && absl::Now() < it->second) {
+      return ErrnoStatus(ENODATA, "security.capability (cached)");
+    }
+  }
+  absl::StatusOr<std::string> value = GetXattrRpc(c, ino, name);
+  if (capability && ToErrno(value.status()) == ENODATA) {
+    absl::MutexLock l(&xattr_mu_);
+    if (no_capability_.size() > 100000) no_capability_.clear();  // bounded memory
+    no_capability_[ino] = absl::Now() + kNoCapabilityTtl;
+  }
+  return value;
+}
+
+absl::StatusOr<std::string> FileSystem::GetXattrRpc(const Creds& c, uint64_t ino,
+                                                    const std::string& name) {
   proto::GetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -417,6 +449,7 @@ absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, u
 }
 
 absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  ForgetXattrs(ino);
   proto::RemoveXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -107,6 +108,8 @@ class FileSystem {
   absl::Status SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                         const std::string& value, uint32_t flags);
   absl::StatusOr<std::string> GetXattr(const Creds& c, uint64_t ino, const std::string& name);
+  // Drops what this mount remembers of `ino`'s xattrs (changed elsewhere).
+  void ForgetXattrs(uint64_t ino);
   absl::StatusOr<std::vector<std::string>> ListXattr(const Creds& c, uint64_t ino);
   absl::Status RemoveXattr(const Creds& c, uint64_t ino, const std::string& name);
 
@@ -123,6 +126,7 @@ class FileSystem {
   template <typename Req>
   void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
+  absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
   void Patch(proto::Attr* attr) {
@@ -141,6 +145,11 @@ class FileSystem {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Inodes known to have no security.capability, until the time given. The
+  // kernel asks for it before every write() (file_remove_privs): without
+  // this, every write would cost a round trip.
+  absl::Mutex xattr_mu_;
+  absl::flat_hash_map<uint64_t, absl::Time> no_capability_ ABSL_GUARDED_BY(xattr_mu_);
   std::thread heartbeat_;
   std::thread subscriber_;
 };

@@ -528,6 +528,7 @@ const fuse_lowlevel_ops* FuseAdapter::Ops() {
 }
 
 void FuseAdapter::InvalidateInode(uint64_t ino, bool data) {
+  fs_->ForgetXattrs(ino);
   fuse_session* se = session_.load();
   if (se == nullptr || fs_->inodes().Count(ino) == 0) return;
   // off -1: attributes only; off 0, len 0: attributes and every cached page.
