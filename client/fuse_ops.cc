@@ -274,8 +274,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   FuseAdapter* a = Adapter(req);
   const Creds c = CredsOf(req);
-  auto made = a->fs()->MkNod(c, parent, name, S_IFREG | (mode & 07777), 0,
-                             fuse_req_ctx(req)->umask, (fi->flags & O_EXCL) != 0);
+  auto made = a->fs()->MkNod(c, parent, name, S_IFREG | (mode & 07777), 0, fuse_req_ctx(req)->umask,
+                             (fi->flags & O_EXCL) != 0);
   if (!made.ok()) return ReplyError(req, made.status());
   proto::Attr attr = *made;
   // The name may have existed already (created on another node): open it
@@ -375,8 +375,8 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
-  ReplyStatus(req, Adapter(req)->fs()->SetXattr(CredsOf(req), ino, name,
-                                                std::string(value, size), flags));
+  ReplyStatus(
+      req, Adapter(req)->fs()->SetXattr(CredsOf(req), ino, name, std::string(value, size), flags));
 }
 
 // getxattr/listxattr: size 0 asks for the length; a short buffer is ERANGE.
@@ -474,14 +474,13 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = 1 << 20;
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
-  LOG(INFO) << "FUSE protocol " << conn->proto_major << "." << conn->proto_minor
-            << ", max_write " << conn->max_write;
+  LOG(INFO) << "FUSE protocol " << conn->proto_major << "." << conn->proto_minor << ", max_write "
+            << conn->max_write;
 }
 
 }  // namespace
 
-FuseAdapter::FuseAdapter(FileSystem* fs, const FuseOptions& options)
-    : fs_(fs), options_(options) {}
+FuseAdapter::FuseAdapter(FileSystem* fs, const FuseOptions& options) : fs_(fs), options_(options) {}
 
 const fuse_lowlevel_ops* FuseAdapter::Ops() {
   static const fuse_lowlevel_ops ops = [] {

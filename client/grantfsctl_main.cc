@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/rpc_client.h"
+#include "common/secret.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:7420", "server address");
 ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
@@ -25,18 +26,6 @@ std::string Human(uint64_t bytes) {
   return absl::StrFormat("%.1f %s", v, units[u]);
 }
 
-std::string ReadSecret(const std::string& path) {
-  if (path.empty()) return "";
-  FILE* f = fopen(path.c_str(), "r");
-  if (f == nullptr) return "";
-  char buf[256];
-  size_t n = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  std::string s(buf, n);
-  while (!s.empty() && isspace(s.back())) s.pop_back();
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,7 +38,12 @@ int main(int argc, char** argv) {
   const std::string cmd = args[1];
   grantfs::RpcClientOptions o;
   o.servers = {absl::GetFlag(FLAGS_server)};
-  o.secret = ReadSecret(absl::GetFlag(FLAGS_secret_file));
+  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
+  if (!secret.ok()) {
+    fprintf(stderr, "grantfsctl: %s\n", secret.status().ToString().c_str());
+    return 2;
+  }
+  o.secret = *secret;
   o.call_timeout = absl::Seconds(5);
   o.retry_for = absl::Seconds(2);
   auto rpc = grantfs::RpcClient::Create(o);

@@ -25,6 +25,7 @@
 #include "client/filesystem.h"
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
+#include "common/secret.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(bool, foreground, false, "stay in the foreground (same as -f)");
@@ -91,18 +92,6 @@ bool ParseArgs(int argc, char** argv, Args* out) {
   out->mountpoint = positional[1];
   out->foreground = out->foreground || absl::GetFlag(FLAGS_foreground);
   return !out->servers.empty();
-}
-
-std::string ReadSecret(const std::string& path) {
-  if (path.empty()) return "";
-  FILE* f = fopen(path.c_str(), "r");
-  if (f == nullptr) return "";
-  char buf[256];
-  size_t n = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  std::string s(buf, n);
-  while (!s.empty() && isspace(s.back())) s.pop_back();
-  return s;
 }
 
 // Mount options the kernel or fusermount understand; GrantFS's own are dropped.
@@ -176,7 +165,13 @@ int main(int argc, char** argv) {
 
   grantfs::RpcClientOptions ro;
   ro.servers = args.servers;
-  ro.secret = ReadSecret(absl::GetFlag(FLAGS_secret_file));
+  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
+  if (!secret.ok()) {
+    LOG(ERROR) << secret.status();
+    report(2);
+    return 2;
+  }
+  ro.secret = *secret;
   ro.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   ro.retry_for = absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms));
   auto rpc = grantfs::RpcClient::Create(ro);

@@ -39,3 +39,25 @@ TEST(ErrnoStatus, ForeignStatusesMapToTheNearestErrno) {
 
 }  // namespace
 }  // namespace grantfs
+
+#include <fstream>
+
+#include "common/secret.h"
+
+namespace grantfs {
+namespace {
+
+TEST(ReadSecretFile, FirstLineWithoutTrailingSpace) {
+  const std::string path = ::testing::TempDir() + "/grantfs-secret-test";
+  std::ofstream(path) << "s3cret  \nsecond line\n";
+  auto s = ReadSecretFile(path);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, "s3cret");
+  std::ofstream(path) << "\n";
+  EXPECT_EQ(ReadSecretFile(path).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToErrno(ReadSecretFile(path + ".missing").status()), ENOENT);
+  EXPECT_EQ(*ReadSecretFile(""), "");
+}
+
+}  // namespace
+}  // namespace grantfs

@@ -1,18 +1,18 @@
 // grantfs-server: serves one GrantFS volume (primary role).
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <pthread.h>
 
 #include <csignal>
-#include <thread>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/resource_quota.h>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "common/secret.h"
 #include "glog/logging.h"
 #include "server/service.h"
 #include "server/volume.h"
@@ -35,11 +35,24 @@ bool ParseSize(const std::string& text, uint64_t* out) {
   uint64_t mult = 1;
   std::string digits = text;
   switch (text.back()) {
-    case 'K': case 'k': mult = 1ull << 10; break;
-    case 'M': case 'm': mult = 1ull << 20; break;
-    case 'G': case 'g': mult = 1ull << 30; break;
-    case 'T': case 't': mult = 1ull << 40; break;
-    default: mult = 1;
+    case 'K':
+    case 'k':
+      mult = 1ull << 10;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1ull << 20;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1ull << 30;
+      break;
+    case 'T':
+    case 't':
+      mult = 1ull << 40;
+      break;
+    default:
+      mult = 1;
   }
   if (mult != 1) digits.pop_back();
   uint64_t n;
@@ -84,18 +97,12 @@ int main(int argc, char** argv) {
   }
 
   grantfs::ServiceOptions so;
-  if (const std::string f = absl::GetFlag(FLAGS_secret_file); !f.empty()) {
-    FILE* fp = fopen(f.c_str(), "r");
-    if (!fp) {
-      LOG(ERROR) << "cannot read --secret_file " << f;
-      return 2;
-    }
-    char buf[256];
-    size_t n = fread(buf, 1, sizeof(buf), fp);
-    fclose(fp);
-    so.secret.assign(buf, n);
-    while (!so.secret.empty() && isspace(so.secret.back())) so.secret.pop_back();
+  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
+  if (!secret.ok()) {
+    LOG(ERROR) << secret.status();
+    return 2;
   }
+  so.secret = *secret;
   grantfs::GrantFsService service(volume->get(), so);
 
   grpc::ServerBuilder builder;
