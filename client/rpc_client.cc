@@ -16,8 +16,8 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  c->channel_ = grpc::CreateCustomChannel(options.servers.front(),
-                                          grpc::InsecureChannelCredentials(), args);
+  c->channel_ =
+      grpc::CreateCustomChannel(options.servers.front(), grpc::InsecureChannelCredentials(), args);
   c->stub_ = proto::GrantFs::NewStub(c->channel_);
   return c;
 }
@@ -28,8 +28,8 @@ void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout)
 }
 
 absl::Status RpcClient::Failed(const char* name, const grpc::Status& s) const {
-  LOG(WARNING) << "rpc " << name << " to " << options_.servers.front() << " failed: "
-               << s.error_code() << " " << s.error_message();
+  LOG(WARNING) << "rpc " << name << " to " << options_.servers.front()
+               << " failed: " << s.error_code() << " " << s.error_message();
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return ErrnoStatus(ETIMEDOUT, absl::StrCat(name, ": ", s.error_message()));
   }

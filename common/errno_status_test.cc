@@ -8,9 +8,9 @@ namespace grantfs {
 namespace {
 
 TEST(ErrnoStatus, RoundTripsEveryErrnoExactly) {
-  for (int err : {ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR, ENAMETOOLONG,
-                  EACCES, EPERM, ENOSPC, EFBIG, EINVAL, ENODATA, ERANGE, EAGAIN,
-                  EXDEV, ELOOP, EMLINK, EBADF, EOPNOTSUPP, EIO}) {
+  for (int err : {ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR,     ENAMETOOLONG, EACCES,
+                  EPERM,  ENOSPC, EFBIG,     EINVAL,  ENODATA,    ERANGE,       EAGAIN,
+                  EXDEV,  ELOOP,  EMLINK,    EBADF,   EOPNOTSUPP, EIO}) {
     absl::Status s = ErrnoStatus(err, "op");
     EXPECT_FALSE(s.ok()) << err;
     EXPECT_EQ(ToErrno(s), err) << s;

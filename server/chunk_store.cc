@@ -37,8 +37,7 @@ class Fd {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(
-    const ChunkStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(const ChunkStoreOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("chunk dir is empty");
   if (options.chunk_size == 0 || options.chunk_size % 4096 != 0) {
     return absl::InvalidArgumentError("chunk_size must be a multiple of 4096");
@@ -57,8 +56,8 @@ std::string ChunkStore::ChunkPath(uint64_t ino, uint64_t index) const {
   return absl::StrFormat("%s/%02x/%d.%d", options_.dir, ino % 256, ino, index);
 }
 
-absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data,
-                               size_t size, bool sync) {
+absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, size_t size,
+                               bool sync) {
   const uint64_t cs = options_.chunk_size;
   while (size > 0) {
     uint64_t index = offset / cs, within = offset % cs;
@@ -83,8 +82,7 @@ absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data,
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::Read(uint64_t ino, uint64_t offset, size_t size,
-                              char* out) {
+absl::Status ChunkStore::Read(uint64_t ino, uint64_t offset, size_t size, char* out) {
   const uint64_t cs = options_.chunk_size;
   while (size > 0) {
     uint64_t index = offset / cs, within = offset % cs;
@@ -142,8 +140,7 @@ absl::Status ChunkStore::Allocate(uint64_t ino, uint64_t offset, uint64_t length
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size,
-                                  uint64_t old_size) {
+absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_size) {
   const uint64_t cs = options_.chunk_size;
   const uint64_t first_gone = (new_size + cs - 1) / cs;  // wholly past new_size
   const uint64_t old_chunks = (old_size + cs - 1) / cs;

@@ -43,9 +43,7 @@ inline std::string DirCookie(uint64_t parent, uint64_t cookie) {
   PutBigEndian64(&k, cookie);
   return k;
 }
-inline std::string Xattr(uint64_t ino, const std::string& name) {
-  return Prefix('X', ino) + name;
-}
+inline std::string Xattr(uint64_t ino, const std::string& name) { return Prefix('X', ino) + name; }
 inline std::string Chunk(uint64_t ino, uint64_t index) {
   std::string k = Prefix('C', ino);
   PutBigEndian64(&k, index);

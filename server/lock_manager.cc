@@ -17,8 +17,8 @@ bool LockManager::Conflicts(const FileLock& a, const FileLock& b) {
 void LockManager::Carve(std::vector<FileLock>* locks, const FileLock& range) {
   std::vector<FileLock> out;
   for (const FileLock& l : *locks) {
-    if (!(l.owner == range.owner) || l.flock != range.flock ||
-        l.end < range.start || range.end < l.start) {
+    if (!(l.owner == range.owner) || l.flock != range.flock || l.end < range.start ||
+        range.end < l.start) {
       out.push_back(l);
       continue;
     }

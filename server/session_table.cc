@@ -47,8 +47,7 @@ std::map<uint64_t, uint32_t> SessionTable::Close(uint64_t client_id) {
   return open;
 }
 
-std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>>
-SessionTable::Expire() {
+std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> SessionTable::Expire() {
   absl::MutexLock l(&mu_);
   const absl::Time now = clock_->Now();
   std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> gone;

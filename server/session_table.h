@@ -58,8 +58,7 @@ class SessionTable {
   // Waits up to `timeout` for invalidations for `client_id` and moves them
   // into `out`. Returns false when the session no longer exists or the
   // table is shutting down.
-  bool Drain(uint64_t client_id, absl::Duration timeout,
-             proto::InvalidationBatch* out);
+  bool Drain(uint64_t client_id, absl::Duration timeout, proto::InvalidationBatch* out);
 
   std::vector<proto::SessionInfo> List();
 
