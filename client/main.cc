@@ -143,6 +143,9 @@ int main(int argc, char** argv) {
     if (freopen(absl::GetFlag(FLAGS_log_file).c_str(), "a", stderr) == nullptr) {
       freopen("/dev/null", "a", stderr);
     }
+    // A reopened stderr is fully buffered: make each log line reach the file
+    // before the parent reports success or failure.
+    setvbuf(stderr, nullptr, _IOLBF, 0);
     freopen("/dev/null", "r", stdin);
     freopen("/dev/null", "a", stdout);
   }
