@@ -23,15 +23,18 @@ void ReplyError(fuse_req_t req, const absl::Status& s) {
   fuse_reply_err(req, err);
 }
 
-Creds CredsOf(fuse_req_t req) {
+// The caller's ids. The server checks permissions with the supplementary
+// groups too (read from /proc by libfuse, so not free); read and write need
+// none, since the kernel checked access at open: `with_groups` false keeps
+// that /proc read off the data path.
+Creds CredsOf(fuse_req_t req, bool with_groups = true) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Creds c;
   c.uid = ctx->uid;
   c.gid = ctx->gid;
   c.pid = ctx->pid;
-  // Root passes permission checks without groups; for everyone else the
-  // server needs the supplementary groups (read from /proc by libfuse).
-  if (c.uid != 0 && ctx->pid != 0) {
+  // Root passes permission checks without groups.
+  if (with_groups && c.uid != 0 && ctx->pid != 0) {
     gid_t groups[64];
     int n = fuse_req_getgroups(req, 64, groups);
     for (int i = 0; i < std::min(n, 64); ++i) c.groups.push_back(groups[i]);
@@ -299,14 +302,14 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  auto r = Adapter(req)->fs()->Read(CredsOf(req), ino, off, size);
+  auto r = Adapter(req)->fs()->Read(CredsOf(req, /*with_groups=*/false), ino, off, size);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_buf(req, r->data(), r->size());
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info*) {
-  auto r = Adapter(req)->fs()->Write(CredsOf(req), ino, off, buf, size);
+  auto r = Adapter(req)->fs()->Write(CredsOf(req, /*with_groups=*/false), ino, off, buf, size);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_write(req, *r);
 }
