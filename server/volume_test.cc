@@ -15,35 +15,12 @@
 #include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
+#include "common/status_test_util.h"
 #include "gtest/gtest.h"
 #include "server/names.h"
 
 namespace grantfs {
 namespace {
-
-absl::Status StatusOf(const absl::Status& s) { return s; }
-template <typename T>
-absl::Status StatusOf(const absl::StatusOr<T>& s) {
-  return s.status();
-}
-// The errno of a Status or StatusOr (0 when OK).
-template <typename T>
-int Err(const T& s) {
-  return ToErrno(StatusOf(s));
-}
-
-#define ASSERT_OK(expr)                      \
-  do {                                       \
-    const absl::Status _st = StatusOf(expr); \
-    ASSERT_TRUE(_st.ok()) << _st;            \
-  } while (0)
-
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(GRANTFS_CONCAT_(_status_or_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                               \
-  ASSERT_TRUE(tmp.ok()) << tmp.status();           \
-  lhs = *std::move(tmp)
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kVolumeChunk = 4 * kMiB;  // ChunkStoreOptions' default
