@@ -58,6 +58,50 @@ def wait_for(pred, timeout=20.0, what="condition"):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def stop_process(proc):
+    """SIGTERM, then SIGKILL if it lingers; returns the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+    return proc.returncode
+
+
+def force_unmount(path):
+    """fusermount3 -u, falling back to a lazy umount."""
+    if is_mounted(path):
+        r = subprocess.run(["fusermount3", "-u", path], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True, timeout=60)
+
+
+def tail_log(path):
+    try:
+        with open(path) as f:
+            return f.read()[-4000:]
+    except OSError:
+        return ""
+
+
+def start_fuse(argv, path, log_path):
+    """Starts a foreground FUSE daemon serving `path`; returns once mounted."""
+    os.makedirs(path, exist_ok=True)
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    _live_mounts.add(path)
+
+    def up():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited with {proc.returncode}: {tail_log(log_path)}")
+        return is_mounted(path)
+
+    wait_for(up, what=f"mount at {path}")
+    return proc
+
+
 class Server:
     """One grantfs-server process on 127.0.0.1:<port>."""
 
@@ -98,20 +142,11 @@ class Server:
         self.proc.wait(timeout=30)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        if self.proc:
+            stop_process(self.proc)
 
     def log(self):
-        try:
-            with open(self.log_path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
+        return tail_log(self.log_path)
 
 
 class Mount:
@@ -125,29 +160,14 @@ class Mount:
         self.log_path = path.rstrip("/") + ".log"
 
     def start(self):
-        os.makedirs(self.path, exist_ok=True)
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [MOUNT_BIN, f"{self.server_addr}:/", self.path, "-f", *self.extra],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        _live_mounts.add(self.path)
-
-        def up():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mount exited with {self.proc.returncode}: {self.log()}")
-            return is_mounted(self.path)
-
-        wait_for(up, what=f"mount at {self.path}")
+        self.proc = start_fuse([MOUNT_BIN, f"{self.server_addr}:/", self.path, "-f", *self.extra],
+                               self.path, self.log_path)
         return self
 
     def unmount(self):
         if self.proc is None:
             return
-        if is_mounted(self.path):
-            r = subprocess.run(["fusermount3", "-u", self.path], capture_output=True, timeout=60)
-            if r.returncode != 0:
-                subprocess.run(["umount", "-l", self.path], capture_output=True, timeout=60)
+        force_unmount(self.path)
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -164,11 +184,7 @@ class Mount:
         self.proc = None
 
     def log(self):
-        try:
-            with open(self.log_path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
+        return tail_log(self.log_path)
 
 
 class Cluster:

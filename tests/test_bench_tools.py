@@ -17,7 +17,9 @@ import time
 
 import pytest
 
-from conftest import BUILD, Mount, Server, free_port, is_mounted, wait_for
+from conftest import (BUILD, Mount, Server, force_unmount, free_port, is_mounted, start_fuse,
+                      stop_process, tail_log, wait_for)
+from treesnap import sha256_of as sha256_file
 
 PASSTHROUGH_BIN = os.path.join(BUILD, "bench", "grantfs-passthrough")
 PROXY_BIN = os.path.join(BUILD, "bench", "grantfs-latency-proxy")
@@ -25,39 +27,10 @@ MIB = 1 << 20
 IO_TIMEOUT = 30  # seconds for any one socket operation
 
 
-def stop_process(proc):
-    """SIGTERM, then SIGKILL if it lingers; returns the exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-    return proc.returncode
-
-
-def force_unmount(path):
-    if is_mounted(path):
-        r = subprocess.run(["fusermount3", "-u", path], capture_output=True, timeout=60)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", path], capture_output=True, timeout=60)
-
-
 def pattern_block(i):
     """1 MiB of non-zero bytes, different for every i."""
     seed = hashlib.sha256(i.to_bytes(8, "little")).digest()
     return bytes(b | 1 for b in seed) * (MIB // len(seed))
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(MIB)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
 
 
 # --- grantfs-passthrough --------------------------------------------------------------
@@ -74,17 +47,8 @@ class Passthrough:
 
     def start(self):
         os.makedirs(self.source, exist_ok=True)
-        os.makedirs(self.path, exist_ok=True)
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen([PASSTHROUGH_BIN, self.source, self.path, "-f"],
-                                         stdout=log, stderr=subprocess.STDOUT)
-
-        def up():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"passthrough exited with {self.proc.returncode}: {self.log()}")
-            return is_mounted(self.path)
-
-        wait_for(up, what=f"passthrough mount at {self.path}")
+        self.proc = start_fuse([PASSTHROUGH_BIN, self.source, self.path, "-f"], self.path,
+                               self.log_path)
         return self
 
     def stop(self):
@@ -93,11 +57,7 @@ class Passthrough:
             stop_process(self.proc)
 
     def log(self):
-        try:
-            with open(self.log_path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
+        return tail_log(self.log_path)
 
 
 @pytest.fixture
@@ -330,11 +290,7 @@ class Proxy:
         return stop_process(self.proc) if self.proc is not None else None
 
     def log(self):
-        try:
-            with open(self.log_path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return ""
+        return tail_log(self.log_path)
 
 
 @pytest.fixture
