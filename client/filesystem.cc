@@ -22,8 +22,10 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         RETURN_IF_ERROR(rpc_->Call("Grant", &proto::GrantFs::Stub::Grant, &req, &reply));
         return reply.granted_bytes();
       });
+  WriteCacheOptions cache_options = options_.cache;
+  if (!cache_options.credit) cache_options.credit = [this] { return rpc_->credit_bytes(); };
   cache_ = std::make_unique<WriteCache>(
-      options_.cache, pool_.get(),
+      cache_options, pool_.get(),
       [this](uint64_t ino, uint64_t offset,
              const std::string& data) -> absl::StatusOr<WriteCache::FlushResult> {
         proto::WriteRequest req;
@@ -139,6 +141,11 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
       for (const proto::Invalidation& inv : batch.items()) {
         if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
         if (inv.ino() != 0) invalidator->InvalidateInode(inv.ino(), inv.data_changed());
+      }
+      if (batch.recall_bytes() > 0 && pool_) {
+        // Other mounts need space: give back what cached data does not need.
+        const uint64_t back = pool_->Recall(batch.recall_bytes());
+        LOG(INFO) << "grant recall: gave back " << back << " bytes";
       }
       batch.Clear();
     }

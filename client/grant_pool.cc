@@ -87,6 +87,7 @@ bool GrantPool::Debit(uint64_t bytes) {
   if (bytes == 0) return true;
   absl::MutexLock l(&mu_);
   active_ = true;
+  last_debit_ = options_.clock->Now();
   bool own_refill_short = false;
   for (int attempt = 0;; ++attempt) {
     if (available_ >= bytes) {
@@ -129,6 +130,28 @@ void GrantPool::Refund(uint64_t debited) {
   available_ += debited;
 }
 
+uint64_t GrantPool::Recall(uint64_t wanted) {
+  uint64_t back;
+  {
+    absl::MutexLock l(&mu_);
+    back = std::min(available_, wanted);
+    if (back == 0) return 0;
+    available_ -= back;
+    // The server is short: no background refill for a while (a writer that
+    // runs dry still asks, and gets what the policy allows).
+    server_empty_ = true;
+    empty_since_ = options_.clock->Now();
+  }
+  absl::StatusOr<uint64_t> r = grant_rpc_(0, back);
+  if (!r.ok()) {
+    LOG(WARNING) << "giving back " << back << " bytes of grant: " << r.status();
+    absl::MutexLock l(&mu_);
+    available_ += back;  // still ours at the server
+    return 0;
+  }
+  return back;
+}
+
 void GrantPool::RefillLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
@@ -136,7 +159,8 @@ void GrantPool::RefillLoop() {
     // Checks often enough that a fast writer finds the refill done before
     // its pool runs dry; idle cost is one mutex round per 20 ms.
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(20))) break;
-    if (!active_) continue;  // an idle mount holds no grant
+    // An idle mount asks for nothing.
+    if (!active_ || options_.clock->Now() - last_debit_ > kIdleAfter) continue;
     mu_.Unlock();
     MaybeRefill();
     mu_.Lock();

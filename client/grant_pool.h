@@ -36,6 +36,8 @@ struct GrantPoolOptions {
 
 class GrantPool {
  public:
+  static constexpr absl::Duration kIdleAfter = absl::Seconds(5);
+
   // `grant_rpc(wanted, return_bytes)` asks the server; it returns the bytes
   // added to the session's grant (0 when the server has none to give).
   using GrantRpc = std::function<absl::StatusOr<uint64_t>(uint64_t wanted, uint64_t back)>;
@@ -60,6 +62,12 @@ class GrantPool {
   // Cached data that had been debited is gone without reaching the server
   // (e.g. dropped by a truncate): the debit is still in the server's grant.
   void Refund(uint64_t debited);
+
+  // The server recalled grant (others need space): gives back everything
+  // not promised to cached data, at most `wanted` bytes, with one Grant RPC,
+  // and holds off background refills for a second. Returns the bytes
+  // given back.
+  uint64_t Recall(uint64_t wanted);
 
   uint64_t available();
   uint64_t refill_size();
@@ -87,8 +95,11 @@ class GrantPool {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Write-rate estimate: bytes debited since `rate_since_`.
   uint64_t debited_recently_ ABSL_GUARDED_BY(mu_) = 0;
-  // Background refills start with the first debit: an idle mount holds no grant.
+  // Background refills run only while the mount writes: from its first
+  // debit until it has not debited for kIdleAfter. An idle mount does not
+  // take more space (what it holds is returned on a recall).
   bool active_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_debit_ ABSL_GUARDED_BY(mu_);
   absl::Time rate_since_ ABSL_GUARDED_BY(mu_);
   std::thread refiller_;
 };

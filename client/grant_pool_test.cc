@@ -392,3 +392,51 @@ TEST(GrantPool, ConcurrentDebitsKeepTheLedgerExact) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+TEST(GrantPool, RecallGivesBackOnlyWhatCachedDataDoesNotNeed) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 4 * kMiB), server.Rpc());
+  ASSERT_EQ(pool.MaybeRefill(), 4 * kMiB);
+  ASSERT_TRUE(pool.Debit(1 * kMiB));  // promised to cached data: kept
+  EXPECT_EQ(pool.Recall(100 * kMiB), 3 * kMiB);
+  ASSERT_EQ(server.call_count(), 2u);
+  EXPECT_EQ(server.call(1).wanted, 0u);
+  EXPECT_EQ(server.call(1).back, 3 * kMiB);
+  EXPECT_EQ(pool.available(), 0u);
+  // The flush of the cached data still settles against the kept part.
+  pool.Settle(1 * kMiB, 1 * kMiB);
+  EXPECT_EQ(pool.available(), 0u);
+  // No background refill right after a recall ...
+  EXPECT_EQ(pool.MaybeRefill(), 0u);
+  EXPECT_EQ(server.call_count(), 2u);
+  // ... but a second later the pool may ask again.
+  clock.Advance(absl::Seconds(2));
+  EXPECT_GT(pool.MaybeRefill(), 0u);
+}
+
+TEST(GrantPool, RecallIsBoundedByWhatTheServerAsked) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 4 * kMiB), server.Rpc());
+  ASSERT_EQ(pool.MaybeRefill(), 4 * kMiB);
+  EXPECT_EQ(pool.Recall(1 * kMiB), 1 * kMiB);
+  EXPECT_EQ(pool.available(), 3 * kMiB);
+}
+
+TEST(GrantPool, FailedRecallKeepsTheGrant) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 4 * kMiB), server.Rpc());
+  ASSERT_EQ(pool.MaybeRefill(), 4 * kMiB);
+  server.set_error(absl::UnavailableError("down"));
+  EXPECT_EQ(pool.Recall(4 * kMiB), 0u);
+  EXPECT_EQ(pool.available(), 4 * kMiB);
+  EXPECT_EQ(GrantPool(Options(&clock), server.Rpc()).Recall(1), 0u);  // nothing to give
+}
+
+}  // namespace
+}  // namespace grantfs

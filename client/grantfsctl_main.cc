@@ -85,13 +85,19 @@ int main(int argc, char** argv) {
     printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),
            (unsigned long long)st.next_ino());
     printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
+    printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
+           (unsigned long long)st.write_backlog_bytes(),
+           (unsigned long long)st.write_budget_bytes());
     printf("sessions:        %d\n", st.sessions_size());
     const int64_t now_ms = absl::ToUnixMillis(absl::Now());
     for (const auto& ses : st.sessions()) {
-      printf("  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs\n",
-             (unsigned long long)ses.client_id(), ses.client_name().c_str(),
-             (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
-             (ses.lease_expires_ms() - now_ms) / 1000.0);
+      printf(
+          "  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs credit %llu "
+          "peak writes %u recalls %llu\n",
+          (unsigned long long)ses.client_id(), ses.client_name().c_str(),
+          (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
+          (ses.lease_expires_ms() - now_ms) / 1000.0, (unsigned long long)ses.credit_bytes(),
+          ses.peak_writes(), (unsigned long long)ses.recalls());
     }
     return 0;
   }

@@ -1,5 +1,6 @@
 #include "client/rpc_client.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -25,6 +26,17 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (!options_.secret.empty()) ctx->AddMetadata("x-grantfs-secret", options_.secret);
+}
+
+void RpcClient::NoteCredit(const grpc::ClientContext& ctx) {
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto it = md.find("x-grantfs-credit");
+  if (it == md.end()) return;
+  uint64_t credit = 0;
+  if (absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &credit) &&
+      credit > 0) {
+    credit_bytes_.store(credit, std::memory_order_relaxed);
+  }
 }
 
 absl::Status RpcClient::Failed(const char* name, const grpc::Status& s) const {

@@ -63,7 +63,10 @@ class RpcClient {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.call_timeout);
       grpc::Status s = (stub_.get()->*method)(&ctx, *req, reply);
-      if (s.ok()) return ErrnoStatus(reply->err(), name);
+      if (s.ok()) {
+        NoteCredit(ctx);
+        return ErrnoStatus(reply->err(), name);
+      }
       if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff > give_up) {
         return Failed(name, s);
       }
@@ -71,6 +74,13 @@ class RpcClient {
       backoff = std::min(backoff * 2, absl::Seconds(1));
     }
   }
+
+  // The server's latest in-flight write credit for this client, in bytes
+  // (trailing metadata "x-grantfs-credit" of every reply); 0 until the
+  // server has said.
+  uint64_t credit_bytes() const { return credit_bytes_.load(std::memory_order_relaxed); }
+  // Takes the credit from a finished call's trailing metadata.
+  void NoteCredit(const grpc::ClientContext& ctx);
 
   // Sets the deadline and the secret on a context (also for streams).
   void PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const;
@@ -85,6 +95,7 @@ class RpcClient {
   std::unique_ptr<proto::GrantFs::Stub> stub_;
   std::atomic<uint64_t> client_id_{0};
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> credit_bytes_{0};
 };
 
 }  // namespace grantfs

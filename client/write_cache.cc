@@ -154,8 +154,14 @@ void WriteCache::FlusherLoop() {
     uint64_t ino = 0;
     std::shared_ptr<Extent> e;
     auto work = [this, &e, &ino]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (stopping_) return true;
       e = PickLocked(&ino);
-      return e != nullptr || stopping_;
+      if (e != nullptr && in_flight_ > 0 && options_.credit) {
+        // Flow control: stay within the server's credit (one extent always goes).
+        const uint64_t credit = options_.credit();
+        if (credit > 0 && in_flight_bytes_ + e->data.size() > credit) e = nullptr;
+      }
+      return e != nullptr;
     };
     // The timeout lets extents come of age without a writer waking us.
     mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
@@ -163,11 +169,14 @@ void WriteCache::FlusherLoop() {
     if (!e) continue;
     e->flushing = true;
     ++in_flight_;
+    in_flight_bytes_ += e->data.size();
+    peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
     mu_.Unlock();
     if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
     absl::StatusOr<FlushResult> r = flush_(ino, e->offset, e->data);
     mu_.Lock();
     --in_flight_;
+    in_flight_bytes_ -= e->data.size();
     Inode& inode = inodes_[ino];
     if (r.ok()) {
       backoff = absl::ZeroDuration();
@@ -262,6 +271,11 @@ void WriteCache::PatchAttr(proto::Attr* attr) {
 uint64_t WriteCache::dirty_bytes() {
   absl::MutexLock l(&mu_);
   return dirty_bytes_;
+}
+
+int WriteCache::peak_in_flight() {
+  absl::MutexLock l(&mu_);
+  return peak_in_flight_;
 }
 
 size_t WriteCache::extent_count(uint64_t ino) {

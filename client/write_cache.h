@@ -50,6 +50,10 @@ struct WriteCacheOptions {
   absl::Duration max_age = absl::Seconds(5);
   // Flusher threads sending in parallel.
   int flushers = 4;
+  // Flow control: the server's in-flight credit in bytes (0 = unknown, no
+  // limit). Flushers keep the bytes of unacknowledged extents within it,
+  // except that one extent may always be in flight. Null = no limit.
+  std::function<uint64_t()> credit;
   Clock* clock = Clock::Real();
 };
 
@@ -97,6 +101,8 @@ class WriteCache {
   void PatchAttr(proto::Attr* attr);
 
   uint64_t dirty_bytes();
+  // Most extents that were in flight at once.
+  int peak_in_flight();
   size_t extent_count(uint64_t ino);
 
  private:
@@ -136,6 +142,8 @@ class WriteCache {
   std::map<uint64_t, Inode> inodes_ ABSL_GUARDED_BY(mu_);
   uint64_t dirty_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> flushers_;
 };

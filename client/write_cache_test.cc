@@ -738,3 +738,41 @@ TEST(WriteCache, LargeWriteIsSentInPiecesOfAtMostExtentBytes) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+// Flow control: with a credit of one extent, extents go one at a time even
+// with several flushers; without a credit they overlap.
+int PeakWithCredit(uint64_t credit) {
+  WriteCacheOptions o = SmallCache(/*flushers=*/4);
+  o.credit = [credit] { return credit; };
+  Harness h(o);
+  std::atomic<int> now{0}, peak{0};
+  h.server.set_hook([&](int, uint64_t, uint64_t, const std::string&) {
+    const int n = ++now;
+    int p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+    --now;
+    return absl::OkStatus();
+  });
+  h.cache.Start();
+  std::mt19937_64 rng(9);
+  const std::string data = RandomBytes(&rng, 4 * kMiB);
+  // Four files so that extents do not wait on each other for block order.
+  for (uint64_t ino = 1; ino <= 4; ++ino) EXPECT_TRUE(h.Write(ino, 0, data));
+  EXPECT_TRUE(h.FlushAll().ok());
+  for (uint64_t ino = 1; ino <= 4; ++ino) EXPECT_TRUE(SameBytes(data, h.server.content(ino)));
+  EXPECT_EQ(h.cache.peak_in_flight(), peak.load());
+  return peak.load();
+}
+
+TEST(WriteCache, FlushersKeepWithinTheServersCredit) {
+  EXPECT_EQ(PeakWithCredit(/*one byte: one extent at a time*/ 1), 1);
+  EXPECT_GT(PeakWithCredit(/*no limit*/ 0), 1);
+}
+
+}  // namespace
+}  // namespace grantfs

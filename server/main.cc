@@ -27,6 +27,10 @@ ABSL_FLAG(std::string, secret_file, "",
           "file holding the cluster secret every client must present");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
 ABSL_FLAG(int, threads, 16, "maximum gRPC server threads");
+ABSL_FLAG(int, write_backlog_mb, 64,
+          "flow control: MiB of client writes the server lets be in flight at once");
+ABSL_FLAG(int, recall_wait_ms, 1000,
+          "a write that finds the volume full waits this long for recalled grants");
 
 namespace {
 
@@ -90,6 +94,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   vo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  if (absl::GetFlag(FLAGS_write_backlog_mb) < 1 || absl::GetFlag(FLAGS_recall_wait_ms) < 0) {
+    LOG(ERROR) << "--write_backlog_mb must be >= 1 and --recall_wait_ms >= 0";
+    return 2;
+  }
+  vo.write_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_write_backlog_mb)) << 20;
+  vo.recall_wait = absl::Milliseconds(absl::GetFlag(FLAGS_recall_wait_ms));
   auto volume = grantfs::Volume::Open(vo);
   if (!volume.ok()) {
     LOG(ERROR) << "cannot open volume: " << volume.status();

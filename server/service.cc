@@ -49,9 +49,30 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
 
 }  // namespace
 
-#define GRANTFS_BEGIN(req) \
-  RequestContext rc;       \
-  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth
+// Every reply carries the client's in-flight write credit as trailing
+// metadata, computed as the handler ends (after its own write left the
+// backlog).
+class CreditOnReply {
+ public:
+  CreditOnReply(grpc::ServerContext* ctx, FlowControl* flow) : ctx_(ctx), flow_(flow) {}
+  ~CreditOnReply() {
+    if (client_id_ != 0) {
+      ctx_->AddTrailingMetadata("x-grantfs-credit", std::to_string(flow_->Credit(client_id_)));
+    }
+  }
+  void set_client_id(uint64_t id) { client_id_ = id; }
+
+ private:
+  grpc::ServerContext* const ctx_;
+  FlowControl* const flow_;
+  uint64_t client_id_ = 0;
+};
+
+#define GRANTFS_BEGIN(req)                                                     \
+  RequestContext rc;                                                           \
+  CreditOnReply credit_on_reply(ctx, &volume_->flow());                        \
+  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth; \
+  credit_on_reply.set_client_id(rc.client_id)
 
 #define GRANTFS_CHECK_INO(op, ino, reply) \
   if (!ValidIno(ino)) return Done(op, ErrnoStatus(EINVAL, "inode 0"), reply)
@@ -113,7 +134,7 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
     if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch)) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended");
     }
-    if (batch.items_size() > 0 && !writer->Write(batch)) break;
+    if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !writer->Write(batch)) break;
   }
   return grpc::Status::OK;
 }
@@ -236,6 +257,7 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Write", req->ino(), reply);
   uint64_t grant_used = 0;
+  FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
   auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
                           req->from_grant(), &grant_used);
   if (r.ok()) *reply->mutable_attr() = *r;
@@ -361,8 +383,12 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_granted_bytes(s.granted_bytes);
   reply->set_reserved_bytes(s.reserved_bytes);
   reply->set_ledger_ok(s.ledger_ok);
+  reply->set_write_backlog_bytes(volume_->flow().backlog_bytes());
+  reply->set_write_budget_bytes(volume_->flow().budget());
   for (auto& info : volume_->sessions().List()) {
     info.set_grant_bytes(volume_->meta().GrantOf(info.client_id()) * kBlockSize);
+    info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
+    info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     *reply->add_sessions() = info;
   }
   return grpc::Status::OK;

@@ -117,7 +117,8 @@ bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
   absl::MutexLock l(&mu_);
   auto ready = [this, client_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(client_id);
-    return shutting_down_ || it == sessions_.end() || !it->second.queue.empty();
+    return shutting_down_ || it == sessions_.end() || !it->second.queue.empty() ||
+           it->second.recall_bytes > 0;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   auto it = sessions_.find(client_id);
@@ -127,6 +128,19 @@ bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
     *out->add_items() = std::move(it->second.queue.front());
     it->second.queue.pop_front();
   }
+  if (it->second.recall_bytes > 0) {
+    out->set_recall_bytes(it->second.recall_bytes);
+    it->second.recall_bytes = 0;
+    ++it->second.recalls;
+  }
+  return true;
+}
+
+bool SessionTable::Recall(uint64_t client_id, uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end() || bytes == 0) return false;
+  it->second.recall_bytes = std::max(it->second.recall_bytes, bytes);
   return true;
 }
 
@@ -146,6 +160,7 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     uint64_t n = 0;
     for (const auto& [ino, c] : s.open) n += c;
     info.set_open_files(n);
+    info.set_recalls(s.recalls);
     out.push_back(info);
   }
   return out;

@@ -55,8 +55,11 @@ class SessionTable {
 
   // Queues `inv` for every session except `origin`.
   void Publish(uint64_t origin, const proto::Invalidation& inv);
-  // Waits up to `timeout` for invalidations for `client_id` and moves them
-  // into `out`. Returns false when the session no longer exists or the
+  // Asks `client_id` to give back unused grant (the Subscribe stream carries
+  // it as recall_bytes). Returns false when there is no such session.
+  bool Recall(uint64_t client_id, uint64_t bytes);
+  // Waits up to `timeout` for invalidations or a recall for `client_id` and
+  // moves them into `out`. Returns false when the session no longer exists or the
   // table is shutting down.
   bool Drain(uint64_t client_id, absl::Duration timeout, proto::InvalidationBatch* out);
 
@@ -72,6 +75,8 @@ class SessionTable {
     absl::Time expires;
     std::map<uint64_t, uint32_t> open;  // ino -> opens
     std::deque<proto::Invalidation> queue;
+    uint64_t recall_bytes = 0;  // pending recall, 0 = none
+    uint64_t recalls = 0;       // recalls sent so far
   };
   void ForgetOpens(const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

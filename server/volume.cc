@@ -54,7 +54,9 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
     : options_(options),
       meta_(std::move(meta)),
       chunks_(std::move(chunks)),
-      sessions_(options.clock, options.lease) {}
+      sessions_(options.clock, options.lease),
+      flow_(FlowControlOptions{.budget_bytes = options.write_budget_bytes,
+                               .clock = options.clock}) {}
 
 Volume::~Volume() {
   {
@@ -224,8 +226,8 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // part of the file is committed.
   const uint64_t grant_client = from_grant ? ctx.client_id : 0;
   uint64_t from_grant_blocks = 0;
-  ASSIGN_OR_RETURN(uint64_t reserved,
-                   meta_->Reserve(ino, offset, data.size(), grant_client, &from_grant_blocks));
+  ASSIGN_OR_RETURN(uint64_t reserved, ReserveForWrite(ctx, ino, offset, data.size(), grant_client,
+                                                      &from_grant_blocks));
   if (grant_used != nullptr) *grant_used = from_grant_blocks * kBlockSize;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   if (!st.ok()) {
@@ -247,7 +249,47 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
                    meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
                                 (return_bytes + kBlockSize - 1) / kBlockSize, &added_blocks));
   *added = added_blocks * kBlockSize;
+  // Short of what was asked: others may sit on grants they do not need.
+  if (*added < wanted_bytes / kBlockSize * kBlockSize) RecallGrants(ctx.client_id);
   return blocks * kBlockSize;
+}
+
+bool Volume::RecallGrants(uint64_t origin) {
+  std::vector<uint64_t> holders;
+  for (uint64_t id : meta_->GrantHolders()) {
+    if (id != origin && meta_->GrantOf(id) > 0) holders.push_back(id);
+  }
+  if (holders.empty()) return false;
+  {
+    absl::MutexLock l(&recall_mu_);
+    const absl::Time now = options_.clock->Now();
+    if (now - last_recall_ < absl::Milliseconds(200)) return true;
+    last_recall_ = now;
+  }
+  for (uint64_t id : holders) {
+    const uint64_t bytes = meta_->GrantOf(id) * kBlockSize;
+    if (sessions_.Recall(id, bytes)) {
+      VLOG(1) << "recalling up to " << bytes << " bytes of grant from session " << id;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<uint64_t> Volume::ReserveForWrite(const RequestContext& ctx, uint64_t ino,
+                                                 uint64_t offset, uint64_t length,
+                                                 uint64_t grant_client,
+                                                 uint64_t* from_grant_blocks) {
+  // Counted in attempts, not clock time, so that a FakeClock cannot stall it.
+  constexpr absl::Duration kPoll = absl::Milliseconds(20);
+  const int64_t attempts = options_.recall_wait / kPoll;
+  for (int64_t i = 0;; ++i) {
+    *from_grant_blocks = 0;
+    absl::StatusOr<uint64_t> r = meta_->Reserve(ino, offset, length, grant_client,
+                                                from_grant_blocks);
+    if (r.ok() || ToErrno(r.status()) != ENOSPC || i >= attempts) return r;
+    if (!RecallGrants(ctx.client_id)) return r;  // nobody else holds space
+    absl::SleepFor(kPoll);
+  }
 }
 
 absl::Status Volume::Fsync(const RequestContext& ctx, uint64_t ino) {
@@ -266,7 +308,9 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
-  ASSIGN_OR_RETURN(uint64_t reserved, meta_->Reserve(ino, offset, length));
+  uint64_t unused_grant = 0;
+  ASSIGN_OR_RETURN(uint64_t reserved,
+                   ReserveForWrite(ctx, ino, offset, length, 0, &unused_grant));
   absl::Status st = chunks_->Allocate(ino, offset, length);
   if (!st.ok()) {
     meta_->Unreserve(reserved);
@@ -324,6 +368,7 @@ absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino, const File
 
 void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files) {
   locks_.ReleaseClient(client_id);
+  flow_.Forget(client_id);
   if (absl::Status s = meta_->ReleaseGrant(client_id); !s.ok()) {
     LOG(ERROR) << "returning the grant of client " << client_id << ": " << s;
   }

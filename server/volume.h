@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
 #include "server/chunk_store.h"
+#include "server/flow_control.h"
 #include "server/lock_manager.h"
 #include "server/meta_store.h"
 #include "server/session_table.h"
@@ -43,6 +44,12 @@ struct VolumeOptions {
   uint32_t max_io_bytes = 8 << 20;
   // Time source. Default: the real clock. Not owned.
   Clock* clock = Clock::Real();
+  // Flow control: bytes of writes the server lets be in flight at once over
+  // all clients (server/flow_control.h).
+  uint64_t write_budget_bytes = 64ull << 20;
+  // A write that finds no free space while other sessions hold grants
+  // recalls them and waits up to this long for space before ENOSPC.
+  absl::Duration recall_wait = absl::Seconds(1);
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;
@@ -60,6 +67,7 @@ class Volume {
   ~Volume();
 
   SessionTable& sessions() { return sessions_; }
+  FlowControl& flow() { return flow_; }
   MetaStore& meta() { return *meta_; }
 
   // --- namespace ---------------------------------------------------------
@@ -129,6 +137,15 @@ class Volume {
   void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
                bool data_changed = false);
   void BackgroundLoop();
+  // Asks every other session holding a grant to give back what it does not
+  // need (at most every 200 ms). Returns whether any other session holds one.
+  bool RecallGrants(uint64_t origin);
+
+  // Reserve for a write, recalling other sessions' grants and waiting up to
+  // options_.recall_wait when the volume is full.
+  absl::StatusOr<uint64_t> ReserveForWrite(const RequestContext& ctx, uint64_t ino,
+                                           uint64_t offset, uint64_t length,
+                                           uint64_t grant_client, uint64_t* from_grant_blocks);
 
   // Constant after construction.
   const VolumeOptions options_;
@@ -139,6 +156,10 @@ class Volume {
   std::array<absl::Mutex, 1024> data_locks_;
   LockManager locks_;
   SessionTable sessions_;
+  FlowControl flow_;
+
+  absl::Mutex recall_mu_;
+  absl::Time last_recall_ ABSL_GUARDED_BY(recall_mu_) = absl::InfinitePast();
 
   absl::Mutex bg_mu_;
   bool stopping_ ABSL_GUARDED_BY(bg_mu_) = false;

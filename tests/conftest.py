@@ -190,9 +190,11 @@ class Mount:
 class Cluster:
     """A server and `nodes` mounts of it under one temporary directory."""
 
-    def __init__(self, base, nodes=2, capacity="4G", lease_ms=10000, mount_extra=()):
+    def __init__(self, base, nodes=2, capacity="4G", lease_ms=10000, mount_extra=(),
+                 server_extra=()):
         self.base = base
-        self.server = Server(os.path.join(base, "data"), capacity=capacity, lease_ms=lease_ms)
+        self.server = Server(os.path.join(base, "data"), capacity=capacity, lease_ms=lease_ms,
+                             extra=server_extra)
         self.mount_extra = list(mount_extra)
         self.mounts = [Mount(self.server.addr, os.path.join(base, f"node{i + 1}"),
                              self.mount_extra) for i in range(nodes)]
