@@ -39,7 +39,9 @@ ABSL_FLAG(int, retry_ms, 60000, "how long an unreachable server is retried befor
 ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
 ABSL_FLAG(std::string, write_mode, "fastwrite",
           "fastwrite (space grants + write-back cache) or writethrough (one RPC per write)");
-ABSL_FLAG(int, dirty_limit_mb, 256, "fastwrite: most MiB of written data held before writers wait");
+ABSL_FLAG(int, dirty_limit_mb, 0,
+          "fastwrite: most MiB of written data held before writers wait; 0 = 1/8 of the "
+          "machine's memory, between 256 MiB and 2 GiB");
 ABSL_FLAG(int, flushers, 4, "fastwrite: threads sending cached data in parallel");
 ABSL_FLAG(int, extent_kib, 4096, "fastwrite: extent size sent at once (1024..8192 KiB)");
 ABSL_FLAG(double, flush_age_s, 5.0, "fastwrite: cached data older than this is sent");
@@ -194,8 +196,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   fo.fastwrite = mode == "fastwrite";
-  fo.cache.dirty_limit = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_dirty_limit_mb)))
-                         << 20;
+  if (absl::GetFlag(FLAGS_dirty_limit_mb) < 0) {
+    LOG(ERROR) << "--dirty_limit_mb must be >= 0";
+    report(2);
+    return 2;
+  }
+  fo.cache.dirty_limit = static_cast<uint64_t>(absl::GetFlag(FLAGS_dirty_limit_mb)) << 20;
+  if (fo.cache.dirty_limit == 0) {
+    // Like the kernel's dirty_ratio for local file systems: a share of memory.
+    const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    fo.cache.dirty_limit = std::clamp<uint64_t>(ram / 8, 256ull << 20, 2048ull << 20);
+  }
+  LOG(INFO) << "dirty limit " << (fo.cache.dirty_limit >> 20) << " MiB";
   fo.cache.flushers = std::max(1, absl::GetFlag(FLAGS_flushers));
   fo.cache.extent_bytes =
       static_cast<uint64_t>(std::clamp(absl::GetFlag(FLAGS_extent_kib), 1024, 8192)) << 10;

@@ -93,8 +93,12 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     // Coalesce into the newest extent (it is newer than everything it
     // overlaps, so order is kept).
     const uint64_t overlap = std::min(end, last->end()) - offset;
-    if (end > last->end()) last->data.resize(end - last->offset);
-    memcpy(&last->data[offset - last->offset], data, size);
+    if (offset == last->end()) {
+      last->data.append(data, size);  // streaming: no zero-fill first
+    } else {
+      if (end > last->end()) last->data.resize(end - last->offset);
+      memcpy(&last->data[offset - last->offset], data, size);
+    }
     last->debit += debit;
     dirty_bytes_ -= overlap;
     if (last->data.size() >= max_extent) last->sealed = true;
