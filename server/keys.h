@@ -10,6 +10,7 @@
 //   'G' ino                -> InodeRecord        (unlinked, chunks to free)
 //   'L' client_id          -> GrantRecord        (a session's space grant)
 //   'M' "counters"         -> Counters
+//   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
 #ifndef GRANTFS_SERVER_KEYS_H_
 #define GRANTFS_SERVER_KEYS_H_
 
@@ -53,6 +54,11 @@ inline std::string Orphan(uint64_t ino) { return Prefix('O', ino); }
 inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
 inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
 inline std::string Counters() { return "Mcounters"; }
+inline std::string Dedupe(uint64_t client_id, uint64_t seq) {
+  std::string k = Prefix('Q', client_id);
+  PutBigEndian64(&k, seq);
+  return k;
+}
 
 }  // namespace grantfs::keys
 

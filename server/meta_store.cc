@@ -14,6 +14,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "server/dedupe.h"
 #include "server/grant_policy.h"
 #include "server/keys.h"
 #include "server/names.h"
@@ -205,6 +206,15 @@ absl::Status MetaStore::Mutate(Fn fn) {
       return st;
     }
     txn.batch()->Put(keys::Counters(), counters_.SerializeAsString());
+    // Exactly-once: the request's record rides in the same batch.
+    RequestTag* tag = RequestTag::Current();
+    const bool record = tag != nullptr && tag->active();
+    if (record) {
+      proto::DedupeRecord d;
+      d.set_value(tag->value);
+      d.set_time_ns(options_.clock->NowNanos());
+      txn.batch()->Put(keys::Dedupe(tag->client_id, tag->seq), d.SerializeAsString());
+    }
     // Applied without fsync under mu_ so the next change reads this one;
     // the fsync happens in WaitDurable, outside mu_.
     rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), txn.batch());
@@ -214,6 +224,7 @@ absl::Status MetaStore::Mutate(Fn fn) {
       return DbError(s, "write");
     }
     CheckLedger();
+    if (record) tag->recorded = true;
     ticket = applied_ticket_.fetch_add(1) + 1;
   }
   return WaitDurable(ticket);
@@ -448,6 +459,7 @@ absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller, uint64_
     const uint64_t ino = counters_.next_ino();
     counters_.set_next_ino(ino + 1);
     counters_.set_inodes(counters_.inodes() + 1);
+    if (RequestTag* tag = RequestTag::Current()) tag->value = ino;  // a retry answers with it
     if (IsDir(inode)) {
       inode.set_parent(parent);
       dir.set_nlink(dir.nlink() + 1);
@@ -1011,6 +1023,7 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
     counters_.set_granted_blocks(counters_.granted_blocks() - back + more);
     total = held;
     *added = more;
+    if (RequestTag* tag = RequestTag::Current()) tag->value = more;
     proto::GrantRecord g;
     g.set_blocks(held);
     if (held == 0) {
@@ -1067,6 +1080,39 @@ absl::Status MetaStore::Reap(uint64_t ino) {
     counters_.set_inodes(counters_.inodes() - 1);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::optional<proto::DedupeRecord>> MetaStore::FindDedupe(uint64_t client_id,
+                                                                        uint64_t seq) {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Dedupe(client_id, seq), &v);
+  if (s.IsNotFound()) return std::optional<proto::DedupeRecord>();
+  if (!s.ok()) return DbError(s, "dedupe lookup");
+  proto::DedupeRecord d;
+  if (!d.ParseFromString(v)) return ErrnoStatus(EIO, "corrupt dedupe record");
+  return std::optional<proto::DedupeRecord>(d);
+}
+
+absl::StatusOr<int> MetaStore::ExpireDedupe(absl::Duration retention) {
+  const int64_t cutoff = options_.clock->NowNanos() - absl::ToInt64Nanoseconds(retention);
+  rocksdb::WriteBatch batch;
+  int n = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("Q"); it->Valid() && it->key().starts_with("Q"); it->Next()) {
+    proto::DedupeRecord d;
+    if (!d.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) ||
+        d.time_ns() < cutoff) {
+      batch.Delete(it->key());
+      ++n;
+    }
+  }
+  if (!it->status().ok()) return DbError(it->status(), "dedupe scan");
+  if (n == 0) return 0;
+  // Not synced: a record that comes back after a crash only expires again.
+  absl::MutexLock l(&mu_);  // every change goes in under mu_, in one order
+  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+  if (!s.ok()) return DbError(s, "dedupe expiry");
+  return n;
 }
 
 absl::StatusOr<std::vector<uint64_t>> MetaStore::ListGarbage(bool orphans) {

@@ -148,6 +148,11 @@ class MetaStore {
   // Sessions that hold a grant (persisted; they survive a restart).
   std::vector<uint64_t> GrantHolders();
 
+  // Exactly-once (server/dedupe.h): the record of request (client_id, seq),
+  // if it was applied; and deletion of records older than `retention`.
+  absl::StatusOr<std::optional<proto::DedupeRecord>> FindDedupe(uint64_t client_id, uint64_t seq);
+  absl::StatusOr<int> ExpireDedupe(absl::Duration retention);
+
   // --- orphans and deferred deletion ---------------------------------------
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
   // the background deleter. A no-op when `ino` is not an orphan.

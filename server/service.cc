@@ -1,8 +1,10 @@
 #include "server/service.h"
 
 #include <cerrno>
+#include <optional>
 
 #include "common/errno_status.h"
+#include "server/dedupe.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -47,7 +49,67 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
   return l;
 }
 
+// Exactly-once for a request that changes something (server/dedupe.h):
+// waits out an earlier attempt still running, finds the outcome of one that
+// was applied, and otherwise tags this thread so that the change records it.
+class Once {
+ public:
+  Once(Volume* volume, const proto::RequestHeader& header) : volume_(volume) {
+    tag_.client_id = header.client_id();
+    tag_.seq = header.seq();
+    if (tag_.client_id == 0 || tag_.seq == 0) return;  // no session: nothing to match
+    entered_ = volume_->in_flight().Enter(tag_.client_id, tag_.seq, absl::Seconds(20));
+    if (!entered_) return;
+    absl::StatusOr<std::optional<proto::DedupeRecord>> r =
+        volume_->meta().FindDedupe(tag_.client_id, tag_.seq);
+    if (!r.ok()) {
+      error_ = r.status();
+      return;
+    }
+    prior_ = *r;
+    if (!prior_) scope_.emplace(&tag_);
+  }
+  ~Once() {
+    scope_.reset();
+    if (entered_) volume_->in_flight().Leave(tag_.client_id, tag_.seq);
+  }
+  // UNAVAILABLE (the client retries) when an earlier attempt is still running.
+  grpc::Status busy() const {
+    if (tag_.client_id == 0 || tag_.seq == 0 || entered_) return grpc::Status::OK;
+    LOG(WARNING) << "request " << tag_.client_id << "/" << tag_.seq
+                 << " is still running; asking the client to retry";
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "an earlier attempt is still running");
+  }
+  const absl::Status& error() const { return error_; }
+  // The record of an earlier attempt that was applied, if any.
+  const std::optional<proto::DedupeRecord>& prior() const { return prior_; }
+
+ private:
+  Volume* const volume_;
+  RequestTag tag_;
+  bool entered_ = false;
+  absl::Status error_;
+  std::optional<proto::DedupeRecord> prior_;
+  std::optional<ScopedRequestTag> scope_;
+};
+
 }  // namespace
+
+#define GRANTFS_ONCE(op, req, reply)                            \
+  Once once(volume_, (req)->header());                          \
+  if (grpc::Status busy = once.busy(); !busy.ok()) return busy; \
+  if (!once.error().ok()) return Done(op, once.error(), reply)
+
+// A retried request that was applied: the reply carries the inode's
+// attributes as they are now.
+#define GRANTFS_PRIOR_ATTR(op, ino, reply)     \
+  if (once.prior()) {                          \
+    auto a = volume_->meta().GetAttr(ino);     \
+    if (a.ok()) *(reply)->mutable_attr() = *a; \
+    return Done(op, a.status(), reply);        \
+  }
+#define GRANTFS_PRIOR_OK(op, reply) \
+  if (once.prior()) return Done(op, absl::OkStatus(), reply)
 
 // Every reply carries the client's in-flight write credit as trailing
 // metadata, computed as the handler ends (after its own write left the
@@ -161,6 +223,8 @@ grpc::Status GrantFsService::SetAttr(Ctx* ctx, const proto::SetAttrRequest* req,
                                      proto::AttrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("SetAttr", req->ino(), reply);
+  GRANTFS_ONCE("SetAttr", req, reply);
+  GRANTFS_PRIOR_ATTR("SetAttr", req->ino(), reply);
   auto r = volume_->SetAttr(rc, *req);
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("SetAttr", r.status(), reply);
@@ -170,6 +234,8 @@ grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
                                    proto::AttrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("MkNod", req->parent(), reply);
+  GRANTFS_ONCE("MkNod", req, reply);
+  GRANTFS_PRIOR_ATTR("MkNod", once.prior()->value(), reply);
   auto r = volume_->MkNod(rc, *req);
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("MkNod", r.status(), reply);
@@ -179,6 +245,8 @@ grpc::Status GrantFsService::Symlink(Ctx* ctx, const proto::SymlinkRequest* req,
                                      proto::AttrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Symlink", req->parent(), reply);
+  GRANTFS_ONCE("Symlink", req, reply);
+  GRANTFS_PRIOR_ATTR("Symlink", once.prior()->value(), reply);
   auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("Symlink", r.status(), reply);
@@ -189,6 +257,8 @@ grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Link", req->ino(), reply);
   GRANTFS_CHECK_INO("Link", req->new_parent(), reply);
+  GRANTFS_ONCE("Link", req, reply);
+  GRANTFS_PRIOR_ATTR("Link", req->ino(), reply);
   auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("Link", r.status(), reply);
@@ -198,6 +268,8 @@ grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
                                     proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Remove", req->parent(), reply);
+  GRANTFS_ONCE("Remove", req, reply);
+  GRANTFS_PRIOR_OK("Remove", reply);
   return Done("Remove", volume_->Remove(rc, req->parent(), req->name(), req->is_dir()), reply);
 }
 
@@ -206,6 +278,8 @@ grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Rename", req->parent(), reply);
   GRANTFS_CHECK_INO("Rename", req->new_parent(), reply);
+  GRANTFS_ONCE("Rename", req, reply);
+  GRANTFS_PRIOR_OK("Rename", reply);
   return Done("Rename", volume_->Rename(rc, *req), reply);
 }
 
@@ -256,6 +330,15 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                                    proto::WriteReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Write", req->ino(), reply);
+  GRANTFS_ONCE("Write", req, reply);
+  if (once.prior()) {
+    // Applied before: the same grant use, the file's attributes now.
+    reply->set_grant_used_bytes(once.prior()->value());
+    if (req->from_grant()) {
+      reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
+    }
+  }
+  GRANTFS_PRIOR_ATTR("Write", req->ino(), reply);
   uint64_t grant_used = 0;
   FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
   auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
@@ -269,6 +352,12 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
 grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
                                    proto::GrantReply* reply) {
   GRANTFS_BEGIN(req);
+  GRANTFS_ONCE("Grant", req, reply);
+  if (once.prior()) {
+    reply->set_granted_bytes(once.prior()->value() * kBlockSize);
+    reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
+    return Done("Grant", absl::OkStatus(), reply);
+  }
   uint64_t added = 0;
   auto r = volume_->Grant(rc, req->wanted_bytes(), req->return_bytes(), &added);
   if (r.ok()) {
@@ -292,6 +381,8 @@ grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* 
                                        proto::AttrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Fallocate", req->ino(), reply);
+  GRANTFS_ONCE("Fallocate", req, reply);
+  GRANTFS_PRIOR_ATTR("Fallocate", req->ino(), reply);
   auto r = volume_->Fallocate(rc, req->ino(), req->mode(), req->offset(), req->length());
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("Fallocate", r.status(), reply);
@@ -317,6 +408,8 @@ grpc::Status GrantFsService::SetXattr(Ctx* ctx, const proto::SetXattrRequest* re
                                       proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("SetXattr", req->ino(), reply);
+  GRANTFS_ONCE("SetXattr", req, reply);
+  GRANTFS_PRIOR_OK("SetXattr", reply);
   return Done("SetXattr",
               volume_->SetXattr(rc, req->ino(), req->name(), req->value(), req->flags()), reply);
 }
@@ -345,6 +438,8 @@ grpc::Status GrantFsService::RemoveXattr(Ctx* ctx, const proto::RemoveXattrReque
                                          proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("RemoveXattr", req->ino(), reply);
+  GRANTFS_ONCE("RemoveXattr", req, reply);
+  GRANTFS_PRIOR_OK("RemoveXattr", reply);
   return Done("RemoveXattr", volume_->RemoveXattr(rc, req->ino(), req->name()), reply);
 }
 

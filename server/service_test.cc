@@ -203,3 +203,128 @@ TEST_F(ServiceTest, BadLockRequests) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+// Exactly-once: a request resent with the same (client id, seq) after it
+// was applied gets its outcome, not a second application.
+class OnceTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    proto::OpenSessionRequest req;
+    proto::OpenSessionReply reply;
+    ASSERT_TRUE(stub_->OpenSession(Ctx().get(), req, &reply).ok());
+    client_ = reply.client_id();
+  }
+  template <typename Req>
+  void Tag(Req* req, uint64_t seq) {
+    req->mutable_header()->set_client_id(client_);
+    req->mutable_header()->set_seq(seq);
+  }
+  proto::AttrReply Create(uint64_t seq, const std::string& name) {
+    proto::MkNodRequest req;
+    Tag(&req, seq);
+    req.set_parent(1);
+    req.set_name(name);
+    req.set_mode(S_IFREG | 0644);
+    req.set_exclusive(true);
+    proto::AttrReply reply;
+    EXPECT_TRUE(stub_->MkNod(Ctx().get(), req, &reply).ok());
+    return reply;
+  }
+  int RenameErr(uint64_t seq, const std::string& from, const std::string& to) {
+    proto::RenameRequest req;
+    Tag(&req, seq);
+    req.set_parent(1);
+    req.set_name(from);
+    req.set_new_parent(1);
+    req.set_new_name(to);
+    proto::ErrReply reply;
+    EXPECT_TRUE(stub_->Rename(Ctx().get(), req, &reply).ok());
+    return reply.err();
+  }
+  proto::WriteReply Write(uint64_t seq, uint64_t ino, uint64_t offset, const std::string& data) {
+    proto::WriteRequest req;
+    Tag(&req, seq);
+    req.set_ino(ino);
+    req.set_offset(offset);
+    req.set_data(data);
+    req.set_from_grant(true);
+    proto::WriteReply reply;
+    EXPECT_TRUE(stub_->Write(Ctx().get(), req, &reply).ok());
+    return reply;
+  }
+  uint64_t client_ = 0;
+};
+
+TEST_F(OnceTest, RetriedCreateReturnsTheSameInodeNotEexist) {
+  proto::AttrReply first = Create(10, "a");
+  ASSERT_EQ(first.err(), 0);
+  proto::AttrReply retry = Create(10, "a");
+  EXPECT_EQ(retry.err(), 0);
+  EXPECT_EQ(retry.attr().ino(), first.attr().ino());
+  // A new request (new seq) for the same name is a real second create.
+  EXPECT_EQ(Create(11, "a").err(), EEXIST);
+  EXPECT_EQ(volume_->Space().inodes, 2u);  // root + a
+}
+
+TEST_F(OnceTest, RetriedRenameSucceedsInsteadOfEnoent) {
+  ASSERT_EQ(Create(1, "x").err(), 0);
+  EXPECT_EQ(RenameErr(2, "x", "y"), 0);
+  EXPECT_EQ(RenameErr(2, "x", "y"), 0);        // the retry
+  EXPECT_EQ(RenameErr(3, "x", "y"), ENOENT);   // a new rename of a gone name
+}
+
+TEST_F(OnceTest, FailedRequestsAreNotRecordedAndRunAgain) {
+  EXPECT_EQ(RenameErr(5, "missing", "z"), ENOENT);
+  ASSERT_EQ(Create(6, "missing").err(), 0);
+  EXPECT_EQ(RenameErr(5, "missing", "z"), 0);  // nothing was applied the first time
+}
+
+TEST_F(OnceTest, RetriedWriteUsesTheGrantOnce) {
+  proto::GrantRequest g;
+  Tag(&g, 20);
+  g.set_wanted_bytes(1 << 20);
+  proto::GrantReply gr;
+  ASSERT_TRUE(stub_->Grant(Ctx().get(), g, &gr).ok());
+  ASSERT_EQ(gr.granted_bytes(), 1u << 20);
+  proto::GrantReply gr2;
+  ASSERT_TRUE(stub_->Grant(Ctx().get(), g, &gr2).ok());  // the retry adds nothing
+  EXPECT_EQ(gr2.granted_bytes(), 1u << 20);
+  EXPECT_EQ(gr2.grant_bytes(), 1u << 20);
+
+  const uint64_t ino = Create(21, "f").attr().ino();
+  const std::string data(64 << 10, 'w');
+  proto::WriteReply w1 = Write(22, ino, 0, data);
+  ASSERT_EQ(w1.err(), 0);
+  EXPECT_EQ(w1.grant_used_bytes(), 64u << 10);
+  proto::WriteReply w2 = Write(22, ino, 0, data);
+  EXPECT_EQ(w2.err(), 0);
+  EXPECT_EQ(w2.grant_used_bytes(), w1.grant_used_bytes());
+  EXPECT_EQ(w2.grant_bytes(), (1u << 20) - (64u << 10));
+  EXPECT_EQ(w2.attr().size(), data.size());
+  EXPECT_EQ(volume_->Space().used_bytes, 64u << 10);
+}
+
+TEST_F(OnceTest, RecordsSurviveARestartAndExpire) {
+  const uint64_t ino = Create(30, "r").attr().ino();
+  server_->Shutdown();
+  volume_.reset();
+  VolumeOptions vo;
+  vo.dir = dir_ + "/vol";
+  vo.capacity_bytes = 64 << 20;
+  vo.background = false;
+  volume_ = *Volume::Open(vo);
+  auto rec = volume_->meta().FindDedupe(client_, 30);
+  ASSERT_TRUE(rec.ok());
+  ASSERT_TRUE(rec->has_value());
+  EXPECT_EQ((*rec)->value(), ino);
+  EXPECT_EQ(*volume_->meta().ExpireDedupe(absl::Hours(1)), 0);
+  EXPECT_EQ(*volume_->meta().ExpireDedupe(absl::ZeroDuration()), 1);
+  EXPECT_FALSE(volume_->meta().FindDedupe(client_, 30)->has_value());
+}
+
+}  // namespace
+}  // namespace grantfs

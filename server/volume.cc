@@ -10,6 +10,7 @@
 #include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/dedupe.h"
 #include "server/names.h"
 
 namespace grantfs {
@@ -229,6 +230,8 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   ASSIGN_OR_RETURN(uint64_t reserved, ReserveForWrite(ctx, ino, offset, data.size(), grant_client,
                                                       &from_grant_blocks));
   if (grant_used != nullptr) *grant_used = from_grant_blocks * kBlockSize;
+  // A retry of this write answers with the grant it used (server/dedupe.h).
+  if (RequestTag* tag = RequestTag::Current()) tag->value = from_grant_blocks * kBlockSize;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   if (!st.ok()) {
     meta_->Unreserve(reserved);
@@ -391,6 +394,11 @@ absl::StatusOr<int> Volume::RunMaintenance() {
     LOG(WARNING) << "client " << client_id << ": lease expired; releasing its " << open_files.size()
                  << " open files and its locks";
     ForgetClient(client_id, open_files);
+  }
+  if (options_.clock->Now() - last_dedupe_expiry_ >= absl::Minutes(1)) {
+    last_dedupe_expiry_ = options_.clock->Now();
+    absl::StatusOr<int> n = meta_->ExpireDedupe(options_.dedupe_retention);
+    if (!n.ok()) LOG(WARNING) << "expiring request records: " << n.status();
   }
   ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->ListGarbage());
   for (uint64_t ino : garbage) {

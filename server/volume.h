@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
 #include "server/chunk_store.h"
+#include "server/dedupe.h"
 #include "server/flow_control.h"
 #include "server/lock_manager.h"
 #include "server/meta_store.h"
@@ -50,6 +51,8 @@ struct VolumeOptions {
   // A write that finds no free space while other sessions hold grants
   // recalls them and waits up to this long for space before ENOSPC.
   absl::Duration recall_wait = absl::Seconds(1);
+  // How long the record of an applied request is kept for its retries.
+  absl::Duration dedupe_retention = absl::Minutes(5);
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;
@@ -68,6 +71,7 @@ class Volume {
 
   SessionTable& sessions() { return sessions_; }
   FlowControl& flow() { return flow_; }
+  InFlightRequests& in_flight() { return in_flight_; }
   MetaStore& meta() { return *meta_; }
 
   // --- namespace ---------------------------------------------------------
@@ -157,6 +161,7 @@ class Volume {
   LockManager locks_;
   SessionTable sessions_;
   FlowControl flow_;
+  InFlightRequests in_flight_;
 
   absl::Mutex recall_mu_;
   absl::Time last_recall_ ABSL_GUARDED_BY(recall_mu_) = absl::InfinitePast();
@@ -164,6 +169,8 @@ class Volume {
   absl::Mutex bg_mu_;
   bool stopping_ ABSL_GUARDED_BY(bg_mu_) = false;
   bool garbage_waiting_ ABSL_GUARDED_BY(bg_mu_) = false;
+  // Only RunMaintenance (one caller at a time) uses it.
+  absl::Time last_dedupe_expiry_ = absl::InfinitePast();
   std::thread background_;
 };
 

@@ -1,0 +1,72 @@
+// Exactly-once execution of retried requests.
+//
+// Every request carries (client_id, seq); a client resends a request with
+// the same pair after a timeout or a failover. The first Mutate of the
+// metadata store that a tagged request makes also writes a DedupeRecord
+// under keys::Dedupe(client_id, seq), in the same RocksDB batch, so the
+// record exists exactly when the change does (and is replicated with it).
+// A request whose pair already has a record is not applied again: the
+// service answers it from the record (a retried create returns the inode it
+// created, not EEXIST; a retried rename succeeds instead of ENOENT).
+//
+// RequestTag: the request being served on this thread (thread-local, set by
+// ScopedRequestTag in the service). InFlightRequests: a retry that arrives
+// while the first attempt is still running waits for it to finish.
+//
+// Records expire after a retention time (5 min by default, far above the
+// client's retry window).
+#ifndef GRANTFS_SERVER_DEDUPE_H_
+#define GRANTFS_SERVER_DEDUPE_H_
+
+#include <cstdint>
+#include <set>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace grantfs {
+
+struct RequestTag {
+  uint64_t client_id = 0;
+  uint64_t seq = 0;
+  // What the record keeps (op-specific); set by the op before its Mutate.
+  uint64_t value = 0;
+  // The record is written; later Mutates of the same request add none.
+  bool recorded = false;
+
+  bool active() const { return client_id != 0 && seq != 0 && !recorded; }
+  // The tag of the request this thread serves, or null.
+  static RequestTag* Current();
+};
+
+// Makes `tag` the current one for its lifetime.
+class ScopedRequestTag {
+ public:
+  explicit ScopedRequestTag(RequestTag* tag);
+  ~ScopedRequestTag();
+  ScopedRequestTag(const ScopedRequestTag&) = delete;
+  ScopedRequestTag& operator=(const ScopedRequestTag&) = delete;
+
+ private:
+  RequestTag* const saved_;
+};
+
+// Requests being executed now, by (client_id, seq).
+class InFlightRequests {
+ public:
+  // Registers the pair; if it is already running (a retry overtook the
+  // first attempt), waits up to `wait` for it to finish. Returns false on
+  // timeout (the caller answers EAGAIN-like and the client retries).
+  bool Enter(uint64_t client_id, uint64_t seq, absl::Duration wait);
+  void Leave(uint64_t client_id, uint64_t seq);
+
+ private:
+  absl::Mutex mu_;
+  std::set<std::pair<uint64_t, uint64_t>> running_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_DEDUPE_H_
