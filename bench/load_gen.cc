@@ -140,15 +140,17 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
       c->req.set_ino(1);
       rpc->stub()->async()->GetAttr(&c->ctx, &c->req, &c->reply,
                                     [c, tally, i, due](grpc::Status s) {
-                                      Finish(tally, i, due, s, c->reply.err());
-                                      delete c;
+                                      const int err = c->reply.err();
+                                      delete c;  // before the count-down lets RunLoad return
+                                      Finish(tally, i, due, s, err);
                                     });
     } else {
       auto* c = new Call<proto::EchoRequest, proto::EchoReply>;
       rpc->PrepareContext(&c->ctx, o.call_timeout);
       rpc->stub()->async()->Echo(&c->ctx, &c->req, &c->reply, [c, tally, i, due](grpc::Status s) {
-        Finish(tally, i, due, s, c->reply.err());
-        delete c;
+        const int err = c->reply.err();
+        delete c;  // before the count-down lets RunLoad return
+        Finish(tally, i, due, s, err);
       });
     }
   }
