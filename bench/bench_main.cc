@@ -25,9 +25,14 @@
 //       open-loop offered load; achieved ops/s and response times.
 //       CSV,load,OP,RATE,SECS,OFFERED,DROPPED,OK,FAILED,ACHIEVED,MEAN_MS,P50_MS,P99_MS,
 //           MAX_MS,MAX_SEND_LAG_MS,FAILURES (CODE:N;...)
+//   grantfs-bench suite [--quick|--smoke] [suite.py options]
+//       the whole suite: runs bench/suite.py of the source tree this binary was
+//       built from, with --build set to its build directory.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -267,6 +272,19 @@ int RunLoadCmd() {
   return 0;
 }
 
+// `suite`: hands over to bench/suite.py (its own options, not absl flags).
+int ExecSuite(int argc, char** argv) {
+  const std::string script = std::string(GRANTFS_SOURCE_DIR) + "/bench/suite.py";
+  std::vector<std::string> args = {"python3", script, "--build", GRANTFS_BUILD_DIR};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execvp("python3", cargs.data());
+  fprintf(stderr, "grantfs-bench: cannot run python3 %s: %s\n", script.c_str(), strerror(errno));
+  return 2;
+}
+
 struct Command {
   std::function<int()> run;
   std::set<std::string> flags;  // the flags it reads; others are refused
@@ -276,9 +294,11 @@ struct Command {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "suite") return ExecSuite(argc, argv);
   absl::SetProgramUsageMessage(
       "grantfs-bench dd|meta|smallfiles --dir=DIR [options]\n"
       "       grantfs-bench rpc|load --server=HOST:PORT [options]\n"
+      "       grantfs-bench suite [--quick|--smoke] [bench/suite.py options]\n"
       "(see the comment at the top of bench/bench_main.cc, or --helpfull)");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) return Usage("expected exactly one command");

@@ -23,7 +23,7 @@ MODES = {
         rpc_callers=8,
         load_threads=(1, 2, 4, 8, 16),  # 7
         load_rates=(1000, 2000, 4000, 8000, 16000, 32000),
-        load_secs=2.0,
+        load_secs=1.5,
         capacity="16G",
     ),
     "quick": dict(
