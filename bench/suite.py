@@ -60,9 +60,10 @@ How to regenerate this file (as root, from the repository, after building):
     sudo bench/run.sh --quick          # small sizes, under 3 minutes (not for publishing)
     sudo bench/run.sh --build build --out docs --sections 1,3   # some sections only
 
-or `ninja -C build bench` (`bench-quick`), or `build/bench/grantfs-bench suite [--quick]`. It needs `dbench`, `gnuplot-nox`, `make` and `gcc`
-(`scripts/install-deps.sh`). It writes this file, `docs/bench/*.csv` (one per table, plus
-`runs.csv` with every sample) and `docs/bench/*.png`. Each figure is the median of the runs with
+or `ninja -C build bench` (`bench-quick`), or `build/bench/grantfs-bench suite [--quick]`.
+It needs `dbench`, `gnuplot-nox`, `make` and `gcc` (`scripts/install-deps.sh`). It writes this
+file, `docs/bench/*.csv` (one per table, plus `runs.csv` with every sample) and
+`docs/bench/*.png`. Each figure is the median of the runs with
 (min–max); runs alternate between targets, so the columns of a table come from the same run.
 """
 

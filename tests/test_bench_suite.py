@@ -69,7 +69,8 @@ def test_results_tables_come_from_the_samples():
     assert r.get("s", (("target", "zz"),), "wall") is None
     header, rows = r.csv_rows("s")
     assert header == ["target", "jobs", "metric", "unit", "median", "min", "max", "runs"]
-    assert rows == [["a", 4, "wall", "s", "2", "1", "3", 3], ["b", "", "wall", "s", "9", "9", "9", 1]]
+    assert rows == [["a", 4, "wall", "s", "2", "1", "3", 3],
+                    ["b", "", "wall", "s", "9", "9", "9", 1]]
     header, rows = r.raw_rows()
     assert len(rows) == 5 and rows[0] == ["s", "target=a;jobs=4", "wall", "s", 1, "3"]
     assert r.sections() == ["s", "t"]

@@ -65,7 +65,8 @@ def mkfile_and_dd(ctx):
                     ctx.progress.step(f"§1 {kind} {mib} MiB on {name}, run {run + 1}/{ctx.runs}")
                     t = run_dd(ctx, d, mib, zeros=(kind == "mkfile"))
                     key = (("target", name), ("workload", kind))
-                    res.record("mkfile_dd", key, "MB/s incl. fsync", "MB/s", mbps(mib, t["total_s"]))
+                    res.record("mkfile_dd", key, "MB/s incl. fsync", "MB/s",
+                               mbps(mib, t["total_s"]))
                     res.record("mkfile_dd", key, "write() MB/s", "MB/s", mbps(mib, t["write_s"]))
                     for phase in ("open", "write", "fsync", "close", "total"):
                         res.record("time_split", key, phase, "s", t[f"{phase}_s"])
@@ -315,8 +316,8 @@ beyond -j{os.cpu_count()} more jobs can only hide file-system waits, as NPROC=24
         last = res.get("parallel_build", (("target", name), ("jobs", jobs[-1])), "wall")
         row.append(fmt_ratio(first, last))
         rows.append(row)
-    sec.table(["target"] + [f"make -j{j} s" for j in jobs] + [f"speedup -j{jobs[-1]} vs -j{jobs[0]}"],
-              rows)
+    sec.table(["target"] + [f"make -j{j} s" for j in jobs] +
+              [f"speedup -j{jobs[-1]} vs -j{jobs[0]}"], rows)
     rows = []
     for j in jobs:
         g = res.get("parallel_build", (("target", GFS), ("jobs", j)), "wall")

@@ -66,7 +66,8 @@ counts payload bytes in both directions. Median (min–max) over {ctx.runs} run(
         row = [_size(b)]
         for mode in ("oneway", "reqreply"):
             key = (("mode", mode), ("bytes", b))
-            row += [fmt_summary(res.get("rpc", key, "median")), fmt_summary(res.get("rpc", key, "p99")),
+            row += [fmt_summary(res.get("rpc", key, "median")),
+                    fmt_summary(res.get("rpc", key, "p99")),
                     fmt_summary(res.get("rpc", key, "bandwidth")) if b else "-"]
         rows.append(row)
     sec.table(["payload", "one-way median us", "one-way p99 us", "one-way MB/s",
