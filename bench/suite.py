@@ -87,6 +87,9 @@ def parse_args(argv):
         p.error(f"--sections: expected numbers from 1 to 8, got '{a.sections}'")
     if not wanted or not wanted <= set(TITLES):
         p.error(f"--sections: expected numbers from 1 to 8, got '{a.sections}'")
+    for nums, _ in GROUPS:  # 1 and 2 come from the same runs: either means both
+        if set(nums) & wanted:
+            wanted |= set(nums)
     a.wanted = wanted
     a.mode = "quick" if a.quick else "smoke" if a.smoke else "full"
     return a

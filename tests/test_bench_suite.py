@@ -56,6 +56,9 @@ def test_formatting():
     assert stats.fmt_summary(stats.summarize([3])) == "3.00"
     assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([4])) == "0.25x"
     assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([0])) == "-"
+    assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([700])) == "0.00143x"
+    assert stats.fmt_ratio(stats.summarize([30]), stats.summarize([2])) == "15.0x"
+    assert stats.scaled(stats.summarize([0.5, 0.25]), 1000) == (375, 250, 500, 2)
     assert stats.fmt_ratio(None, stats.summarize([1])) == "-"
 
 
@@ -189,3 +192,14 @@ def test_sigterm_midway_unmounts_and_stops_everything(tmp_base):
     assert os.listdir(work) == []
     assert not os.path.exists(os.path.join(tmp_base, "out", "benchmarks.md"))
     wait_for(lambda: not _processes_mentioning(work), timeout=30, what="children to exit")
+
+
+def test_every_mode_sets_every_size():
+    from suitelib import modes
+    keys = set(modes.MODES["full"])
+    for name, cfg in modes.MODES.items():
+        assert set(cfg) == keys, name
+        assert cfg["runs"] >= 1 and cfg["dd_mib"] >= 1 and cfg["load_rates"], name
+    assert modes.MODES["full"]["runs"] >= 3  # a median with min and max
+    assert modes.MODES["full"]["dd_mib"] == 2048 and modes.MODES["full"]["meta_files"] == 10000
+    assert modes.MODES["full"]["dbench_secs"] == 30

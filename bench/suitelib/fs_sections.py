@@ -11,7 +11,7 @@ from . import ctree
 from .context import Section
 from .harness import BenchError
 from .report import num, quote
-from .stats import fmt_ratio, fmt_summary
+from .stats import fmt_ratio, fmt_summary, scaled
 
 GFS = "GrantFS"
 PT = "FUSE passthrough"
@@ -111,15 +111,15 @@ open+write+fsync+close; median of {ctx.runs} run(s), (min–max).
     s2 = Section(ctx, 2, "time_split", "Time split (PxFS chunk.py)")
     s2.text(f"""
 Where the time of the same runs goes: open, the write() calls, fsync, close of the {mib} MiB
-written in 512 KiB chunks. Seconds, median (min–max) of {ctx.runs} run(s).
+written in 512 KiB chunks. Milliseconds, median (min–max) of {ctx.runs} run(s).
 """)
     rows = []
     for name, _ in targets:
         for kind in ("dd", "mkfile"):
             key = (("target", name), ("workload", kind))
-            rows.append([name, kind] + [fmt_summary(res.get("time_split", key, p))
+            rows.append([name, kind] + [fmt_summary(scaled(res.get("time_split", key, p), 1000))
                                         for p in ("open", "write", "fsync", "close", "total")])
-    s2.table(["target", "data", "open s", "write s", "fsync s", "close s", "total s"], rows)
+    s2.table(["target", "data", "open ms", "write ms", "fsync ms", "close ms", "total ms"], rows)
     data = ""
     for phase in ("open", "write", "fsync", "close"):
         cells = []

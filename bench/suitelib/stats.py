@@ -62,7 +62,13 @@ def fmt_ratio(a, b):
     """a / b as '0.74x' from two summaries' medians; '-' when undefined."""
     if a is None or b is None or b.median == 0:
         return "-"
-    return f"{a.median / b.median:.2f}x"
+    r = a.median / b.median
+    return f"{r:.2f}x" if 0.01 <= r < 10 else f"{fmt(r)}x"
+
+
+def scaled(s, k):
+    """A summary with every figure multiplied by k (seconds -> ms); None stays None."""
+    return None if s is None else Summary(s.median * k, s.min * k, s.max * k, s.n)
 
 
 class Results:
