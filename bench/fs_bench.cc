@@ -30,8 +30,9 @@ absl::Status Failed(const std::string& what) { return ErrnoStatus(errno, what); 
 // 7-bit digits with the top bit set, so no file system can store them as
 // holes or zeros and no two blocks or files are alike.
 void StampSeed(uint64_t seed, char* buf, size_t n) {
-  for (size_t k = 0; k < 8 && k < n; ++k)
+  for (size_t k = 0; k < 8 && k < n; ++k) {
     buf[k] = static_cast<char>(((seed >> (7 * k)) & 0x7f) | 0x80);
+  }
 }
 void FillPattern(uint64_t seed, char* buf, size_t n) {
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<char>((i * 131 + seed * 31 + 7) | 1);
@@ -52,6 +53,7 @@ absl::StatusOr<DdTimes> RunDd(const DdOptions& o) {
     return ErrnoStatus(EINVAL, "dd: size is not a multiple of the block size");
   }
   std::vector<char> buf(o.block_bytes, 0);
+  if (!o.zeros) FillPattern(0, buf.data(), buf.size());
   const std::string path = absl::StrFormat("%s/grantfs-bench-dd.%d", o.dir, getpid());
   DdTimes t;
   const auto t0 = Clock::now();
@@ -60,11 +62,13 @@ absl::StatusOr<DdTimes> RunDd(const DdOptions& o) {
   t.open_s = Since(t0);
   absl::Status status;
   const auto t1 = Clock::now();
-  if (!o.zeros) FillPattern(0, buf.data(), buf.size());
   for (uint64_t block = 0; block < o.bytes / o.block_bytes; ++block) {
     if (!o.zeros) StampSeed(block, buf.data(), buf.size());
-    if (write(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) {
-      status = Failed("write " + path);
+    const ssize_t n = write(fd, buf.data(), buf.size());
+    if (n != static_cast<ssize_t>(buf.size())) {
+      status = n < 0 ? Failed("write " + path)
+                     : ErrnoStatus(EIO, absl::StrFormat("write %s: %d of %d bytes written", path, n,
+                                                        buf.size()));
       break;
     }
   }
@@ -130,9 +134,12 @@ absl::StatusOr<SmallFilesRates> RunSmallFiles(const SmallFilesOptions& o) {
     FillPattern(i, buf.data(), buf.size());
     const int fd = open(name(i).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) return Failed("create " + name(i));
-    if (write(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) {
+    const ssize_t n = write(fd, buf.data(), buf.size());
+    if (n != static_cast<ssize_t>(buf.size())) {
+      absl::Status s = n < 0 ? Failed("write " + name(i))
+                             : ErrnoStatus(EIO, "write " + name(i) + ": short write");
       close(fd);
-      return Failed("write " + name(i));
+      return s;
     }
     if (close(fd) != 0) return Failed("close " + name(i));
   }
