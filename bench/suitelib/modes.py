@@ -1,7 +1,9 @@
 """Sizes and repetitions of each mode.
 
 full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
-      3 runs of everything); under 30 minutes on 2 cores.
+      3 runs of everything); about 20 minutes on an idle 2-core machine
+      (estimated from quick-mode step times: sections 1-2 2 min, 3 3 min,
+      4 4 min, 5 9 min of which dbench 6, 6 1 min, 7 3 min).
 quick: the same sections, small sizes; under 3 minutes.
 smoke: the smallest run that still exercises every section (the e2e test).
 """
@@ -10,11 +12,11 @@ MODES = {
     "full": dict(
         runs=3,
         dd_mib=2048,            # 1-2: mkfile and dd, 512 KiB writes
-        sweep_mib=512,          # 3: dd through the latency proxy
+        sweep_mib=256,          # 3: dd through the latency proxy
         sweep_delays_ms=(0, 1, 5),
-        small_files=100,        # 3: small-file workload, 4 KiB each
+        small_files=60,         # 3: small-file workload, 4 KiB each
         small_kib=4,
-        build_files=300,        # 4: generated C tree
+        build_files=200,        # 4: generated C tree
         build_jobs=(1, 4, 24),
         meta_files=10000,       # 5
         dbench_secs=30,
