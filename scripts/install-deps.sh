@@ -6,7 +6,8 @@ PKGS=(build-essential cmake ninja-build pkg-config ccache clang-format
       libfuse3-dev fuse3
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
       librocksdb-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
-      python3 python3-pytest sqlite3 rsync git tar attr acl psmisc procps iproute2)
+      python3 python3-pytest sqlite3 rsync git tar attr acl psmisc procps iproute2
+      dbench gnuplot-nox util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

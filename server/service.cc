@@ -1,7 +1,9 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
+#include <string>
 
 #include "common/errno_status.h"
 #include "server/dedupe.h"
@@ -485,6 +487,26 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     *reply->add_sessions() = info;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Echo(Ctx* ctx, const proto::EchoRequest* req,
+                                  proto::EchoReply* reply) {
+  GRANTFS_BEGIN(req);
+  constexpr uint32_t kMaxEchoReply = 8 << 20;
+  const uint32_t n = req->reply_bytes();
+  if (n > kMaxEchoReply) {
+    return Done("Echo", ErrnoStatus(EINVAL, "reply_bytes " + std::to_string(n) + " > 8 MiB"),
+                reply);
+  }
+  const std::string& in = req->payload();
+  std::string* out = reply->mutable_payload();
+  if (in.empty()) {
+    out->assign(n, '\x5a');
+  } else {
+    out->reserve(n);
+    while (out->size() < n) out->append(in, 0, std::min<size_t>(in.size(), n - out->size()));
   }
   return grpc::Status::OK;
 }

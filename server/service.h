@@ -58,6 +58,7 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status GetLock(Ctx*, const proto::LockRequest*, proto::GetLockReply*) override;
   grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*) override;
   grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*) override;
+  grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*) override;
 
  private:
   // Authenticates the call and renews the session; fills `rc`.

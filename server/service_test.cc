@@ -201,6 +201,30 @@ TEST_F(ServiceTest, BadLockRequests) {
   EXPECT_EQ(r.err(), EINVAL);
 }
 
+TEST_F(ServiceTest, EchoRepliesWithRequestedBytesAndRejectsOversizedReplies) {
+  proto::EchoRequest req;
+  proto::EchoReply reply;
+  req.set_payload("abc");
+  req.set_reply_bytes(7);
+  ASSERT_TRUE(stub_->Echo(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.err(), 0);
+  EXPECT_EQ(reply.payload(), "abcabca");
+  req.set_reply_bytes(0);  // one-way: payload in, nothing back
+  ASSERT_TRUE(stub_->Echo(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.payload(), "");
+  req.clear_payload();  // nothing to repeat: a non-zero filler
+  req.set_reply_bytes(1 << 20);
+  ASSERT_TRUE(stub_->Echo(Ctx().get(), req, &reply).ok());
+  ASSERT_EQ(reply.payload().size(), 1u << 20);
+  EXPECT_EQ(reply.payload().find('\0'), std::string::npos);
+  req.set_reply_bytes((8 << 20) + 1);
+  ASSERT_TRUE(stub_->Echo(Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.err(), EINVAL);
+  EXPECT_EQ(reply.payload(), "");
+  EXPECT_EQ(stub_->Echo(Ctx("wrong").get(), req, &reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 }  // namespace
 }  // namespace grantfs
 

@@ -1,0 +1,76 @@
+"""Sizes and repetitions of each mode.
+
+full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
+      3 runs of everything); about 20 minutes on an idle 2-core machine
+      (estimated from quick-mode step times: sections 1-2 2 min, 3 3 min,
+      4 4 min, 5 9 min of which dbench 6, 6 1 min, 7 3 min).
+quick: the same sections, small sizes; under 3 minutes.
+smoke: the smallest run that still exercises every section (the e2e test).
+"""
+
+MODES = {
+    "full": dict(
+        runs=3,
+        dd_mib=2048,            # 1-2: mkfile and dd, 512 KiB writes
+        sweep_mib=256,          # 3: dd through the latency proxy
+        sweep_delays_ms=(0, 1, 5),
+        small_files=60,         # 3: small-file workload, 4 KiB each
+        small_kib=4,
+        build_files=200,        # 4: generated C tree
+        build_jobs=(1, 4, 24),
+        meta_files=10000,       # 5
+        dbench_secs=30,
+        dbench_clients=4,
+        rpc_secs=1.0,           # 6: seconds per payload size and mode
+        rpc_callers=8,
+        load_threads=(1, 2, 4, 8, 16),  # 7
+        load_rates=(1000, 2000, 4000, 8000, 16000, 32000),
+        load_secs=1.5,
+        capacity="16G",
+    ),
+    "quick": dict(
+        runs=1,
+        dd_mib=256,
+        sweep_mib=64,
+        sweep_delays_ms=(0, 1, 5),
+        small_files=30,
+        small_kib=4,
+        build_files=40,
+        build_jobs=(1, 4, 24),
+        meta_files=1000,
+        dbench_secs=8,
+        dbench_clients=4,
+        rpc_secs=0.3,
+        rpc_callers=8,
+        load_threads=(1, 2, 4, 8, 16),
+        load_rates=(1000, 4000, 16000),
+        load_secs=1.0,
+        capacity="4G",
+    ),
+    "smoke": dict(
+        runs=1,
+        dd_mib=16,
+        sweep_mib=4,
+        sweep_delays_ms=(0, 1, 5),
+        small_files=8,
+        small_kib=4,
+        build_files=6,
+        build_jobs=(1, 4, 24),
+        meta_files=100,
+        dbench_secs=2,
+        dbench_clients=2,
+        rpc_secs=0.05,
+        rpc_callers=4,
+        load_threads=(1, 4),
+        load_rates=(200, 1000),
+        load_secs=0.5,
+        capacity="2G",
+    ),
+}
+
+
+def free_bytes_needed(cfg):
+    """Scratch space a mode needs under its work directory: one dd file per
+    target at a time (local, passthrough source, GrantFS chunks whose
+    deletion may lag), plus room for everything small."""
+    return 3 * cfg["dd_mib"] * 2**20 + 2 * 2**30

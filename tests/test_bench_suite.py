@@ -1,0 +1,205 @@
+"""The benchmark suite (bench/suite.py): its statistics helpers, its
+argument and prerequisite errors, a whole run in the smallest mode, and
+cleanup when it is stopped half-way.
+
+Runs as root (FUSE and tmpfs mounts). The smoke run takes about 30 s.
+"""
+
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD, REPO, wait_for
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from suitelib import stats  # noqa: E402
+from suitelib.harness import mounts_under  # noqa: E402
+from suitelib.report import PNG_MAGIC  # noqa: E402
+
+SUITE = os.path.join(REPO, "bench", "suite.py")
+SECTIONS = {
+    1: "mkfile and dd", 2: "Time split", 3: "Latency sweep", 4: "Parallel build",
+    5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server thread scaling",
+    8: "Failover drill",
+}
+CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench", "rpc",
+        "rpc_rate", "thread_scaling", "runs"]
+PNGS = ["time_split", "latency_sweep", "thread_scaling"]
+
+
+# --- helpers (no root needed) ----------------------------------------------------------
+
+
+def test_summarize_median_min_max():
+    assert stats.summarize([5, 1, 3]) == (3, 1, 5, 3)
+    assert stats.summarize([4, 1, 2, 10]) == (3, 1, 10, 4)  # mean of the two middle ones
+    assert stats.summarize([7]) == (7, 7, 7, 1)
+    with pytest.raises(ValueError):
+        stats.summarize([])
+    with pytest.raises(ValueError):
+        stats.summarize([1, math.nan])
+
+
+def test_formatting():
+    assert stats.fmt(1234.5) == "1,234"  # banker's rounding of .5 is fine for a table
+    assert stats.fmt(441.2) == "441"
+    assert stats.fmt(12.34) == "12.3"
+    assert stats.fmt(0.01234) == "0.0123"
+    assert stats.fmt(None) == "-"
+    assert stats.fmt_summary(stats.summarize([245, 441, 465])) == "441 (245–465)"
+    assert stats.fmt_summary(stats.summarize([3])) == "3.00"
+    assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([4])) == "0.25x"
+    assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([0])) == "-"
+    assert stats.fmt_ratio(stats.summarize([1]), stats.summarize([700])) == "0.00143x"
+    assert stats.fmt_ratio(stats.summarize([30]), stats.summarize([2])) == "15.0x"
+    assert stats.scaled(stats.summarize([0.5, 0.25]), 1000) == (375, 250, 500, 2)
+    assert stats.fmt_ratio(None, stats.summarize([1])) == "-"
+
+
+def test_results_tables_come_from_the_samples():
+    r = stats.Results()
+    for v in (3, 1, 2):
+        r.record("s", (("target", "a"), ("jobs", 4)), "wall", "s", v)
+    r.record("s", (("target", "b"),), "wall", "s", 9)
+    r.record("t", (("x", 1),), "rate", "ops/s", 5)
+    assert r.get("s", (("target", "a"), ("jobs", 4)), "wall") == (2, 1, 3, 3)
+    assert r.get("s", (("target", "zz"),), "wall") is None
+    header, rows = r.csv_rows("s")
+    assert header == ["target", "jobs", "metric", "unit", "median", "min", "max", "runs"]
+    assert rows == [["a", 4, "wall", "s", "2", "1", "3", 3],
+                    ["b", "", "wall", "s", "9", "9", "9", 1]]
+    header, rows = r.raw_rows()
+    assert len(rows) == 5 and rows[0] == ["s", "target=a;jobs=4", "wall", "s", 1, "3"]
+    assert r.sections() == ["s", "t"]
+    with pytest.raises(ValueError):
+        r.record("s", (("target", "a"),), "wall", "ms", 1)  # one unit per metric
+
+
+# --- the suite as a program -------------------------------------------------------------
+
+
+def run_suite(*args, timeout=60):
+    return subprocess.run([sys.executable, SUITE, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_bad_arguments_are_refused_precisely(tmp_path):
+    r = run_suite("--sections", "1,9")
+    assert r.returncode == 2 and "--sections: expected numbers from 1 to 8" in r.stderr
+    r = run_suite("--quick", "--smoke")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+    r = run_suite("--smoke", "--build", str(tmp_path / "nobuild"), "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert f"{tmp_path}/nobuild/server/grantfs-server not found" in r.stderr
+    r = run_suite("--smoke", "--build", BUILD, "--workdir", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "is not a directory" in r.stderr
+    assert not os.path.exists(tmp_path / "benchmarks.md")
+
+
+def _numbers(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows, f"{path} has no rows"
+    return rows
+
+
+def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
+    out = os.path.join(tmp_base, "out")
+    work = os.path.join(tmp_base, "work")
+    os.makedirs(work)
+    t0 = time.monotonic()
+    r = run_suite("--smoke", "--build", BUILD, "--out", out, "--workdir", work, timeout=300)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert took < 120, f"smoke run took {took:.0f} s"
+    # Progress on stderr, one line per step; the tables on stdout.
+    assert "§1 dd" in r.stderr and "§7 --threads=" in r.stderr
+    assert "| target |" in r.stdout
+
+    with open(os.path.join(out, "benchmarks.md")) as f:
+        md = f.read()
+    for n, title in SECTIONS.items():
+        assert f"## {n}. {title}" in md, f"section {n} missing"
+    for fact in ("| date |", "| CPU |", "| cores |", "| kernel |", "| disk under the work"):
+        assert fact in md
+    assert "**Failed" not in md
+    assert "Skipped: no replica is configured" in md  # this build has no replica role
+    assert "sudo bench/run.sh" in md  # how to regenerate it
+
+    for name in CSVS:
+        rows = _numbers(os.path.join(out, "bench", f"{name}.csv"))
+        value_cols = ["value"] if name == "runs" else ["median", "min", "max"]
+        for row in rows:
+            for c in value_cols:
+                v = float(row[c])
+                assert math.isfinite(v) and v >= 0, (name, row)
+        assert any(float(row[value_cols[0]]) > 0 for row in rows), name
+    # The figures every comparison rests on are positive.
+    for name, metric in (("mkfile_dd", "MB/s incl. fsync"), ("metadata", "create/s"),
+                         ("dbench", "throughput"), ("parallel_build", "wall"),
+                         ("rpc", "median"), ("latency_sweep", "write() MB/s")):
+        rows = [row for row in _numbers(os.path.join(out, "bench", f"{name}.csv"))
+                if row["metric"] == metric]
+        assert rows and all(float(row["median"]) > 0 for row in rows), (name, metric)
+    for name in PNGS:
+        with open(os.path.join(out, "bench", f"{name}.png"), "rb") as f:
+            assert f.read(8) == PNG_MAGIC, name
+        assert f"(bench/{name}.png)" in md
+
+    # Nothing left behind: no mounts, no scratch directory, no processes.
+    assert mounts_under(work) == []
+    assert os.listdir(work) == []
+    assert not _processes_mentioning(work)
+
+
+def _processes_mentioning(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_sigterm_midway_unmounts_and_stops_everything(tmp_base):
+    work = os.path.join(tmp_base, "work")
+    os.makedirs(work)
+    p = subprocess.Popen([sys.executable, SUITE, "--smoke", "--sections", "3", "--build", BUILD,
+                          "--out", os.path.join(tmp_base, "out"), "--workdir", work],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(mounts_under(work)) >= 2 or p.poll() is not None, timeout=60,
+                 what="the sweep's mounts")
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    assert p.returncode == 130, err[-3000:]
+    assert "interrupted" in err
+    assert mounts_under(work) == []
+    assert os.listdir(work) == []
+    assert not os.path.exists(os.path.join(tmp_base, "out", "benchmarks.md"))
+    wait_for(lambda: not _processes_mentioning(work), timeout=30, what="children to exit")
+
+
+def test_every_mode_sets_every_size():
+    from suitelib import modes
+    keys = set(modes.MODES["full"])
+    for name, cfg in modes.MODES.items():
+        assert set(cfg) == keys, name
+        assert cfg["runs"] >= 1 and cfg["dd_mib"] >= 1 and cfg["load_rates"], name
+    assert modes.MODES["full"]["runs"] >= 3  # a median with min and max
+    assert modes.MODES["full"]["dd_mib"] == 2048 and modes.MODES["full"]["meta_files"] == 10000
+    assert modes.MODES["full"]["dbench_secs"] == 30
