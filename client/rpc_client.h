@@ -1,6 +1,8 @@
 // The client's connection to the GrantFS server: one gRPC channel, a
 // deadline on every call, and the retry policy of the abseil status words:
-// UNAVAILABLE (server unreachable or restarting) is retried with backoff
+// UNAVAILABLE (server unreachable or restarting) and RESOURCE_EXHAUSTED
+// (all of the server's threads busy: gRPC refuses the call rather than queue
+// it) are retried with backoff
 // until `retry_for` runs out; everything else is returned at once.
 //
 // A reply's `err` field becomes an errno status, so callers see one kind of
@@ -33,7 +35,8 @@ struct RpcClientOptions {
   std::string secret;
   // Deadline of one attempt of one call.
   absl::Duration call_timeout = absl::Seconds(30);
-  // How long UNAVAILABLE is retried before the call fails with EIO.
+  // How long UNAVAILABLE / RESOURCE_EXHAUSTED are retried before the call
+  // fails with EIO.
   absl::Duration retry_for = absl::Seconds(60);
 };
 
@@ -67,7 +70,9 @@ class RpcClient {
         NoteCredit(ctx);
         return ErrnoStatus(reply->err(), name);
       }
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff > give_up) {
+      const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      if (!transient || absl::Now() + backoff > give_up) {
         return Failed(name, s);
       }
       absl::SleepFor(backoff);

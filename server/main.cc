@@ -26,7 +26,9 @@ ABSL_FLAG(std::string, role, "primary", "server role (only 'primary' for now)");
 ABSL_FLAG(std::string, secret_file, "",
           "file holding the cluster secret every client must present");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
-ABSL_FLAG(int, threads, 16, "maximum gRPC server threads");
+ABSL_FLAG(int, threads, 256,
+          "maximum gRPC server threads; each mount's invalidation stream holds one, and a "
+          "call that finds none free is refused (clients retry it)");
 ABSL_FLAG(int, write_backlog_mb, 64,
           "flow control: MiB of client writes the server lets be in flight at once");
 ABSL_FLAG(int, recall_wait_ms, 1000,
