@@ -12,6 +12,17 @@ namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
     : options_(options), rpc_(std::move(rpc)) {
+  if (options_.readahead.window_bytes > 0) {
+    ReadAheadOptions ro = options_.readahead;
+    ro.extent_bytes = options_.max_io_bytes;
+    ra_ = std::make_unique<ReadAhead>(
+        ro,
+        [this](uint64_t ino, uint64_t offset, size_t size) {
+          return PrefetchRpc(ino, offset, size);
+        },
+        // cache_ is set below, before any read can come.
+        [this](uint64_t ino) { return cache_ && cache_->extent_count(ino) > 0; });
+  }
   if (!options_.fastwrite) return;
   pool_ = std::make_unique<GrantPool>(
       options_.grants, [this](uint64_t wanted, uint64_t back) -> absl::StatusOr<uint64_t> {
@@ -64,6 +75,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->options().servers.front()
             << ", lease " << reply.lease_ms() << " ms";
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  if (ra_) ra_->Start();
   if (cache_) {
     pool_->Start();
     cache_->Start();
@@ -80,6 +92,17 @@ void FileSystem::Stop() {
     if (!started_ || stopping_) return;
     stopping_ = true;
     if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    // Read-ahead is given up: its RPCs end now (PrefetchRpc starts no new
+    // one once stopping_ is set), so joining its pool does not wait for a
+    // deadline.
+    for (grpc::ClientContext* ctx : prefetch_ctx_) ctx->TryCancel();
+  }
+  if (ra_) {
+    ra_->Stop();
+    const ReadAhead::Stats st = ra_->stats();
+    LOG(INFO) << "read-ahead: " << st.fetches << " fetches (" << st.fetch_errors << " failed, "
+              << st.discarded << " discarded), " << st.served_bytes << " bytes served from them, "
+              << st.direct_reads << " direct reads, " << st.timeouts << " waits timed out";
   }
   if (cache_) {
     // Unmount: everything cached goes to the server first; the session's
@@ -140,7 +163,11 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
       backoff = absl::Milliseconds(100);
       for (const proto::Invalidation& inv : batch.items()) {
         if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
-        if (inv.ino() != 0) invalidator->InvalidateInode(inv.ino(), inv.data_changed());
+        if (inv.ino() == 0) continue;
+        // Read-ahead first: once the kernel drops its pages it may read
+        // again at once, and must not get what was fetched before the change.
+        if (inv.data_changed()) DataChanged(inv.ino());
+        invalidator->InvalidateInode(inv.ino(), inv.data_changed());
       }
       if (batch.recall_bytes() > 0 && pool_) {
         // Other mounts need space: give back what cached data does not need.
@@ -150,6 +177,9 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
       batch.Clear();
     }
     grpc::Status s = reader->Finish();
+    // Changes pushed while the stream was down may be lost (a restarted
+    // server, an overflowing queue): nothing fetched before is trusted.
+    if (ra_) ra_->InvalidateAll();
     absl::MutexLock l(&mu_);
     stream_ctx_ = nullptr;
     if (stopping_) return;
@@ -190,7 +220,11 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
   if (cache_) RETURN_IF_ERROR(Flush(req.ino()));
   Stamp(c, &req);
   proto::AttrReply reply;
-  RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
+  absl::Status s = rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply);
+  // After the server applied it (a truncate): what read-ahead fetched
+  // before is dropped, and fetches still in flight are discarded.
+  DataChanged(req.ino());
+  RETURN_IF_ERROR(s);
   Patch(reply.mutable_attr());
   return reply.attr();
 }
@@ -293,12 +327,22 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   req.set_ino(ino);
   req.set_flags(flags);
   proto::OpenReply reply;
-  RETURN_IF_ERROR(rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply));
+  absl::Status s = rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply);
+  // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
+  if (ra_) {
+    if (s.ok()) {
+      ra_->Opened(ino, reply.attr().size());
+    } else {
+      ra_->Invalidate(ino);
+    }
+  }
+  RETURN_IF_ERROR(s);
   Patch(reply.mutable_attr());
   return reply.attr();
 }
 
 absl::Status FileSystem::Release(uint64_t ino) {
+  if (ra_) ra_->Released(ino);
   proto::ReleaseRequest req;
   req.set_ino(ino);
   proto::ErrReply reply;
@@ -308,9 +352,26 @@ absl::Status FileSystem::Release(uint64_t ino) {
 absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint64_t offset,
                                              size_t size) {
   // Read-your-writes: cached bytes are copied before the server read and
-  // laid over it, so a flush finishing in between cannot hide them.
+  // laid over it, so a flush finishing in between cannot hide them. What
+  // read-ahead serves was fetched while this mount held no written data of
+  // the file, and every write since dropped it (docs/write-path.md).
   std::vector<WriteCache::Piece> cached;
   if (cache_) cached = cache_->Snapshot(ino, offset, size);
+  std::string out;
+  if (ra_) {
+    ASSIGN_OR_RETURN(out,
+                     ra_->Read(ino, offset, size, [this, &c](uint64_t i, uint64_t off, size_t n) {
+                       return ReadRpc(c, i, off, n);
+                     }));
+  } else {
+    ASSIGN_OR_RETURN(out, ReadRpc(c, ino, offset, size));
+  }
+  if (!cached.empty()) WriteCache::Apply(cached, offset, size, &out);
+  return out;
+}
+
+absl::StatusOr<std::string> FileSystem::ReadRpc(const Creds& c, uint64_t ino, uint64_t offset,
+                                                size_t size) {
   std::string out;
   while (out.size() < size) {
     proto::ReadRequest req;
@@ -324,19 +385,50 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
     out += reply.data();
     if (reply.data().size() < want) break;  // end of file
   }
-  if (!cached.empty()) WriteCache::Apply(cached, offset, size, &out);
   return out;
+}
+
+absl::StatusOr<std::string> FileSystem::PrefetchRpc(uint64_t ino, uint64_t offset, size_t size) {
+  // No caller's credentials: the server checks none on Read (the kernel
+  // checked access at open).
+  proto::ReadRequest req;
+  req.set_ino(ino);
+  req.set_offset(offset);
+  req.set_size(size);
+  proto::ReadReply reply;
+  grpc::ClientContext ctx;
+  rpc_->PrepareContext(&ctx, rpc_->options().call_timeout);
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return absl::CancelledError("unmounting");
+    prefetch_ctx_.insert(&ctx);
+  }
+  absl::Status s = rpc_->CallOnce("Read", &proto::GrantFs::Stub::Read, &ctx, &req, &reply);
+  {
+    absl::MutexLock l(&mu_);
+    prefetch_ctx_.erase(&ctx);
+  }
+  RETURN_IF_ERROR(s);
+  return std::move(*reply.mutable_data());
 }
 
 absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t offset,
                                          const char* data, size_t size) {
+  // Read-ahead is dropped after the data is in the cache or on the server:
+  // a fetch issued before then is discarded, and one issued after sees the
+  // cached data and starts no read-ahead (ReadAhead::Read).
   if (cache_) {
-    if (cache_->Write(ino, offset, data, size)) return size;
+    if (cache_->Write(ino, offset, data, size)) {
+      DataChanged(ino);
+      return size;
+    }
     // The grant cannot cover it (the volume is nearly full): allocate at the
     // server, exactly, after what is cached for this file (order).
     RETURN_IF_ERROR(cache_->FlushInode(ino));
   }
-  return WriteThrough(c, ino, offset, data, size);
+  absl::StatusOr<size_t> r = WriteThrough(c, ino, offset, data, size);
+  DataChanged(ino);  // also after an error: some of it may have landed
+  return r;
 }
 
 absl::Status FileSystem::Flush(uint64_t ino) {
@@ -378,7 +470,9 @@ absl::Status FileSystem::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, 
   req.set_offset(offset);
   req.set_length(length);
   proto::AttrReply reply;
-  return rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+  absl::Status s = rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+  DataChanged(ino);  // a punched hole reads as zeros from now on
+  return s;
 }
 
 absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) {

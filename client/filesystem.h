@@ -6,6 +6,8 @@
 // debits the session's space grant and copies into the write cache; flusher
 // threads send the data on; flush (close) and fsync wait for it. In
 // write-through mode every write() is one RPC that allocates at the server.
+// Reads of a sequential reader are served from extents fetched ahead
+// (ReadAhead); every change of a file's data drops what was fetched of it.
 //
 // Every method returns an errno status on failure (ToErrno()). Thread-safe.
 #ifndef GRANTFS_CLIENT_FILESYSTEM_H_
@@ -20,11 +22,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
+#include "client/read_ahead.h"
 #include "client/rpc_client.h"
 #include "client/write_cache.h"
 #include "proto/grantfs.pb.h"
@@ -58,6 +62,9 @@ struct FileSystemOptions {
   bool fastwrite = true;
   WriteCacheOptions cache;
   GrantPoolOptions grants;
+  // Read-ahead of sequential readers; window_bytes 0 turns it off. Its
+  // extent size is max_io_bytes.
+  ReadAheadOptions readahead;
 };
 
 class FileSystem {
@@ -73,6 +80,8 @@ class FileSystem {
 
   InodeTable& inodes() { return inodes_; }
   RpcClient& rpc() { return *rpc_; }
+  // Null when read-ahead is off.
+  ReadAhead* read_ahead() { return ra_.get(); }
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
@@ -127,6 +136,15 @@ class FileSystem {
   void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
   absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
+  // Reads from the server, one RPC per max_io_bytes.
+  absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
+  // One read-ahead fetch: a single attempt that Stop() cancels.
+  absl::StatusOr<std::string> PrefetchRpc(uint64_t ino, uint64_t offset, size_t size);
+  // The data of `ino` changed (here or elsewhere): nothing fetched before
+  // is served any more.
+  void DataChanged(uint64_t ino) {
+    if (ra_) ra_->Invalidate(ino);
+  }
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
   void Patch(proto::Attr* attr) {
@@ -145,6 +163,8 @@ class FileSystem {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Read-ahead RPCs in flight, cancelled by Stop().
+  absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);
   // Inodes known to have no security.capability, until the time given. The
   // kernel asks for it before every write() (file_remove_privs): without
   // this, every write would cost a round trip.
@@ -152,6 +172,8 @@ class FileSystem {
   absl::flat_hash_map<uint64_t, absl::Time> no_capability_ ABSL_GUARDED_BY(xattr_mu_);
   std::thread heartbeat_;
   std::thread subscriber_;
+  // Declared last: destroyed (its pool joined) before what its fetches use.
+  std::unique_ptr<ReadAhead> ra_;  // null when off
 };
 
 }  // namespace grantfs

@@ -45,6 +45,8 @@ ABSL_FLAG(int, dirty_limit_mb, 0,
 ABSL_FLAG(int, flushers, 4, "fastwrite: threads sending cached data in parallel");
 ABSL_FLAG(int, extent_kib, 4096, "fastwrite: extent size sent at once (1024..8192 KiB)");
 ABSL_FLAG(double, flush_age_s, 5.0, "fastwrite: cached data older than this is sent");
+ABSL_FLAG(int, readahead_kib, 8192,
+          "KiB fetched ahead of a sequential reader, in 1 MiB reads in parallel (0 = off)");
 ABSL_FLAG(int, grant_mb, 64,
           "fastwrite: first grant refill size in MiB (grows with the write rate)");
 
@@ -214,6 +216,8 @@ int main(int argc, char** argv) {
   fo.cache.max_age = absl::Seconds(absl::GetFlag(FLAGS_flush_age_s));
   fo.grants.initial_refill_bytes = static_cast<uint64_t>(std::max(1, absl::GetFlag(FLAGS_grant_mb)))
                                    << 20;
+  fo.readahead.window_bytes = static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_readahead_kib)))
+                              << 10;
   grantfs::FileSystem fs(fo, *std::move(rpc));
   grantfs::FuseOptions fuse_options;
   fuse_options.attr_timeout_s = absl::GetFlag(FLAGS_attr_timeout);

@@ -42,6 +42,10 @@ void RpcClient::NoteCredit(const grpc::ClientContext& ctx) {
 absl::Status RpcClient::Failed(const char* name, const grpc::Status& s) const {
   LOG(WARNING) << "rpc " << name << " to " << options_.servers.front()
                << " failed: " << s.error_code() << " " << s.error_message();
+  return ToStatus(name, s);
+}
+
+absl::Status RpcClient::ToStatus(const char* name, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return ErrnoStatus(ETIMEDOUT, absl::StrCat(name, ": ", s.error_message()));
   }

@@ -86,14 +86,31 @@ class RpcClient {
   uint64_t credit_bytes() const { return credit_bytes_.load(std::memory_order_relaxed); }
   // Takes the credit from a finished call's trailing metadata.
   void NoteCredit(const grpc::ClientContext& ctx);
+  // One attempt of `method` on a context the caller prepared (PrepareContext)
+  // and may cancel from another thread (TryCancel): for work that can be
+  // given up, such as read-ahead. No retry and no log; the status is as
+  // Call's.
+  template <typename Req, typename Reply>
+  absl::Status CallOnce(const char* name,
+                        grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*,
+                                                                     const Req&, Reply*),
+                        grpc::ClientContext* ctx, Req* req, Reply* reply) {
+    req->mutable_header()->set_client_id(client_id_.load());
+    req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
+    grpc::Status s = (stub_.get()->*method)(ctx, *req, reply);
+    if (s.ok()) return ErrnoStatus(reply->err(), name);
+    return ToStatus(name, s);
+  }
 
   // Sets the deadline and the secret on a context (also for streams).
   void PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const;
 
  private:
   explicit RpcClient(const RpcClientOptions& options) : options_(options) {}
-  // Logs a failed RPC and returns its status as EIO/ETIMEDOUT.
+  // Logs a failed RPC and returns ToStatus().
   absl::Status Failed(const char* name, const grpc::Status& s) const;
+  // A failed RPC as an errno status: ETIMEDOUT, EACCES (bad secret) or EIO.
+  static absl::Status ToStatus(const char* name, const grpc::Status& s);
 
   const RpcClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
