@@ -10,13 +10,13 @@
 #ifndef GRANTFS_CLIENT_RPC_CLIENT_H_
 #define GRANTFS_CLIENT_RPC_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,8 +55,8 @@ class RpcClient {
   // err is 0; otherwise an errno status (ToErrno() gives the errno).
   template <typename Req, typename Reply>
   absl::Status Call(const char* name,
-                    grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*,
-                                                                 const Req&, Reply*),
+                    grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                                 Reply*),
                     Req* req, Reply* reply) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);

@@ -13,9 +13,8 @@ ScopedRequestTag::~ScopedRequestTag() { current_tag = saved_; }
 bool InFlightRequests::Enter(uint64_t client_id, uint64_t seq, absl::Duration wait) {
   const auto key = std::make_pair(client_id, seq);
   absl::MutexLock l(&mu_);
-  auto free = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return running_.count(key) == 0;
-  };
+  auto free = [this, &key]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.count(key) == 0; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&free), wait)) return false;
   running_.insert(key);
   return true;

@@ -1083,7 +1083,7 @@ absl::Status MetaStore::Reap(uint64_t ino) {
 }
 
 absl::StatusOr<std::optional<proto::DedupeRecord>> MetaStore::FindDedupe(uint64_t client_id,
-                                                                        uint64_t seq) {
+                                                                         uint64_t seq) {
   std::string v;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Dedupe(client_id, seq), &v);
   if (s.IsNotFound()) return std::optional<proto::DedupeRecord>();

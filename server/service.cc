@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/errno_status.h"
-#include "server/dedupe.h"
 #include "glog/logging.h"
+#include "server/dedupe.h"
 
 namespace grantfs {
 namespace {
@@ -132,9 +132,9 @@ class CreditOnReply {
   uint64_t client_id_ = 0;
 };
 
-#define GRANTFS_BEGIN(req)                                                     \
-  RequestContext rc;                                                           \
-  CreditOnReply credit_on_reply(ctx, &volume_->flow());                        \
+#define GRANTFS_BEGIN(req)                                                           \
+  RequestContext rc;                                                                 \
+  CreditOnReply credit_on_reply(ctx, &volume_->flow());                              \
   if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth; \
   credit_on_reply.set_client_id(rc.client_id)
 

@@ -297,8 +297,8 @@ TEST_F(OnceTest, RetriedCreateReturnsTheSameInodeNotEexist) {
 TEST_F(OnceTest, RetriedRenameSucceedsInsteadOfEnoent) {
   ASSERT_EQ(Create(1, "x").err(), 0);
   EXPECT_EQ(RenameErr(2, "x", "y"), 0);
-  EXPECT_EQ(RenameErr(2, "x", "y"), 0);        // the retry
-  EXPECT_EQ(RenameErr(3, "x", "y"), ENOENT);   // a new rename of a gone name
+  EXPECT_EQ(RenameErr(2, "x", "y"), 0);       // the retry
+  EXPECT_EQ(RenameErr(3, "x", "y"), ENOENT);  // a new rename of a gone name
 }
 
 TEST_F(OnceTest, FailedRequestsAreNotRecordedAndRunAgain) {

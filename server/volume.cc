@@ -56,8 +56,8 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
       meta_(std::move(meta)),
       chunks_(std::move(chunks)),
       sessions_(options.clock, options.lease),
-      flow_(FlowControlOptions{.budget_bytes = options.write_budget_bytes,
-                               .clock = options.clock}) {}
+      flow_(
+          FlowControlOptions{.budget_bytes = options.write_budget_bytes, .clock = options.clock}) {}
 
 Volume::~Volume() {
   {
@@ -287,8 +287,8 @@ absl::StatusOr<uint64_t> Volume::ReserveForWrite(const RequestContext& ctx, uint
   const int64_t attempts = options_.recall_wait / kPoll;
   for (int64_t i = 0;; ++i) {
     *from_grant_blocks = 0;
-    absl::StatusOr<uint64_t> r = meta_->Reserve(ino, offset, length, grant_client,
-                                                from_grant_blocks);
+    absl::StatusOr<uint64_t> r =
+        meta_->Reserve(ino, offset, length, grant_client, from_grant_blocks);
     if (r.ok() || ToErrno(r.status()) != ENOSPC || i >= attempts) return r;
     if (!RecallGrants(ctx.client_id)) return r;  // nobody else holds space
     absl::SleepFor(kPoll);
@@ -312,8 +312,7 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
   uint64_t unused_grant = 0;
-  ASSIGN_OR_RETURN(uint64_t reserved,
-                   ReserveForWrite(ctx, ino, offset, length, 0, &unused_grant));
+  ASSIGN_OR_RETURN(uint64_t reserved, ReserveForWrite(ctx, ino, offset, length, 0, &unused_grant));
   absl::Status st = chunks_->Allocate(ino, offset, length);
   if (!st.ok()) {
     meta_->Unreserve(reserved);
