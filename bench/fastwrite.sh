@@ -14,22 +14,9 @@ MIB_SWEEP=${2:-256}
 MIB_CEIL=${3:-2048}
 RUNS=${4:-3}
 [ "$(id -u)" -eq 0 ] || { echo "fastwrite.sh: run as root"; exit 1; }
-W=$(mktemp -d /var/tmp/grantfs-bench.XXXXXX)
-PIDS=()
-MOUNTS=()
-cleanup() {
-  for m in "${MOUNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-SP=$(port)
-"$B/server/grantfs-server" --data_dir="$W/server" --listen=127.0.0.1:$SP --capacity=16G \
-  >"$W/server.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do "$B/client/grantfsctl" --server=127.0.0.1:$SP status >/dev/null 2>&1 && break; sleep 0.1; done
+. bench/lib.sh  # the cwd is the repository
+bench_init grantfs-bench
+bench_start_server "$B"
 mount_via() {  # NAME TARGET_PORT MODE
   mkdir -p "$W/$1"
   "$B/client/grantfs-mount" "127.0.0.1:$2:/" "$W/$1" --write_mode="$3" --log_file="$W/$1.log"
@@ -45,7 +32,7 @@ echo
 echo "| added latency each way | fastwrite write MB/s | fastwrite total MB/s | writethrough write MB/s | writethrough total MB/s |"
 echo "| --- | --- | --- | --- | --- |"
 for d in 0 1 5; do
-  PP=$(port)
+  PP=$(bench_port)
   "$B/bench/grantfs-latency-proxy" --listen=127.0.0.1:$PP --target=127.0.0.1:$SP --delay_ms=$d \
     >"$W/proxy$d.log" 2>&1 &
   PIDS+=($!)

@@ -11,22 +11,9 @@ MIB=${2:-256}
 RUNS=${3:-3}
 RA_KIB=${4:-8192}
 [ "$(id -u)" -eq 0 ] || { echo "readahead.sh: run as root"; exit 1; }
-W=$(mktemp -d /var/tmp/grantfs-ra-bench.XXXXXX)
-PIDS=()
-MOUNTS=()
-cleanup() {
-  for m in "${MOUNTS[@]}"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-SP=$(port)
-"$B/server/grantfs-server" --data_dir="$W/server" --listen=127.0.0.1:$SP --capacity=16G \
-  >"$W/server.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do "$B/client/grantfsctl" --server=127.0.0.1:$SP status >/dev/null 2>&1 && break; sleep 0.1; done
+. bench/lib.sh  # the cwd is the repository
+bench_init grantfs-ra-bench
+bench_start_server "$B"
 
 mount_at() {  # DIR PORT READAHEAD_KIB
   mkdir -p "$1"
@@ -68,7 +55,7 @@ echo
 echo "| added latency each way | read-ahead off | read-ahead on ($RA_KIB KiB) | on / off |"
 echo "| --- | --- | --- | --- |"
 for d in 0 1 5; do
-  PP=$(port)
+  PP=$(bench_port)
   "$B/bench/grantfs-latency-proxy" --listen=127.0.0.1:$PP --target=127.0.0.1:$SP --delay_ms=$d \
     >"$W/proxy$d.log" 2>&1 &
   PIDS+=($!)
