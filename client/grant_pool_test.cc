@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "client/test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -79,16 +80,6 @@ GrantPoolOptions Options(Clock* clock, uint64_t initial = 1 * kMiB, uint64_t max
   o.low_watermark = 0.5;
   o.clock = clock;
   return o;
-}
-
-// Polls `pred` until it holds or `timeout` passes (real time).
-bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
 }
 
 TEST(GrantPool, DebitsWithinThePoolMakeNoRpc) {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "client/grant_pool.h"
 #include "common/clock.h"
+#include "client/test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -29,25 +30,6 @@ namespace {
 constexpr uint64_t kBlock = 4096;
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * 1024;
-
-// Polls `pred` until it holds or `timeout` passes (real time).
-bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
-// Compares byte strings without printing megabytes on a mismatch.
-::testing::AssertionResult SameBytes(const std::string& want, const std::string& got) {
-  if (want == got) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  return ::testing::AssertionFailure() << "sizes want " << want.size() << " got " << got.size()
-                                       << "; first difference at byte " << i;
-}
 
 std::string RandomBytes(std::mt19937_64* rng, size_t n) {
   std::string s(n, '\0');
