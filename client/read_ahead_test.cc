@@ -16,8 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
 #include "client/test_util.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {

@@ -12,8 +12,7 @@
 namespace grantfs {
 
 // Polls `pred` until it holds or `timeout` passes (real time).
-inline bool WaitFor(const std::function<bool()>& pred,
-                    absl::Duration timeout = absl::Seconds(10)) {
+inline bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(10)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!pred()) {
     if (absl::Now() >= deadline) return false;

@@ -20,8 +20,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/grant_pool.h"
-#include "common/clock.h"
 #include "client/test_util.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
