@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   grantfs::FuseAdapter adapter(&fs, fuse_options);
 
   if (absl::Status s = fs.Start(&adapter); !s.ok()) {
-    LOG(ERROR) << "cannot reach the server " << args.servers.front() << ": " << s;
+    LOG(ERROR) << "cannot reach " << absl::StrJoin(args.servers, " or ") << ": " << s;
     report(1);
     return 1;
   }
