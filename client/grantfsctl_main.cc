@@ -2,6 +2,8 @@
 //
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status   role, replication, space, sessions
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df       capacity, used, available
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
+//                                   moves the primary role to the in-sync replica
 //
 // With several servers, `status` shows every server that answers (the
 // primary and its replica), one block each; `df` asks the primary.
@@ -59,10 +61,15 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
     if (!st.peer().empty()) printf("peer:            %s\n", st.peer().c_str());
     if (!st.witness().empty()) printf("witness:         %s\n", st.witness().c_str());
     printf("replica state:   %s\n", st.replica_state().c_str());
-    printf("changes:         %llu logged, %llu acknowledged by the replica, %llu bytes lag\n",
-           (unsigned long long)st.log_seq(), (unsigned long long)st.acked_seq(),
-           (unsigned long long)st.lag_bytes());
+    // Changes of this epoch: the newest logged (a replica: applied), the
+    // newest the replica made durable, and the bytes between.
+    printf("log seq:         %llu\n", (unsigned long long)st.log_seq());
+    printf("acked seq:       %llu\n", (unsigned long long)st.acked_seq());
+    printf("lag bytes:       %llu\n", (unsigned long long)st.lag_bytes());
   }
+  // A replica holds a copy, not the volume: its space figures are the
+  // primary's business.
+  if (st.role() == "replica" || st.role() == "fenced") return;
   printf("capacity:        %s (%llu bytes)\n", Human(st.capacity_bytes()).c_str(),
          (unsigned long long)st.capacity_bytes());
   printf("used:            %s (%llu bytes)\n", Human(st.used_bytes()).c_str(),
@@ -104,14 +111,15 @@ void PrintDf(const std::string& server, const grantfs::proto::StatusReply& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df");
+  absl::SetProgramUsageMessage(
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
-  if (cmd != "status" && cmd != "df") {
+  if (cmd != "status" && cmd != "df" && cmd != "switchover") {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
@@ -146,6 +154,36 @@ int main(int argc, char** argv) {
       PrintStatus(server, *st);
     }
     return answered > 0 ? 0 : 1;
+  }
+
+  if (cmd == "switchover") {
+    // Asked of the primary, wherever it is in the list.
+    for (const std::string& server : servers) {
+      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+      if (!st.ok() || st->role() != "primary") continue;
+      grantfs::RpcClientOptions o;
+      o.servers = {server};
+      o.secret = *secret;
+      o.call_timeout = absl::Seconds(30);
+      o.retry_for = absl::Seconds(1);
+      absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc = grantfs::RpcClient::Create(o);
+      if (!rpc.ok()) break;
+      grantfs::proto::SwitchoverRequest req;
+      grantfs::proto::ErrReply reply;
+      const absl::Time began = absl::Now();
+      absl::Status s =
+          (*rpc)->Call("Switchover", &grantfs::proto::GrantFs::Stub::Switchover, &req, &reply);
+      if (!s.ok()) {
+        fprintf(stderr, "grantfsctl: switchover refused by %s: %s\n", server.c_str(),
+                s.ToString().c_str());
+        return 1;
+      }
+      printf("switchover: %s handed the primary role to %s in %.0f ms\n", server.c_str(),
+             st->peer().c_str(), absl::ToDoubleMilliseconds(absl::Now() - began));
+      return 0;
+    }
+    fprintf(stderr, "grantfsctl: no primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
+    return 1;
   }
 
   // df: the primary's view (a replica's may lag). The first server that

@@ -27,6 +27,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/replicator.h"
+#include "checkpoint/witness.h"
+#include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
 #include "server/service.h"
@@ -125,29 +127,10 @@ void ReexecSoon(std::vector<std::string> extra, absl::Duration delay) {
 
 grantfs::WitnessCall MakeWitnessCall(const std::string& witness, const std::string& self,
                                      const std::string& secret) {
-  auto stub = std::shared_ptr<grantfs::proto::Witness::Stub>(grantfs::proto::Witness::NewStub(
-      grpc::CreateChannel(witness, grpc::InsecureChannelCredentials())));
-  return [stub, self, secret](
-             grantfs::proto::WitnessRequest::Op op, uint64_t epoch,
-             const std::string& replica) -> absl::StatusOr<grantfs::proto::WitnessReply> {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    if (!secret.empty()) ctx.AddMetadata("x-grantfs-secret", secret);
-    grantfs::proto::WitnessRequest req;
-    req.set_op(op);
-    req.set_epoch(epoch);
-    req.set_server(self);
-    req.set_replica(replica);
-    grantfs::proto::WitnessReply reply;
-    grpc::Status s = stub->Update(&ctx, req, &reply);
-    if (!s.ok()) {
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        return absl::UnavailableError("witness: " + s.error_message());
-      }
-      return absl::FailedPreconditionError("witness: " + s.error_message());
-    }
-    return reply;
+  auto client = std::make_shared<grantfs::WitnessClient>(witness, secret);
+  return [client, self](grantfs::proto::WitnessRequest::Op op, uint64_t epoch,
+                        const std::string& replica) {
+    return client->Update(op, epoch, self, replica);
   };
 }
 
@@ -157,9 +140,7 @@ void ConfigureBuilder(grpc::ServerBuilder* builder, grpc::ResourceQuota* quota) 
   builder->SetMaxSendMessageSize(16 << 20);
   // Clients and the primary ping every second to notice a server that is cut
   // off; answering those pings must not count as abuse.
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  grantfs::AllowClientKeepalive(builder);
   quota->SetMaxThreads(absl::GetFlag(FLAGS_threads));
   builder->SetResourceQuota(*quota);
 }
@@ -214,8 +195,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (role == "witness") {
-    LOG(ERROR) << "role 'witness' is not available in this version";
-    return 2;
+    grantfs::WitnessOptions wo;
+    wo.dir = absl::GetFlag(FLAGS_data_dir);
+    wo.secret = *secret;
+    wo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_primary_lease_ms));
+    auto w = grantfs::WitnessService::Open(wo);
+    if (!w.ok()) {
+      LOG(ERROR) << "cannot open the witness state in " << wo.dir << ": " << w.status();
+      return 1;
+    }
+    grpc::ServerBuilder builder;
+    grpc::ResourceQuota quota("grantfs-witness");
+    ConfigureBuilder(&builder, &quota);
+    builder.RegisterService(w->get());
+    const grantfs::proto::WitnessState ws = (*w)->state();
+    LOG(INFO) << "grantfs-server: witness on " << absl::GetFlag(FLAGS_listen) << ", epoch "
+              << ws.epoch() << " owned by '" << ws.primary() << "', state in " << wo.dir;
+    return ServeUntilSignal(&builder, stop_signals, [] {});
   }
   if (role != "primary" && role != "replica") {
     LOG(ERROR) << "unknown --role '" << role << "': use primary, replica or witness";
