@@ -20,6 +20,30 @@ namespace grantfs {
 namespace {
 
 constexpr char kPositionKey[] = "Rposition";  // epoch, seq (big-endian)
+// Present from the start of a snapshot until the copy is whole: a copy cut
+// short (stream broken, crash) is no copy and must not be opened.
+constexpr char kPartialFile[] = "snapshot.partial";
+
+// fsyncs directory `dir` (a created or removed name in it is durable).
+absl::Status SyncDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError("open " + dir + ": " + strerror(errno));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return absl::InternalError("fsync " + dir + ": " + strerror(err));
+  return absl::OkStatus();
+}
+
+// Removes the copy: meta/ and chunks/.
+absl::Status RemoveCopy(const std::string& data_dir) {
+  std::error_code ec;
+  for (const char* sub : {"/meta", "/chunks"}) {
+    std::filesystem::remove_all(data_dir + sub, ec);
+    if (ec) return absl::InternalError("removing " + data_dir + sub + ": " + ec.message());
+  }
+  return absl::OkStatus();
+}
 
 std::string EncodePosition(uint64_t epoch, uint64_t seq) {
   std::string s;
@@ -60,6 +84,15 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& opt
   if (ec) return absl::FailedPreconditionError("mkdir " + options.data_dir + ": " + ec.message());
   std::unique_ptr<Replica> r(new Replica(options));
   absl::MutexLock l(&r->apply_mu_);
+  if (std::filesystem::exists(options.data_dir + "/" + kPartialFile)) {
+    LOG(WARNING) << "replica: the copy in " << options.data_dir
+                 << " is an unfinished snapshot; starting empty";
+    RETURN_IF_ERROR(RemoveCopy(options.data_dir));
+    if (unlink((options.data_dir + "/" + kPartialFile).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+    }
+    RETURN_IF_ERROR(SyncDir(options.data_dir));
+  }
   if (std::filesystem::exists(options.data_dir + "/meta/CURRENT")) {
     RETURN_IF_ERROR(r->OpenCopy());
   }
@@ -143,18 +176,26 @@ uint64_t Replica::applied_seq() {
 
 absl::Status Replica::BeginSnapshot() {
   CloseCopy();
+  in_snapshot_ = true;
+  {
+    absl::MutexLock l(&mu_);
+    epoch_ = 0;
+    applied_ = 0;
+    state_ = "syncing";
+  }
+  // Marked before the old copy goes: from here until FinishSnapshot the
+  // directory holds no copy, whatever files it has.
+  const std::string mark = options_.data_dir + "/" + kPartialFile;
+  int fd = open(mark.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError("create " + mark + ": " + strerror(errno));
+  close(fd);
+  RETURN_IF_ERROR(SyncDir(options_.data_dir));
+  RETURN_IF_ERROR(RemoveCopy(options_.data_dir));
   std::error_code ec;
   for (const char* sub : {"/meta", "/chunks"}) {
-    std::filesystem::remove_all(options_.data_dir + sub, ec);
-    if (ec) return absl::InternalError("removing " + options_.data_dir + sub + ": " + ec.message());
     std::filesystem::create_directories(options_.data_dir + sub, ec);
     if (ec) return absl::InternalError("mkdir " + options_.data_dir + sub + ": " + ec.message());
   }
-  in_snapshot_ = true;
-  absl::MutexLock l(&mu_);
-  epoch_ = 0;
-  applied_ = 0;
-  state_ = "syncing";
   return absl::OkStatus();
 }
 
@@ -209,7 +250,12 @@ absl::Status Replica::FinishSnapshot(uint64_t epoch, uint64_t start_seq) {
     applied_ = start_seq - 1;
     state_ = "in sync";
   }
-  return SavePosition();
+  RETURN_IF_ERROR(SavePosition());
+  // The copy is whole (and its position durable): no longer partial.
+  if (unlink((options_.data_dir + "/" + kPartialFile).c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+  }
+  return SyncDir(options_.data_dir);
 }
 
 absl::Status Replica::SavePosition() {

@@ -5,7 +5,9 @@
 // The copy is the same layout as the primary's data directory (meta/ is
 // RocksDB, chunks/ the chunk files), so a promoted replica opens it as a
 // Volume. Its position (epoch, last applied change) is kept in RocksDB
-// (key "Rposition") in the same WAL as the batches.
+// (key "Rposition") in the same WAL as the batches. While a snapshot is
+// being received the file <data_dir>/snapshot.partial exists; Open discards
+// a copy so marked (a snapshot cut short by a broken stream or a crash).
 //
 // Acknowledging change N means: every change up to N is applied, the
 // metadata batches are in the fsync'd WAL, file data is in the page cache
