@@ -89,6 +89,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   explicit Replica(const ReplicaOptions& options) : options_(options) {}
 
   absl::Status OpenCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status CheckBoot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void CloseCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status BeginSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status WritePiece(const proto::SnapshotPiece& piece)
@@ -121,6 +122,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   grpc::ServerContext* active_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_msg_ ABSL_GUARDED_BY(mu_);
   bool check_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // applying a message
   bool promoting_ ABSL_GUARDED_BY(mu_) = false;
   bool promoted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
