@@ -72,7 +72,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
     lease_ms_ = std::max<uint64_t>(reply.lease_ms(), 300);
     started_ = true;
   }
-  LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->options().servers.front()
+  LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->address(rpc_->current())
             << ", lease " << reply.lease_ms() << " ms";
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (ra_) ra_->Start();
@@ -117,13 +117,20 @@ void FileSystem::Stop() {
   }
   if (heartbeat_.joinable()) heartbeat_.join();
   if (subscriber_.joinable()) subscriber_.join();
+  // Each server gets one try: the primary may have moved since the last call.
   proto::CloseSessionRequest req;
-  proto::CloseSessionReply reply;
-  grpc::ClientContext ctx;
-  rpc_->PrepareContext(&ctx, absl::Seconds(5));
   req.mutable_header()->set_client_id(rpc_->client_id());
-  grpc::Status s = rpc_->stub()->CloseSession(&ctx, req, &reply);
-  if (!s.ok()) LOG(WARNING) << "closing the session: " << s.error_message();
+  for (size_t tries = 0; tries < rpc_->server_count(); ++tries) {
+    proto::CloseSessionReply reply;
+    grpc::ClientContext ctx;
+    rpc_->PrepareContext(&ctx, absl::Seconds(5));
+    const size_t index = rpc_->current();
+    grpc::Status s = rpc_->stub(index)->CloseSession(&ctx, req, &reply);
+    if (s.ok()) break;
+    LOG(WARNING) << "closing the session on " << rpc_->address(index) << ": " << s.error_message();
+    if (!rpc_->ShouldFailover(s)) break;
+    rpc_->Failover(index, s);
+  }
 }
 
 void FileSystem::HeartbeatLoop() {
@@ -137,14 +144,24 @@ void FileSystem::HeartbeatLoop() {
     req.mutable_header()->set_client_id(rpc_->client_id());
     grpc::ClientContext ctx;
     rpc_->PrepareContext(&ctx, absl::Seconds(5));
-    grpc::Status s = rpc_->stub()->Heartbeat(&ctx, req, &reply);
-    if (!s.ok()) LOG(WARNING) << "heartbeat: " << s.error_message();
+    const size_t index = rpc_->current();
+    grpc::Status s = rpc_->stub(index)->Heartbeat(&ctx, req, &reply);
+    if (!s.ok()) {
+      LOG(WARNING) << "heartbeat to " << rpc_->address(index) << ": " << s.error_message();
+      // The next heartbeat (and every call) goes to the next server.
+      if (rpc_->ShouldFailover(s)) rpc_->Failover(index, s);
+    }
     mu_.Lock();
   }
 }
 
 void FileSystem::SubscribeLoop(Invalidator* invalidator) {
-  absl::Duration backoff = absl::Milliseconds(100);
+  // With several servers the stream follows a failover: the new primary is
+  // found within a few short waits, while invalidations may be missed.
+  const bool several = rpc_->server_count() > 1;
+  const absl::Duration first_backoff = absl::Milliseconds(several ? 50 : 100);
+  const absl::Duration max_backoff = several ? absl::Milliseconds(500) : absl::Seconds(2);
+  absl::Duration backoff = first_backoff;
   for (;;) {
     grpc::ClientContext ctx;
     if (!rpc_->options().secret.empty())
@@ -156,11 +173,13 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
     }
     proto::SubscribeRequest req;
     req.mutable_header()->set_client_id(rpc_->client_id());
+    const size_t index = rpc_->current();
+    const absl::Time opened = absl::Now();
     std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
-        rpc_->stub()->Subscribe(&ctx, req);
+        rpc_->stub(index)->Subscribe(&ctx, req);
     proto::InvalidationBatch batch;
     while (reader->Read(&batch)) {
-      backoff = absl::Milliseconds(100);
+      backoff = first_backoff;
       for (const proto::Invalidation& inv : batch.items()) {
         if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
         if (inv.ino() == 0) continue;
@@ -178,15 +197,21 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
     }
     grpc::Status s = reader->Finish();
     // Changes pushed while the stream was down may be lost (a restarted
-    // server, an overflowing queue): nothing fetched before is trusted.
+    // server, an overflowing queue, a failover): nothing fetched before is
+    // trusted.
     if (ra_) ra_->InvalidateAll();
+    // A stream that stood for a while was healthy, even without changes.
+    if (absl::Now() - opened > absl::Seconds(1)) backoff = first_backoff;
     absl::MutexLock l(&mu_);
     stream_ctx_ = nullptr;
     if (stopping_) return;
-    LOG(WARNING) << "invalidation stream ended (" << s.error_message() << "); reconnecting";
+    size_t next = index;
+    if (rpc_->ShouldFailover(s)) next = rpc_->Failover(index, s);
+    LOG(WARNING) << "invalidation stream from " << rpc_->address(index) << " ended ("
+                 << s.error_message() << "); reconnecting to " << rpc_->address(next);
     auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    backoff = std::min(backoff * 2, max_backoff);
   }
 }
 

@@ -1,19 +1,27 @@
 // grantfsctl: operator's view of a GrantFS cluster.
 //
-//   grantfsctl [--server=HOST:PORT] status   role, space, inodes, sessions
-//   grantfsctl [--server=HOST:PORT] df       capacity, used, available
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status   role, replication, space, sessions
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df       capacity, used, available
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
+//                                   moves the primary role to the in-sync replica
+//
+// With several servers, `status` shows every server that answers (the
+// primary and its replica), one block each; `df` asks the primary.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/rpc_client.h"
 #include "common/secret.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:7420", "server address");
+ABSL_FLAG(std::string, server, "127.0.0.1:7420",
+          "server addresses, comma-separated (HOST[:PORT], port 7420 by default)");
 ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
 
 namespace {
@@ -26,82 +34,170 @@ std::string Human(uint64_t bytes) {
   return absl::StrFormat("%.1f %s", v, units[u]);
 }
 
+// The Status of one server, asked alone (no failover to another one).
+absl::StatusOr<grantfs::proto::StatusReply> AskStatus(const std::string& server,
+                                                      const std::string& secret) {
+  grantfs::RpcClientOptions o;
+  o.servers = {server};
+  o.secret = secret;
+  o.call_timeout = absl::Seconds(5);
+  o.retry_for = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc = grantfs::RpcClient::Create(o);
+  if (!rpc.ok()) return rpc.status();
+  grantfs::proto::StatusRequest req;
+  grantfs::proto::StatusReply st;
+  absl::Status s = (*rpc)->Call("Status", &grantfs::proto::GrantFs::Stub::Status, &req, &st);
+  if (!s.ok()) return s;
+  return st;
+}
+
+void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& st) {
+  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
+  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
+  printf("server:          %s\n", server.c_str());
+  printf("role:            %s\n", st.role().c_str());
+  if (st.epoch() > 0 || !st.replica_state().empty()) {
+    printf("epoch:           %llu\n", (unsigned long long)st.epoch());
+    if (!st.peer().empty()) printf("peer:            %s\n", st.peer().c_str());
+    if (!st.witness().empty()) printf("witness:         %s\n", st.witness().c_str());
+    printf("replica state:   %s\n", st.replica_state().c_str());
+    // Changes of this epoch: the newest logged (a replica: applied), the
+    // newest the replica made durable, and the bytes between.
+    printf("log seq:         %llu\n", (unsigned long long)st.log_seq());
+    printf("acked seq:       %llu\n", (unsigned long long)st.acked_seq());
+    printf("lag bytes:       %llu\n", (unsigned long long)st.lag_bytes());
+  }
+  // A replica holds a copy, not the volume: its space figures are the
+  // primary's business.
+  if (st.role() == "replica" || st.role() == "fenced") return;
+  printf("capacity:        %s (%llu bytes)\n", Human(st.capacity_bytes()).c_str(),
+         (unsigned long long)st.capacity_bytes());
+  printf("used:            %s (%llu bytes)\n", Human(st.used_bytes()).c_str(),
+         (unsigned long long)st.used_bytes());
+  printf("granted:         %s (%llu bytes)\n", Human(st.granted_bytes()).c_str(),
+         (unsigned long long)st.granted_bytes());
+  printf("reserved:        %llu bytes\n", (unsigned long long)st.reserved_bytes());
+  printf("available:       %s (%llu bytes)\n", Human(avail).c_str(), (unsigned long long)avail);
+  printf("ledger:          %s\n", st.ledger_ok() ? "ok (used + granted + reserved <= capacity)"
+                                                 : "BROKEN (used + granted + reserved > capacity)");
+  printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),
+         (unsigned long long)st.next_ino());
+  printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
+  printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
+         (unsigned long long)st.write_backlog_bytes(), (unsigned long long)st.write_budget_bytes());
+  printf("sessions:        %d\n", st.sessions_size());
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  for (const auto& ses : st.sessions()) {
+    printf(
+        "  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs credit %llu "
+        "peak writes %u recalls %llu\n",
+        (unsigned long long)ses.client_id(), ses.client_name().c_str(),
+        (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
+        (ses.lease_expires_ms() - now_ms) / 1000.0, (unsigned long long)ses.credit_bytes(),
+        ses.peak_writes(), (unsigned long long)ses.recalls());
+  }
+}
+
+void PrintDf(const std::string& server, const grantfs::proto::StatusReply& st) {
+  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
+  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
+  printf("%-22s %14s %14s %14s %5s\n", "server", "capacity", "used", "available", "use%");
+  printf("%-22s %14llu %14llu %14llu %4.0f%%\n", server.c_str(),
+         (unsigned long long)st.capacity_bytes(), (unsigned long long)st.used_bytes(),
+         (unsigned long long)avail,
+         st.capacity_bytes() ? 100.0 * st.used_bytes() / st.capacity_bytes() : 0.0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("grantfsctl [--server=HOST:PORT] status|df");
+  absl::SetProgramUsageMessage(
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
-  grantfs::RpcClientOptions o;
-  o.servers = {absl::GetFlag(FLAGS_server)};
+  if (cmd != "status" && cmd != "df" && cmd != "switchover") {
+    fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
+            std::string(absl::ProgramUsageMessage()).c_str());
+    return 2;
+  }
+  std::vector<std::string> servers;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_server), ',', absl::SkipEmpty())) {
+    std::string server(s);
+    if (server.find(':') == std::string::npos) server += ":7420";
+    servers.push_back(server);
+  }
+  if (servers.empty()) {
+    fprintf(stderr, "grantfsctl: --server names no server\n");
+    return 2;
+  }
   absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
   if (!secret.ok()) {
     fprintf(stderr, "grantfsctl: %s\n", secret.status().ToString().c_str());
     return 2;
   }
-  o.secret = *secret;
-  o.call_timeout = absl::Seconds(5);
-  o.retry_for = absl::Seconds(2);
-  auto rpc = grantfs::RpcClient::Create(o);
-  if (!rpc.ok()) {
-    fprintf(stderr, "grantfsctl: %s\n", rpc.status().ToString().c_str());
-    return 1;
-  }
-  grantfs::proto::StatusRequest req;
-  grantfs::proto::StatusReply st;
-  absl::Status s = (*rpc)->Call("Status", &grantfs::proto::GrantFs::Stub::Status, &req, &st);
-  if (!s.ok()) {
-    fprintf(stderr, "grantfsctl: %s: %s\n", o.servers[0].c_str(), s.ToString().c_str());
-    return 1;
-  }
-  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
-  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
-  if (cmd == "df") {
-    printf("%-22s %14s %14s %14s %5s\n", "server", "capacity", "used", "available", "use%");
-    printf("%-22s %14llu %14llu %14llu %4.0f%%\n", o.servers[0].c_str(),
-           (unsigned long long)st.capacity_bytes(), (unsigned long long)st.used_bytes(),
-           (unsigned long long)avail,
-           st.capacity_bytes() ? 100.0 * st.used_bytes() / st.capacity_bytes() : 0.0);
-    return 0;
-  }
+
   if (cmd == "status") {
-    printf("server:          %s\n", o.servers[0].c_str());
-    printf("role:            %s\n", st.role().c_str());
-    printf("capacity:        %s (%llu bytes)\n", Human(st.capacity_bytes()).c_str(),
-           (unsigned long long)st.capacity_bytes());
-    printf("used:            %s (%llu bytes)\n", Human(st.used_bytes()).c_str(),
-           (unsigned long long)st.used_bytes());
-    printf("granted:         %s (%llu bytes)\n", Human(st.granted_bytes()).c_str(),
-           (unsigned long long)st.granted_bytes());
-    printf("reserved:        %llu bytes\n", (unsigned long long)st.reserved_bytes());
-    printf("available:       %s (%llu bytes)\n", Human(avail).c_str(), (unsigned long long)avail);
-    printf("ledger:          %s\n", st.ledger_ok()
-                                        ? "ok (used + granted + reserved <= capacity)"
-                                        : "BROKEN (used + granted + reserved > capacity)");
-    printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),
-           (unsigned long long)st.next_ino());
-    printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
-    printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
-           (unsigned long long)st.write_backlog_bytes(),
-           (unsigned long long)st.write_budget_bytes());
-    printf("sessions:        %d\n", st.sessions_size());
-    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-    for (const auto& ses : st.sessions()) {
-      printf(
-          "  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs credit %llu "
-          "peak writes %u recalls %llu\n",
-          (unsigned long long)ses.client_id(), ses.client_name().c_str(),
-          (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
-          (ses.lease_expires_ms() - now_ms) / 1000.0, (unsigned long long)ses.credit_bytes(),
-          ses.peak_writes(), (unsigned long long)ses.recalls());
+    // Every server that answers, whatever its role: operators want to see
+    // the primary and the replica side by side.
+    int answered = 0;
+    for (const std::string& server : servers) {
+      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+      if (!st.ok()) {
+        fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
+        continue;
+      }
+      if (answered++ > 0) printf("\n");
+      PrintStatus(server, *st);
     }
+    return answered > 0 ? 0 : 1;
+  }
+
+  if (cmd == "switchover") {
+    // Asked of the primary, wherever it is in the list.
+    for (const std::string& server : servers) {
+      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+      if (!st.ok() || st->role() != "primary") continue;
+      grantfs::RpcClientOptions o;
+      o.servers = {server};
+      o.secret = *secret;
+      o.call_timeout = absl::Seconds(30);
+      o.retry_for = absl::Seconds(1);
+      absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc = grantfs::RpcClient::Create(o);
+      if (!rpc.ok()) break;
+      grantfs::proto::SwitchoverRequest req;
+      grantfs::proto::ErrReply reply;
+      const absl::Time began = absl::Now();
+      absl::Status s =
+          (*rpc)->Call("Switchover", &grantfs::proto::GrantFs::Stub::Switchover, &req, &reply);
+      if (!s.ok()) {
+        fprintf(stderr, "grantfsctl: switchover refused by %s: %s\n", server.c_str(),
+                s.ToString().c_str());
+        return 1;
+      }
+      printf("switchover: %s handed the primary role to %s in %.0f ms\n", server.c_str(),
+             st->peer().c_str(), absl::ToDoubleMilliseconds(absl::Now() - began));
+      return 0;
+    }
+    fprintf(stderr, "grantfsctl: no primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
+    return 1;
+  }
+
+  // df: the primary's view (a replica's may lag). The first server that
+  // answers and is not a replica.
+  for (const std::string& server : servers) {
+    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+    if (!st.ok()) {
+      fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
+      continue;
+    }
+    if (st->role() == "replica") continue;
+    PrintDf(server, *st);
     return 0;
   }
-  fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
-          std::string(absl::ProgramUsageMessage()).c_str());
-  return 2;
+  fprintf(stderr, "grantfsctl: no primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
+  return 1;
 }

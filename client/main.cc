@@ -100,8 +100,10 @@ bool ParseArgs(int argc, char** argv, Args* out) {
 
 // Mount options the kernel or fusermount understand; GrantFS's own are dropped.
 std::vector<std::string> FuseMountOptions(const Args& args) {
+  // libfuse splits -o at commas unless escaped: "A\,B" keeps a server list
+  // whole in the file system's name.
   std::vector<std::string> keep = {"default_permissions", "allow_other",
-                                   "fsname=grantfs:" + absl::StrJoin(args.servers, ","),
+                                   "fsname=grantfs:" + absl::StrJoin(args.servers, "\\,"),
                                    "subtype=grantfs"};
   for (const std::string& o : args.fuse_opts) {
     if (o == "rw" || o == "defaults" || o == "_netdev" || o == "auto" || o == "noauto" ||
@@ -225,7 +227,7 @@ int main(int argc, char** argv) {
   grantfs::FuseAdapter adapter(&fs, fuse_options);
 
   if (absl::Status s = fs.Start(&adapter); !s.ok()) {
-    LOG(ERROR) << "cannot reach the server " << args.servers.front() << ": " << s;
+    LOG(ERROR) << "cannot reach " << absl::StrJoin(args.servers, " or ") << ": " << s;
     report(1);
     return 1;
   }

@@ -5,22 +5,73 @@
 #include "glog/logging.h"
 
 namespace grantfs {
+namespace {
+
+std::string CodeName(const grpc::Status& s) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
+}
+
+}  // namespace
+
+RpcClient::RpcClient(const RpcClientOptions& options)
+    : options_(options),
+      // With a second server to go to, waiting long before trying again only
+      // lengthens the failover pause.
+      max_backoff_(options.servers.size() > 1 ? absl::Milliseconds(200) : absl::Seconds(1)) {}
 
 absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no server address");
+  for (const std::string& address : options.servers) {
+    if (address.empty()) return absl::InvalidArgumentError("empty server address");
+  }
   std::unique_ptr<RpcClient> c(new RpcClient(options));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
   args.SetMaxSendMessageSize(16 << 20);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  if (options.servers.size() > 1) {
+    // Failure detection by deadline: a server cut off by the network (no
+    // RST) is dropped after one unanswered ping, about 2 s, and calls in
+    // flight on it fail with UNAVAILABLE and move to the next server, instead
+    // of waiting for call_timeout. Servers must accept pings this frequent,
+    // also on idle connections, or they answer GOAWAY "too_many_pings":
+    // grantfs::AllowClientKeepalive (common/keepalive.h) sets
+    // GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS 500,
+    // GRPC_ARG_HTTP2_MAX_PING_STRIKES 0 and
+    // GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 on the server builder.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  } else {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  }
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  c->channel_ =
-      grpc::CreateCustomChannel(options.servers.front(), grpc::InsecureChannelCredentials(), args);
-  c->stub_ = proto::GrantFs::NewStub(c->channel_);
+  for (const std::string& address : options.servers) {
+    Server server;
+    server.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    server.stub = proto::GrantFs::NewStub(server.channel);
+    c->servers_.push_back(std::move(server));
+  }
   return c;
+}
+
+bool RpcClient::ShouldFailover(const grpc::Status& s) const {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && servers_.size() > 1);
+}
+
+size_t RpcClient::Failover(size_t seen, const grpc::Status& why) {
+  if (servers_.size() == 1) return 0;
+  const size_t next = (seen + 1) % servers_.size();
+  size_t expected = seen;
+  if (!current_.compare_exchange_strong(expected, next)) return expected;
+  LOG(WARNING) << "server " << options_.servers[seen] << " unreachable or not the primary ("
+               << CodeName(why) << ": " << why.error_message() << "), trying "
+               << options_.servers[next];
+  return next;
 }
 
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {
@@ -39,9 +90,9 @@ void RpcClient::NoteCredit(const grpc::ClientContext& ctx) {
   }
 }
 
-absl::Status RpcClient::Failed(const char* name, const grpc::Status& s) const {
-  LOG(WARNING) << "rpc " << name << " to " << options_.servers.front()
-               << " failed: " << s.error_code() << " " << s.error_message();
+absl::Status RpcClient::Failed(const char* name, size_t index, const grpc::Status& s) const {
+  LOG(WARNING) << "rpc " << name << " to " << options_.servers[index] << " failed: " << CodeName(s)
+               << ": " << s.error_message();
   return ToStatus(name, s);
 }
 

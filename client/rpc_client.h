@@ -1,9 +1,14 @@
-// The client's connection to the GrantFS server: one gRPC channel, a
-// deadline on every call, and the retry policy of the abseil status words:
-// UNAVAILABLE (server unreachable or restarting) and RESOURCE_EXHAUSTED
-// (all of the server's threads busy: gRPC refuses the call rather than queue
-// it) are retried with backoff
-// until `retry_for` runs out; everything else is returned at once.
+// The client's connection to the GrantFS servers: one gRPC channel per
+// server, a deadline on every call, and the retry policy of the abseil status
+// words. UNAVAILABLE (server unreachable or restarting, or a replica saying
+// it is not the primary), and DEADLINE_EXCEEDED when there are several
+// servers, move the client to the next server and retry there; with one
+// server they are retried on it. RESOURCE_EXHAUSTED (all of the server's
+// threads busy: gRPC refuses the call rather than queue it) is retried on the
+// same server: it is alive, a replica would not serve the call. Retries
+// resend the same request header (client id, seq): the servers deduplicate
+// them, so each operation takes effect once. They go on with backoff until
+// `retry_for` runs out; everything else is returned at once.
 //
 // A reply's `err` field becomes an errno status, so callers see one kind of
 // error. Thread-safe.
@@ -12,7 +17,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/errno_status.h"
 #include "common/grpc_status.h"
@@ -28,31 +36,51 @@
 namespace grantfs {
 
 struct RpcClientOptions {
-  // Server addresses, "host:port". The first is used; the others are for
-  // failover. Required.
+  // Server addresses, "host:port": the primary and its replica, in any order.
+  // Calls go to the first until it fails, then to the next. Required.
   std::vector<std::string> servers;
   // Cluster secret sent with every call ("" = none).
   std::string secret;
   // Deadline of one attempt of one call.
   absl::Duration call_timeout = absl::Seconds(30);
-  // How long UNAVAILABLE / RESOURCE_EXHAUSTED are retried before the call
-  // fails with EIO.
+  // How long transient failures are retried before the call fails with EIO
+  // (ETIMEDOUT when the last attempt ran out of time).
   absl::Duration retry_for = absl::Seconds(60);
 };
 
 class RpcClient {
  public:
+  // InvalidArgument without servers. Connects lazily: a server that is down
+  // is noticed by the first call.
   static absl::StatusOr<std::unique_ptr<RpcClient>> Create(const RpcClientOptions& options);
 
-  proto::GrantFs::Stub* stub() { return stub_.get(); }
+  // The current server's stub: for streams and calls made outside Call().
+  // Such a caller reads current() first, uses stub(index) and, when the
+  // call fails so that ShouldFailover() says so, calls Failover(index).
+  proto::GrantFs::Stub* stub() { return stub(current()); }
+  proto::GrantFs::Stub* stub(size_t index) { return servers_[index].stub.get(); }
+  size_t current() const { return current_.load(); }
+  size_t server_count() const { return servers_.size(); }
+  const std::string& address(size_t index) const { return options_.servers[index]; }
+  // The channel to one server (tests look at its connectivity).
+  grpc::Channel* channel(size_t index) const { return servers_[index].channel.get(); }
+  // True when a call that failed with `s` should be tried on the next server:
+  // UNAVAILABLE, and DEADLINE_EXCEEDED when there are several servers.
+  bool ShouldFailover(const grpc::Status& s) const;
+  // Moves to the server after `seen` when `seen` is still the current one
+  // (so that concurrent failures of one server advance once), logging the
+  // switch with `why`. Returns the current server afterwards.
+  size_t Failover(size_t seen, const grpc::Status& why);
+
   const RpcClientOptions& options() const { return options_; }
 
   void set_client_id(uint64_t id) { client_id_.store(id); }
   uint64_t client_id() const { return client_id_.load(); }
 
   // Stamps the header (client id, sequence), then calls `method` with the
-  // deadline and retry policy. OK only when the RPC succeeded and the reply's
-  // err is 0; otherwise an errno status (ToErrno() gives the errno).
+  // deadline and the retry and failover policy. OK only when the RPC
+  // succeeded and the reply's err is 0; otherwise an errno status (ToErrno()
+  // gives the errno).
   template <typename Req, typename Reply>
   absl::Status Call(const char* name,
                     grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*, const Req&,
@@ -62,21 +90,32 @@ class RpcClient {
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
     const absl::Time give_up = absl::Now() + options_.retry_for;
     absl::Duration backoff = absl::Milliseconds(20);
+    size_t failed = 0;  // attempts since the last sleep
     for (;;) {
+      const size_t index = current();
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.call_timeout);
-      grpc::Status s = (stub_.get()->*method)(&ctx, *req, reply);
+      grpc::Status s = (stub(index)->*method)(&ctx, *req, reply);
       if (s.ok()) {
         NoteCredit(ctx);
         return ErrnoStatus(reply->err(), name);
       }
-      const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                             s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      if (!transient || absl::Now() + backoff > give_up) {
-        return Failed(name, s);
+      const bool failover = ShouldFailover(s);
+      if (!failover && s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        return Failed(name, index, s);
       }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(1));
+      // Each server is tried once before sleeping: after a failover the
+      // other server usually answers at once.
+      const bool sleep = !failover || ++failed >= servers_.size();
+      if (absl::Now() + (sleep ? backoff : absl::ZeroDuration()) > give_up) {
+        return Failed(name, index, s);
+      }
+      if (failover) Failover(index, s);
+      if (sleep) {
+        failed = 0;
+        absl::SleepFor(backoff);
+        backoff = std::min(backoff * 2, max_backoff_);
+      }
     }
   }
 
@@ -86,10 +125,11 @@ class RpcClient {
   uint64_t credit_bytes() const { return credit_bytes_.load(std::memory_order_relaxed); }
   // Takes the credit from a finished call's trailing metadata.
   void NoteCredit(const grpc::ClientContext& ctx);
-  // One attempt of `method` on a context the caller prepared (PrepareContext)
-  // and may cancel from another thread (TryCancel): for work that can be
-  // given up, such as read-ahead. No retry and no log; the status is as
-  // Call's.
+  // One attempt of `method` on the current server, on a context the caller
+  // prepared (PrepareContext) and may cancel from another thread
+  // (TryCancel): for work that can be given up, such as read-ahead. No retry
+  // and no log; a failure that ShouldFailover() moves later calls to the
+  // next server. The status is as Call's.
   template <typename Req, typename Reply>
   absl::Status CallOnce(const char* name,
                         grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*,
@@ -97,8 +137,10 @@ class RpcClient {
                         grpc::ClientContext* ctx, Req* req, Reply* reply) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
-    grpc::Status s = (stub_.get()->*method)(ctx, *req, reply);
+    const size_t index = current();
+    grpc::Status s = (stub(index)->*method)(ctx, *req, reply);
     if (s.ok()) return ErrnoStatus(reply->err(), name);
+    if (ShouldFailover(s)) Failover(index, s);
     return ToStatus(name, s);
   }
 
@@ -106,15 +148,23 @@ class RpcClient {
   void PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const;
 
  private:
-  explicit RpcClient(const RpcClientOptions& options) : options_(options) {}
-  // Logs a failed RPC and returns ToStatus().
-  absl::Status Failed(const char* name, const grpc::Status& s) const;
+  struct Server {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<proto::GrantFs::Stub> stub;
+  };
+
+  explicit RpcClient(const RpcClientOptions& options);
+  // Logs a failed RPC to server `index` and returns ToStatus().
+  absl::Status Failed(const char* name, size_t index, const grpc::Status& s) const;
   // A failed RPC as an errno status: ETIMEDOUT, EACCES (bad secret) or EIO.
   static absl::Status ToStatus(const char* name, const grpc::Status& s);
 
+  // Constant after construction.
   const RpcClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<proto::GrantFs::Stub> stub_;
+  std::vector<Server> servers_;  // one per options_.servers, same order
+  absl::Duration max_backoff_;   // between rounds of failed attempts
+
+  std::atomic<size_t> current_{0};  // index into servers_
   std::atomic<uint64_t> client_id_{0};
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> credit_bytes_{0};

@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
-# A local GrantFS cluster: one server and two mounts standing for two nodes.
+# A local GrantFS cluster: a witness, a primary, its replica, and two mounts
+# standing for two nodes (each mount knows both servers).
 #   scripts/demo.sh          install, build, start, mount, show a file cross nodes
-#   scripts/demo.sh stop     unmount both nodes and stop the server
+#   scripts/demo.sh stop     unmount both nodes and stop the servers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 DATA=${GRANTFS_DEMO_DATA:-/var/lib/grantfs-demo}
-PORT=${GRANTFS_DEMO_PORT:-7420}
+PORT=${GRANTFS_DEMO_PORT:-7420}  # primary; replica PORT+1, witness PORT+2
 NODES=(/mnt/grantfs/node1 /mnt/grantfs/node2)
 [ "$(id -u)" -eq 0 ] || { echo "demo.sh: run as root (FUSE mounts)"; exit 1; }
+A=127.0.0.1:$PORT
+B=127.0.0.1:$((PORT + 1))
+W=127.0.0.1:$((PORT + 2))
 
 stop() {
   for m in "${NODES[@]}"; do
     if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
   done
-  if [ -f "$DATA/server.pid" ]; then
-    kill "$(cat "$DATA/server.pid")" 2>/dev/null || true
-    rm -f "$DATA/server.pid"
-  fi
+  for p in a b witness; do
+    if [ -f "$DATA/$p.pid" ]; then
+      kill "$(cat "$DATA/$p.pid")" 2>/dev/null || true
+      rm -f "$DATA/$p.pid"
+    fi
+  done
   echo "demo: stopped (data kept in $DATA; rm -rf it to start empty)"
 }
 
@@ -29,24 +35,35 @@ scripts/build.sh
 BIN="$ROOT/$BUILD_DIR"
 mkdir -p "$DATA" "${NODES[@]}"
 stop >/dev/null 2>&1 || true
-"$BIN/server/grantfs-server" --data_dir="$DATA/volume" --capacity=4G \
-  --listen=127.0.0.1:$PORT >"$DATA/server.log" 2>&1 &
-echo $! >"$DATA/server.pid"
-for i in $(seq 50); do
-  "$BIN/client/grantfsctl" --server=127.0.0.1:$PORT status >/dev/null 2>&1 && break
+"$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" \
+  >"$DATA/witness.log" 2>&1 &
+echo $! >"$DATA/witness.pid"
+"$BIN/server/grantfs-server" --role=primary --listen=$A --peer=$B --witness=$W \
+  --data_dir="$DATA/a" --capacity=4G >"$DATA/a.log" 2>&1 &
+echo $! >"$DATA/a.pid"
+"$BIN/server/grantfs-server" --role=replica --listen=$B --peer=$A --witness=$W \
+  --data_dir="$DATA/b" --capacity=4G >"$DATA/b.log" 2>&1 &
+echo $! >"$DATA/b.pid"
+# Ready when the primary says its replica is in sync (whichever server is
+# primary: after a restart of the demo the roles may be the other way).
+for i in $(seq 100); do
+  "$BIN/client/grantfsctl" --server=$A,$B status 2>/dev/null | grep -q "replica state:   in sync" &&
+    break
   sleep 0.2
 done
 for m in "${NODES[@]}"; do
-  "$BIN/client/grantfs-mount" 127.0.0.1:$PORT:/ "$m" --log_file="$DATA/mount-$(basename "$m").log"
+  "$BIN/client/grantfs-mount" "$A,$B:/" "$m" --log_file="$DATA/mount-$(basename "$m").log"
 done
 echo "GrantFS says hello at $(date)" >"${NODES[0]}/hello.txt"
 echo "demo: wrote ${NODES[0]}/hello.txt; reading it on node2:"
 cat "${NODES[1]}/hello.txt"
 cat <<EOT
 
-GrantFS is running: server on 127.0.0.1:$PORT (data in $DATA, log $DATA/server.log),
+GrantFS is running: primary $A, replica $B, witness $W (data and logs in $DATA),
 mounted at ${NODES[0]} and ${NODES[1]}.
-  $BIN/client/grantfsctl --server=127.0.0.1:$PORT status    sessions, space, inodes
+  $BIN/client/grantfsctl --server=$A,$B status       roles, epoch, replica state, space
   df -h ${NODES[0]}                                        capacity as every node sees it
+  kill -9 \$(cat $DATA/a.pid)                          a failover drill: the replica takes over
+  $BIN/client/grantfsctl --server=$A,$B switchover   planned switchover
   $0 stop                                   unmount and stop
 EOT

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/errno_status.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -62,24 +63,44 @@ absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, 
   while (size > 0) {
     uint64_t index = offset / cs, within = offset % cs;
     size_t n = std::min<uint64_t>(size, cs - within);
-    std::string path = ChunkPath(ino, index);
-    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return IoError("open", path);
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = pwrite(fd.get(), data + done, n - done, within + done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return IoError("pwrite", path);
-      done += w;
+    if (options_.change_sink == nullptr) {
+      RETURN_IF_ERROR(WritePiece(ino, index, within, data, n, sync));
+    } else {
+      absl::MutexLock l(&order_mu_[(ino * 31 + index) % order_mu_.size()]);
+      RETURN_IF_ERROR(WritePiece(ino, index, within, data, n, sync));
+      proto::ReplRecord rec;
+      rec.mutable_data()->set_ino(ino);
+      rec.mutable_data()->set_offset(offset);
+      rec.mutable_data()->set_data(data, n);
+      options_.change_sink->Append(std::move(rec));
     }
-    // Durability: data must be on disk before the metadata that makes it
-    // visible is acknowledged.
-    if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
     offset += n;
     data += n;
     size -= n;
   }
   return absl::OkStatus();
+}
+
+absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data,
+                                    size_t n, bool sync) {
+  std::string path = ChunkPath(ino, index);
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  if (fd.get() < 0) return IoError("open", path);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = pwrite(fd.get(), data + done, n - done, within + done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return IoError("pwrite", path);
+    done += w;
+  }
+  // Durability: data must be on disk before the metadata that makes it
+  // visible is acknowledged.
+  if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+  return absl::OkStatus();
+}
+
+void ChunkStore::Replicate(proto::ReplRecord rec) {
+  if (options_.change_sink != nullptr) options_.change_sink->Append(std::move(rec));
 }
 
 absl::Status ChunkStore::Read(uint64_t ino, uint64_t offset, size_t size, char* out) {
@@ -120,6 +141,12 @@ absl::Status ChunkStore::Sync(uint64_t ino, uint64_t size) {
     }
     if (fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
   }
+  if (options_.change_sink != nullptr) {
+    proto::ReplRecord rec;
+    rec.mutable_sync()->set_ino(ino);
+    rec.mutable_sync()->set_a(size);
+    return options_.change_sink->WaitReplicated(options_.change_sink->Append(std::move(rec)));
+  }
   return absl::OkStatus();
 }
 
@@ -134,6 +161,11 @@ absl::Status ChunkStore::Allocate(uint64_t ino, uint64_t offset, uint64_t length
     if (fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, within, n) != 0) {
       return IoError("fallocate", path);
     }
+    proto::ReplRecord rec;
+    rec.mutable_allocate()->set_ino(ino);
+    rec.mutable_allocate()->set_a(offset);
+    rec.mutable_allocate()->set_b(n);
+    Replicate(std::move(rec));
     offset += n;
     length -= n;
   }
@@ -145,7 +177,7 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_
   const uint64_t first_gone = (new_size + cs - 1) / cs;  // wholly past new_size
   const uint64_t old_chunks = (old_size + cs - 1) / cs;
   for (uint64_t i = first_gone; i < old_chunks; ++i) {
-    if (absl::Status s = RemoveChunk(ino, i); !s.ok()) return s;
+    if (absl::Status s = Unlink(ino, i); !s.ok()) return s;
   }
   if (new_size % cs != 0) {
     // Cut the chunk holding new_size: drop its bytes past the cut, including
@@ -166,10 +198,26 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_
       if (ftruncate(fd.get(), keep) != 0) return IoError("ftruncate", path);
     }
   }
+  // Queued after the cut is done: a snapshot cut in between (replicator)
+  // replays it.
+  proto::ReplRecord rec;
+  rec.mutable_truncate()->set_ino(ino);
+  rec.mutable_truncate()->set_a(new_size);
+  rec.mutable_truncate()->set_b(old_size);
+  Replicate(std::move(rec));
   return absl::OkStatus();
 }
 
 absl::Status ChunkStore::RemoveChunk(uint64_t ino, uint64_t index) {
+  RETURN_IF_ERROR(Unlink(ino, index));
+  proto::ReplRecord rec;
+  rec.mutable_remove_chunk()->set_ino(ino);
+  rec.mutable_remove_chunk()->set_a(index);
+  Replicate(std::move(rec));
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::Unlink(uint64_t ino, uint64_t index) {
   std::string path = ChunkPath(ino, index);
   if (unlink(path.c_str()) != 0 && errno != ENOENT) return IoError("unlink", path);
   return absl::OkStatus();

@@ -10,12 +10,15 @@
 #ifndef GRANTFS_SERVER_CHUNK_STORE_H_
 #define GRANTFS_SERVER_CHUNK_STORE_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/change_sink.h"
 
 namespace grantfs {
 
@@ -24,26 +27,28 @@ struct ChunkStoreOptions {
   std::string dir;
   // Bytes per chunk. Must be a multiple of 4096. Default 4 MiB.
   uint64_t chunk_size = 4 << 20;
+  // Where every change goes to be replicated (server/change_sink.h);
+  // nullptr: none. Not owned.
+  ChangeSink* change_sink = nullptr;
 };
 
 class ChunkStore {
  public:
-  static absl::StatusOr<std::unique_ptr<ChunkStore>> Create(
-      const ChunkStoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<ChunkStore>> Create(const ChunkStoreOptions& options);
 
   uint64_t chunk_size() const { return options_.chunk_size; }
 
   // Writes `size` bytes at `offset` of file `ino`. When `sync`, the data is
   // fdatasync'd before this returns. EIO (with the OS error logged) on failure.
-  absl::Status Write(uint64_t ino, uint64_t offset, const char* data,
-                     size_t size, bool sync);
+  absl::Status Write(uint64_t ino, uint64_t offset, const char* data, size_t size, bool sync);
 
   // Reads exactly `size` bytes at `offset` into `out`; bytes never written
   // (holes, missing chunk files) read as zeros. The caller bounds the range
   // by the file size.
   absl::Status Read(uint64_t ino, uint64_t offset, size_t size, char* out);
 
-  // fdatasyncs every existing chunk of `ino` below `size` bytes.
+  // fdatasyncs every existing chunk of `ino` below `size` bytes (and, with
+  // a change sink, waits until the replica did the same).
   absl::Status Sync(uint64_t ino, uint64_t size);
 
   // Reserves disk blocks for [offset, offset + length) (fallocate mode 0,
@@ -60,8 +65,15 @@ class ChunkStore {
  private:
   explicit ChunkStore(const ChunkStoreOptions& options) : options_(options) {}
   std::string ChunkPath(uint64_t ino, uint64_t index) const;
+  absl::Status Unlink(uint64_t ino, uint64_t index);
+  absl::Status WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data, size_t n,
+                          bool sync);
+  void Replicate(proto::ReplRecord rec);
 
   const ChunkStoreOptions options_;
+  // With a change sink: held across a chunk write and its Append, so
+  // overlapping writes reach the replica in the order they hit the disk.
+  std::array<absl::Mutex, 256> order_mu_;
 };
 
 }  // namespace grantfs

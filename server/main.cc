@@ -1,7 +1,19 @@
-// grantfs-server: serves one GrantFS volume (primary role).
+// grantfs-server: serves one GrantFS volume. Roles (docs/failover.md):
+//   standalone  --role=primary without --peer/--witness: no replica.
+//   primary     --role=primary --peer=B --witness=W: streams every change to
+//               the replica B before it answers.
+//   replica     --role=replica --peer=A --witness=W: applies A's stream and
+//               takes over when A is gone.
+//   witness     --role=witness: the third vote (checkpoint/witness.h).
+// With a witness, --role only matters for a new cluster (epoch 0): after that
+// the witness says who is primary, and a server that learns another one owns
+// the epoch (fenced), or is granted it (promoted), re-executes itself.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
+#include <linux/close_range.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <memory>
@@ -12,6 +24,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/replica.h"
+#include "checkpoint/replicator.h"
+#include "checkpoint/witness.h"
+#include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
 #include "server/service.h"
@@ -22,7 +39,17 @@ ABSL_FLAG(std::string, data_dir, "/var/lib/grantfs", "data directory (meta/ and 
 ABSL_FLAG(std::string, capacity, "0",
           "bytes of file data to hold, with optional K/M/G/T suffix; 0 = the "
           "free space of the data directory's file system");
-ABSL_FLAG(std::string, role, "primary", "server role (only 'primary' for now)");
+ABSL_FLAG(std::string, role, "primary", "primary, replica or witness (see docs/failover.md)");
+ABSL_FLAG(std::string, peer, "",
+          "the other server's address (primary: its replica; replica: its primary)");
+ABSL_FLAG(std::string, witness, "", "the witness's address; required with --peer");
+ABSL_FLAG(std::string, advertise, "",
+          "this server's address as the peer, the witness and clients know it; default --listen");
+ABSL_FLAG(int, primary_lease_ms, 1000,
+          "the primary's lease: how long it serves without word from the witness or the replica, "
+          "and the replica's silence before it claims the epoch; same on every server");
+ABSL_FLAG(uint64_t, promoted_epoch, 0,
+          "internal: set by a replica that re-executes itself as the primary of this epoch");
 ABSL_FLAG(std::string, secret_file, "",
           "file holding the cluster secret every client must present");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
@@ -68,11 +95,84 @@ bool ParseSize(const std::string& text, uint64_t* out) {
 }
 
 std::unique_ptr<grpc::Server> g_server;
+std::vector<std::string> g_args;  // the command line, for re-executing
+
+// Replaces this process with a fresh grantfs-server of the same command
+// line plus `extra` (role changes: fenced -> replica, promoted -> primary).
+// Nothing is carried over but the data directory.
+[[noreturn]] void Reexec(const std::vector<std::string>& extra) {
+  std::vector<std::string> args;
+  for (const std::string& a : g_args) {
+    if (a.rfind("--promoted_epoch", 0) != 0) args.push_back(a);
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  LOG(WARNING) << "re-executing: " << absl::StrJoin(args, " ");
+  // Sockets, RocksDB and chunk descriptors must not leak into the new image.
+  syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  execv("/proc/self/exe", argv.data());
+  PLOG(FATAL) << "execv";
+  abort();
+}
+
+// Re-executes after `delay` (lets the replies under way go out first).
+void ReexecSoon(std::vector<std::string> extra, absl::Duration delay) {
+  std::thread([extra, delay] {
+    absl::SleepFor(delay);
+    Reexec(extra);
+  }).detach();
+}
+
+grantfs::WitnessCall MakeWitnessCall(const std::string& witness, const std::string& self,
+                                     const std::string& secret) {
+  auto client = std::make_shared<grantfs::WitnessClient>(witness, secret);
+  return [client, self](grantfs::proto::WitnessRequest::Op op, uint64_t epoch,
+                        const std::string& replica) {
+    return client->Update(op, epoch, self, replica);
+  };
+}
+
+// Server-side settings every role shares.
+void ConfigureBuilder(grpc::ServerBuilder* builder, grpc::ResourceQuota* quota) {
+  builder->SetMaxReceiveMessageSize(16 << 20);
+  builder->SetMaxSendMessageSize(16 << 20);
+  // Clients and the primary ping every second to notice a server that is cut
+  // off; answering those pings must not count as abuse.
+  grantfs::AllowClientKeepalive(builder);
+  quota->SetMaxThreads(absl::GetFlag(FLAGS_threads));
+  builder->SetResourceQuota(*quota);
+}
+
+// Serves until SIGTERM/SIGINT; `on_stop` runs first.
+int ServeUntilSignal(grpc::ServerBuilder* builder, const sigset_t& stop_signals,
+                     std::function<void()> on_stop) {
+  int port = 0;
+  builder->AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  g_server = builder->BuildAndStart();
+  if (!g_server || port == 0) {
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    return 1;
+  }
+  std::thread([stop_signals, on_stop] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    on_stop();
+    g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }).detach();
+  g_server->Wait();
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("grantfs-server --data_dir=DIR --listen=ADDR:PORT");
+  absl::SetProgramUsageMessage(
+      "grantfs-server --data_dir=DIR --listen=ADDR:PORT [--role=primary|replica --peer=ADDR "
+      "--witness=ADDR | --role=witness]");
+  for (int i = 0; i < argc; ++i) g_args.push_back(argv[i]);
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
@@ -84,11 +184,54 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (absl::GetFlag(FLAGS_role) != "primary") {
-    LOG(ERROR) << "role '" << absl::GetFlag(FLAGS_role)
-               << "' is not available in this version; use --role=primary";
+  const std::string role = absl::GetFlag(FLAGS_role);
+  const std::string peer = absl::GetFlag(FLAGS_peer);
+  const std::string witness = absl::GetFlag(FLAGS_witness);
+  const std::string self = absl::GetFlag(FLAGS_advertise).empty() ? absl::GetFlag(FLAGS_listen)
+                                                                  : absl::GetFlag(FLAGS_advertise);
+  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
+  if (!secret.ok()) {
+    LOG(ERROR) << secret.status();
     return 2;
   }
+  if (role == "witness") {
+    grantfs::WitnessOptions wo;
+    wo.dir = absl::GetFlag(FLAGS_data_dir);
+    wo.secret = *secret;
+    wo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_primary_lease_ms));
+    auto w = grantfs::WitnessService::Open(wo);
+    if (!w.ok()) {
+      LOG(ERROR) << "cannot open the witness state in " << wo.dir << ": " << w.status();
+      return 1;
+    }
+    grpc::ServerBuilder builder;
+    grpc::ResourceQuota quota("grantfs-witness");
+    ConfigureBuilder(&builder, &quota);
+    builder.RegisterService(w->get());
+    const grantfs::proto::WitnessState ws = (*w)->state();
+    LOG(INFO) << "grantfs-server: witness on " << absl::GetFlag(FLAGS_listen) << ", epoch "
+              << ws.epoch() << " owned by '" << ws.primary() << "', state in " << wo.dir;
+    return ServeUntilSignal(&builder, stop_signals, [] {});
+  }
+  if (role != "primary" && role != "replica") {
+    LOG(ERROR) << "unknown --role '" << role << "': use primary, replica or witness";
+    return 2;
+  }
+  const bool replicated = !peer.empty() || !witness.empty();
+  if (replicated && (peer.empty() || witness.empty())) {
+    LOG(ERROR) << "--peer and --witness go together (a replica needs the witness's vote)";
+    return 2;
+  }
+  if (role == "replica" && !replicated) {
+    LOG(ERROR) << "--role=replica needs --peer (the primary) and --witness";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_primary_lease_ms) < 100) {
+    LOG(ERROR) << "--primary_lease_ms must be >= 100";
+    return 2;
+  }
+  const absl::Duration lease = absl::Milliseconds(absl::GetFlag(FLAGS_primary_lease_ms));
+
   grantfs::VolumeOptions vo;
   vo.dir = absl::GetFlag(FLAGS_data_dir);
   if (!ParseSize(absl::GetFlag(FLAGS_capacity), &vo.capacity_bytes)) {
@@ -102,49 +245,125 @@ int main(int argc, char** argv) {
   }
   vo.write_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_write_backlog_mb)) << 20;
   vo.recall_wait = absl::Milliseconds(absl::GetFlag(FLAGS_recall_wait_ms));
+
+  // Which role: the witness decides.
+  grantfs::WitnessCall witness_call;
+  uint64_t epoch = 0;
+  absl::Time granted_at;
+  bool be_primary = !replicated;
+  if (replicated) {
+    witness_call = MakeWitnessCall(witness, self, *secret);
+    absl::Time last_log = absl::InfinitePast();
+    for (;;) {
+      const absl::Time sent = absl::Now();
+      absl::StatusOr<grantfs::proto::WitnessReply> st =
+          witness_call(grantfs::proto::WitnessRequest::GET, 0, "");
+      if (!st.ok()) {
+        if (absl::Now() - last_log > absl::Seconds(5)) {
+          LOG(WARNING) << "waiting for the witness " << witness << ": " << st.status();
+          last_log = absl::Now();
+        }
+        absl::SleepFor(absl::Milliseconds(200));
+        continue;
+      }
+      const grantfs::proto::WitnessState& ws = st->state();
+      grantfs::proto::WitnessRequest::Op op = grantfs::proto::WitnessRequest::GET;
+      uint64_t want = 0;
+      if (absl::GetFlag(FLAGS_promoted_epoch) != 0 && ws.primary() == self &&
+          ws.epoch() == absl::GetFlag(FLAGS_promoted_epoch)) {
+        op = grantfs::proto::WitnessRequest::RENEW;  // promoted: the lease starts now
+        want = ws.epoch();
+      } else if ((ws.epoch() == 0 && role == "primary") || ws.primary() == self) {
+        op = grantfs::proto::WitnessRequest::CLAIM;  // a new cluster, or this primary restarting
+        want = ws.epoch();
+      }
+      if (op == grantfs::proto::WitnessRequest::GET) break;  // another server is primary
+      st = witness_call(op, want, "");
+      if (st.ok() && st->granted()) {
+        be_primary = true;
+        epoch = st->state().epoch();
+        granted_at = sent;
+        break;
+      }
+      LOG(WARNING) << "the witness did not grant the epoch: "
+                   << (st.ok() ? st->reason() : std::string(st.status().message()));
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+
+  grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("grantfs");
+  ConfigureBuilder(&builder, &quota);
+  grantfs::ServiceOptions so;
+  so.secret = *secret;
+
+  if (!be_primary) {
+    grantfs::ReplicaOptions ro;
+    ro.self = self;
+    ro.peer = peer;
+    ro.witness = witness;
+    ro.secret = *secret;
+    ro.data_dir = vo.dir;
+    ro.witness_call = witness_call;
+    ro.failover_timeout = lease;
+    ro.on_promoted = [](uint64_t e) { Reexec({absl::StrCat("--promoted_epoch=", e)}); };
+    auto replica = grantfs::Replica::Open(ro);
+    if (!replica.ok()) {
+      LOG(ERROR) << "cannot open the replica's copy: " << replica.status();
+      return 1;
+    }
+    so.server_role = replica->get();
+    grantfs::GrantFsService service(nullptr, so);
+    builder.RegisterService(&service);
+    builder.RegisterService(replica->get());
+    (*replica)->Start();
+    LOG(INFO) << "grantfs-server: replica on " << absl::GetFlag(FLAGS_listen) << " (as " << self
+              << "), primary " << peer << ", witness " << witness << ", data in " << vo.dir;
+    grantfs::Replica* r = replica->get();
+    return ServeUntilSignal(&builder, stop_signals, [r] { r->Stop(); });
+  }
+
+  std::unique_ptr<grantfs::Replicator> replicator;
+  grantfs::Volume* volume_ptr = nullptr;
+  if (replicated) {
+    grantfs::ReplicatorOptions ro;
+    ro.self = self;
+    ro.peer = peer;
+    ro.witness = witness;
+    ro.secret = *secret;
+    ro.epoch = epoch;
+    ro.data_dir = vo.dir;
+    ro.witness_call = witness_call;
+    ro.lease = lease;
+    ro.replica_timeout = lease;
+    ro.granted_at = granted_at;
+    ro.capacity_bytes = vo.capacity_bytes;
+    ro.checkpoint = [&volume_ptr](const std::string& dir) {
+      return volume_ptr->meta().Checkpoint(dir);
+    };
+    ro.on_fenced = [] { ReexecSoon({}, absl::Milliseconds(300)); };
+    replicator = std::make_unique<grantfs::Replicator>(ro);
+    vo.change_sink = replicator.get();
+    so.server_role = replicator.get();
+  }
   auto volume = grantfs::Volume::Open(vo);
   if (!volume.ok()) {
     LOG(ERROR) << "cannot open volume: " << volume.status();
     return 1;
   }
-
-  grantfs::ServiceOptions so;
-  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
-  if (!secret.ok()) {
-    LOG(ERROR) << secret.status();
-    return 2;
-  }
-  so.secret = *secret;
-  grantfs::GrantFsService service(volume->get(), so);
-
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(16 << 20);
-  builder.SetMaxSendMessageSize(16 << 20);
-  grpc::ResourceQuota quota("grantfs");
-  quota.SetMaxThreads(absl::GetFlag(FLAGS_threads));
-  builder.SetResourceQuota(quota);
-  g_server = builder.BuildAndStart();
-  if (!g_server || port == 0) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
-    return 1;
-  }
+  volume_ptr = volume->get();
   grantfs::SpaceInfo space = (*volume)->Space();
-  LOG(INFO) << "grantfs-server: primary on " << absl::GetFlag(FLAGS_listen) << ", data in "
-            << vo.dir << ", capacity " << space.capacity_bytes << " bytes, used "
+  if (replicator) replicator->Start();
+  grantfs::GrantFsService service(volume->get(), so);
+  builder.RegisterService(&service);
+  LOG(INFO) << "grantfs-server: " << (replicated ? "primary" : "standalone") << " on "
+            << absl::GetFlag(FLAGS_listen) << (replicated ? absl::StrCat(" epoch ", epoch) : "")
+            << ", data in " << vo.dir << ", capacity " << space.capacity_bytes << " bytes, used "
             << space.used_bytes;
-
-  // SIGTERM/SIGINT: stop accepting, finish calls in flight, then exit.
   grantfs::Volume* vol = volume->get();
-  std::thread([stop_signals, vol] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    LOG(INFO) << "signal " << sig << ": shutting down";
+  grantfs::Replicator* rep = replicator.get();
+  return ServeUntilSignal(&builder, stop_signals, [vol, rep] {
     vol->sessions().Shutdown();  // ends the Subscribe streams
-    g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  }).detach();
-  g_server->Wait();
-  return 0;
+    if (rep != nullptr) rep->Stop();
+  });
 }

@@ -13,6 +13,7 @@
 #include "glog/logging.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "server/dedupe.h"
 #include "server/grant_policy.h"
@@ -194,6 +195,7 @@ absl::Status MetaStore::Init() {
 template <typename Fn>
 absl::Status MetaStore::Mutate(Fn fn) {
   uint64_t ticket;
+  uint64_t replicated_seq = 0;
   {
     absl::MutexLock l(&mu_);
     Txn txn(db_);
@@ -226,8 +228,36 @@ absl::Status MetaStore::Mutate(Fn fn) {
     CheckLedger();
     if (record) tag->recorded = true;
     ticket = applied_ticket_.fetch_add(1) + 1;
+    // Queued for the replica in the order of application (under mu_).
+    if (options_.change_sink != nullptr) {
+      proto::ReplRecord rec;
+      rec.set_meta_batch(txn.batch()->Data());
+      replicated_seq = options_.change_sink->Append(std::move(rec));
+    }
   }
-  return WaitDurable(ticket);
+  // The local fsync and the replica's apply run at the same time: the batch
+  // is on its way to the replica already.
+  RETURN_IF_ERROR(WaitDurable(ticket));
+  if (options_.change_sink != nullptr) {
+    return options_.change_sink->WaitReplicated(replicated_seq);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> MetaStore::Checkpoint(const std::string& dir) {
+  absl::MutexLock l(&mu_);  // no batch is applied while the copy is cut
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_, &raw);
+  if (!s.ok()) return DbError(s, "checkpoint");
+  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
+  s = cp->CreateCheckpoint(dir);
+  if (!s.ok()) return DbError(s, "checkpoint");
+  return options_.change_sink != nullptr ? options_.change_sink->Head() : 0;
+}
+
+absl::Status MetaStore::WaitReplicatedAll() {
+  if (options_.change_sink == nullptr) return absl::OkStatus();
+  return options_.change_sink->WaitReplicated(options_.change_sink->Head());
 }
 
 absl::Status MetaStore::WaitDurable(uint64_t ticket) {
@@ -1112,6 +1142,11 @@ absl::StatusOr<int> MetaStore::ExpireDedupe(absl::Duration retention) {
   absl::MutexLock l(&mu_);  // every change goes in under mu_, in one order
   rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
   if (!s.ok()) return DbError(s, "dedupe expiry");
+  if (options_.change_sink != nullptr) {  // the replica expires them too; no wait
+    proto::ReplRecord rec;
+    rec.set_meta_batch(batch.Data());
+    options_.change_sink->Append(std::move(rec));
+  }
   return n;
 }
 

@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
 #include "proto/store.pb.h"
+#include "server/change_sink.h"
 #include "server/permissions.h"
 
 namespace rocksdb {
@@ -49,6 +50,9 @@ struct MetaStoreOptions {
   uint64_t chunk_size = 4 << 20;
   // Time source for timestamps. Default: the real clock. Not owned.
   Clock* clock = Clock::Real();
+  // Where each applied batch goes to be replicated (server/change_sink.h);
+  // nullptr: no replication. Not owned.
+  ChangeSink* change_sink = nullptr;
 };
 
 inline constexpr uint64_t kRootIno = 1;
@@ -152,6 +156,16 @@ class MetaStore {
   // if it was applied; and deletion of records older than `retention`.
   absl::StatusOr<std::optional<proto::DedupeRecord>> FindDedupe(uint64_t client_id, uint64_t seq);
   absl::StatusOr<int> ExpireDedupe(absl::Duration retention);
+
+  // --- replication ---------------------------------------------------------
+  // Writes a consistent copy of the store into the new directory `dir`
+  // (a RocksDB checkpoint) and returns the change sink's Head() at that
+  // moment: the copy holds exactly the batches up to it. 0 without a sink.
+  absl::StatusOr<uint64_t> Checkpoint(const std::string& dir);
+  // Waits until every change appended so far is replicated (a retried
+  // request answered from its dedupe record must not be acknowledged before
+  // the change itself is). OK at once without a sink.
+  absl::Status WaitReplicatedAll();
 
   // --- orphans and deferred deletion ---------------------------------------
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by

@@ -69,7 +69,14 @@ class Once {
       return;
     }
     prior_ = *r;
-    if (!prior_) scope_.emplace(&tag_);
+    if (!prior_) {
+      scope_.emplace(&tag_);
+    } else {
+      // The first attempt's change may still be on its way to the replica
+      // (its reply was lost when the wait gave up): acknowledge the retry
+      // only once it is replicated.
+      error_ = volume_->meta().WaitReplicatedAll();
+    }
   }
   ~Once() {
     scope_.reset();
@@ -133,6 +140,7 @@ class CreditOnReply {
 };
 
 #define GRANTFS_BEGIN(req)                                                           \
+  if (grpc::Status gate = Gate(); !gate.ok()) return gate;                           \
   RequestContext rc;                                                                 \
   CreditOnReply credit_on_reply(ctx, &volume_->flow());                              \
   if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth; \
@@ -144,8 +152,16 @@ class CreditOnReply {
 GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
     : volume_(volume), options_(options) {}
 
-grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
-                                   RequestContext* rc) {
+grpc::Status GrantFsService::Gate() {
+  std::string why;
+  if (options_.server_role != nullptr && !options_.server_role->Serving(&why)) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary: " + why);
+  }
+  if (volume_ == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary");
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Authenticate(Ctx* ctx) {
   if (!options_.secret.empty()) {
     auto it = ctx->client_metadata().find("x-grantfs-secret");
     if (it == ctx->client_metadata().end() ||
@@ -154,6 +170,12 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
+                                   RequestContext* rc) {
+  if (grpc::Status auth = Authenticate(ctx); !auth.ok()) return auth;
   rc->client_id = header.client_id();
   rc->caller.uid = header.creds().uid();
   rc->caller.gid = header.creds().gid();
@@ -469,9 +491,12 @@ grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
 
 grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
                                     proto::StatusReply* reply) {
-  GRANTFS_BEGIN(req);
-  SpaceInfo s = volume_->Space();
+  // Every role answers Status, also a replica and a fenced primary.
+  if (grpc::Status auth = Authenticate(ctx); !auth.ok()) return auth;
   reply->set_role(options_.role);
+  if (options_.server_role != nullptr) options_.server_role->FillStatus(reply);
+  if (volume_ == nullptr) return grpc::Status::OK;
+  SpaceInfo s = volume_->Space();
   reply->set_capacity_bytes(s.capacity_bytes);
   reply->set_used_bytes(s.used_bytes);
   reply->set_inodes(s.inodes);
@@ -489,6 +514,15 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
     *reply->add_sessions() = info;
   }
   return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest* req,
+                                        proto::ErrReply* reply) {
+  GRANTFS_BEGIN(req);
+  if (options_.server_role == nullptr) {
+    return Done("Switchover", ErrnoStatus(ENOTSUP, "standalone server: no replica"), reply);
+  }
+  return Done("Switchover", options_.server_role->Switchover(), reply);
 }
 
 grpc::Status GrantFsService::Echo(Ctx* ctx, const proto::EchoRequest* req,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "proto/grantfs.grpc.pb.h"
+#include "server/server_role.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -16,13 +17,17 @@ struct ServiceOptions {
   // When non-empty, every call must carry metadata "x-grantfs-secret" with
   // this value, or it fails with UNAUTHENTICATED.
   std::string secret;
-  // Role reported by Status.
-  std::string role = "primary";
+  // Role reported by Status when there is no `role` object.
+  std::string role = "standalone";
+  // The replication role (server/server_role.h); nullptr: standalone. Not
+  // owned.
+  ServerRole* server_role = nullptr;
 };
 
 class GrantFsService final : public proto::GrantFs::Service {
  public:
-  // `volume` must outlive the service.
+  // `volume` must outlive the service. A replica has no volume (nullptr):
+  // it answers every call but Status with UNAVAILABLE "not the primary".
   GrantFsService(Volume* volume, const ServiceOptions& options);
 
   using Ctx = grpc::ServerContext;
@@ -59,8 +64,13 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*) override;
   grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*) override;
   grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*) override;
+  grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*) override;
 
  private:
+  // UNAVAILABLE unless this server is the serving primary.
+  grpc::Status Gate();
+  // UNAUTHENTICATED unless the call carries the cluster secret.
+  grpc::Status Authenticate(Ctx* ctx);
   // Authenticates the call and renews the session; fills `rc`.
   grpc::Status Begin(Ctx* ctx, const proto::RequestHeader& header, RequestContext* rc);
 

@@ -78,7 +78,7 @@ TEST_F(ServiceTest, WrongOrMissingSecretIsUnauthenticated) {
   EXPECT_EQ(stub_->Status(Ctx("").get(), req, &reply).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(stub_->Status(Ctx().get(), req, &reply).ok());
-  EXPECT_EQ(reply.role(), "primary");
+  EXPECT_EQ(reply.role(), "standalone");
 }
 
 TEST_F(ServiceTest, InodeZeroIsEinval) {

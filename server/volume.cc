@@ -31,12 +31,14 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   }
   ChunkStoreOptions co;
   co.dir = options.dir + "/chunks";
+  co.change_sink = options.change_sink;
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> chunks, ChunkStore::Create(co));
   MetaStoreOptions mo;
   mo.dir = options.dir + "/meta";
   mo.capacity_bytes = capacity;
   mo.chunk_size = co.chunk_size;
   mo.clock = options.clock;
+  mo.change_sink = options.change_sink;
   ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
   std::unique_ptr<Volume> v(new Volume(options, std::move(meta), std::move(chunks)));
   // Nobody has a file open right after a start: orphans left by the last

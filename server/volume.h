@@ -53,6 +53,9 @@ struct VolumeOptions {
   absl::Duration recall_wait = absl::Seconds(1);
   // How long the record of an applied request is kept for its retries.
   absl::Duration dedupe_retention = absl::Minutes(5);
+  // Where every change goes to be replicated (server/change_sink.h);
+  // nullptr: no replica. Not owned.
+  ChangeSink* change_sink = nullptr;
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;

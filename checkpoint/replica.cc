@@ -1,0 +1,513 @@
+#include "checkpoint/replica.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace grantfs {
+namespace {
+
+constexpr char kPositionKey[] = "Rposition";  // epoch, seq (big-endian)
+
+std::string EncodePosition(uint64_t epoch, uint64_t seq) {
+  std::string s;
+  for (uint64_t v : {epoch, seq}) {
+    for (int i = 7; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  return s;
+}
+
+bool DecodePosition(const std::string& s, uint64_t* epoch, uint64_t* seq) {
+  if (s.size() != 16) return false;
+  uint64_t v[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < 8; ++i) v[k] = (v[k] << 8) | static_cast<unsigned char>(s[8 * k + i]);
+  }
+  *epoch = v[0];
+  *seq = v[1];
+  return true;
+}
+
+absl::Status DbError(const rocksdb::Status& s, const char* what) {
+  LOG(ERROR) << "replica: " << what << ": " << s.ToString();
+  return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+// A snapshot path must stay inside meta/ or chunks/.
+bool SafeRelPath(const std::string& p) {
+  if (!absl::StartsWith(p, "meta/") && !absl::StartsWith(p, "chunks/")) return false;
+  return !absl::StrContains(p, "..") && !absl::StrContains(p, "//") && p.back() != '/';
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& options) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("data dir is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) return absl::FailedPreconditionError("mkdir " + options.data_dir + ": " + ec.message());
+  std::unique_ptr<Replica> r(new Replica(options));
+  absl::MutexLock l(&r->apply_mu_);
+  if (std::filesystem::exists(options.data_dir + "/meta/CURRENT")) {
+    RETURN_IF_ERROR(r->OpenCopy());
+  }
+  absl::MutexLock m(&r->mu_);
+  LOG(INFO) << "replica: copy in " << options.data_dir << " at epoch " << r->epoch_ << ", change "
+            << r->applied_;
+  r->last_msg_ = absl::Now();
+  return r;
+}
+
+Replica::~Replica() {
+  Stop();
+  absl::MutexLock l(&apply_mu_);
+  CloseCopy();
+}
+
+absl::Status Replica::OpenCopy() {
+  rocksdb::Options o;
+  o.create_if_missing = false;
+  o.max_background_jobs = 2;
+  o.keep_log_file_num = 4;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(o, options_.data_dir + "/meta", &db);
+  if (!s.ok()) return DbError(s, "opening the copy");
+  db_ = db;
+  std::string v;
+  uint64_t epoch = 0, seq = 0;
+  s = db_->Get(rocksdb::ReadOptions(), kPositionKey, &v);
+  if (s.ok() && !DecodePosition(v, &epoch, &seq)) {
+    return absl::DataLossError("corrupt replica position");
+  }
+  if (!s.ok() && !s.IsNotFound()) return DbError(s, "reading the position");
+  ChunkStoreOptions co;
+  co.dir = options_.data_dir + "/chunks";
+  co.chunk_size = options_.chunk_size;
+  ASSIGN_OR_RETURN(chunks_, ChunkStore::Create(co));
+  absl::MutexLock l(&mu_);
+  epoch_ = epoch;
+  applied_ = seq;
+  max_epoch_ = std::max(max_epoch_, epoch);
+  return absl::OkStatus();
+}
+
+void Replica::CloseCopy() {
+  if (piece_fd_ >= 0) close(piece_fd_);
+  piece_fd_ = -1;
+  if (db_ != nullptr) {
+    db_->SyncWAL();
+    db_->Close();
+    delete db_;
+    db_ = nullptr;
+  }
+  chunks_.reset();
+}
+
+void Replica::Start() {
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+void Replica::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (active_ctx_ != nullptr) active_ctx_->TryCancel();
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+uint64_t Replica::epoch() {
+  absl::MutexLock l(&mu_);
+  return epoch_;
+}
+
+uint64_t Replica::applied_seq() {
+  absl::MutexLock l(&mu_);
+  return applied_;
+}
+
+// --- applying -----------------------------------------------------------------
+
+absl::Status Replica::BeginSnapshot() {
+  CloseCopy();
+  std::error_code ec;
+  for (const char* sub : {"/meta", "/chunks"}) {
+    std::filesystem::remove_all(options_.data_dir + sub, ec);
+    if (ec) return absl::InternalError("removing " + options_.data_dir + sub + ": " + ec.message());
+    std::filesystem::create_directories(options_.data_dir + sub, ec);
+    if (ec) return absl::InternalError("mkdir " + options_.data_dir + sub + ": " + ec.message());
+  }
+  in_snapshot_ = true;
+  absl::MutexLock l(&mu_);
+  epoch_ = 0;
+  applied_ = 0;
+  state_ = "syncing";
+  return absl::OkStatus();
+}
+
+absl::Status Replica::WritePiece(const proto::SnapshotPiece& piece) {
+  if (!in_snapshot_) return absl::InvalidArgumentError("snapshot piece outside a snapshot");
+  if (!SafeRelPath(piece.path())) {
+    return absl::InvalidArgumentError("bad snapshot path '" + piece.path() + "'");
+  }
+  const std::string path = options_.data_dir + "/" + piece.path();
+  if (piece_fd_ < 0 || piece_path_ != path) {
+    if (piece_fd_ >= 0) close(piece_fd_);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    piece_fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (piece_fd_ < 0) return absl::InternalError("open " + path + ": " + strerror(errno));
+    piece_path_ = path;
+  }
+  if (piece.eof()) {
+    // Holes were not sent: the size comes last.
+    int rc = ftruncate(piece_fd_, static_cast<off_t>(piece.offset()));
+    close(piece_fd_);
+    piece_fd_ = -1;
+    if (rc != 0) return absl::InternalError("ftruncate " + path + ": " + strerror(errno));
+    return absl::OkStatus();
+  }
+  size_t done = 0;
+  const std::string& d = piece.data();
+  while (done < d.size()) {
+    ssize_t w = pwrite(piece_fd_, d.data() + done, d.size() - done, piece.offset() + done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return absl::InternalError("write " + path + ": " + strerror(errno));
+    done += w;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Replica::FinishSnapshot(uint64_t epoch, uint64_t start_seq) {
+  if (!in_snapshot_) return absl::InvalidArgumentError("snapshot end without a snapshot");
+  if (piece_fd_ >= 0) close(piece_fd_);
+  piece_fd_ = -1;
+  // Every copied file on disk before the copy counts as applied.
+  int dfd = open(options_.data_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    syncfs(dfd);
+    close(dfd);
+  }
+  RETURN_IF_ERROR(OpenCopy());
+  in_snapshot_ = false;
+  {
+    absl::MutexLock l(&mu_);
+    epoch_ = epoch;
+    applied_ = start_seq - 1;
+    state_ = "in sync";
+  }
+  return SavePosition();
+}
+
+absl::Status Replica::SavePosition() {
+  uint64_t epoch, seq;
+  {
+    absl::MutexLock l(&mu_);
+    epoch = epoch_;
+    seq = applied_;
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;  // also makes every batch applied before it durable
+  rocksdb::Status s = db_->Put(wo, kPositionKey, EncodePosition(epoch, seq));
+  if (!s.ok()) return DbError(s, "saving the position");
+  return absl::OkStatus();
+}
+
+absl::Status Replica::Apply(const proto::ReplRecord& rec) {
+  if (db_ == nullptr || chunks_ == nullptr || in_snapshot_) {
+    return absl::FailedPreconditionError("a change before the copy exists");
+  }
+  switch (rec.op_case()) {
+    case proto::ReplRecord::kMetaBatch: {
+      rocksdb::WriteBatch batch(rec.meta_batch());
+      rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+      if (!s.ok()) return DbError(s, "applying a batch");
+      return absl::OkStatus();
+    }
+    case proto::ReplRecord::kData:
+      return chunks_->Write(rec.data().ino(), rec.data().offset(), rec.data().data().data(),
+                            rec.data().data().size(), false);
+    case proto::ReplRecord::kTruncate:
+      return chunks_->Truncate(rec.truncate().ino(), rec.truncate().a(), rec.truncate().b());
+    case proto::ReplRecord::kAllocate:
+      return chunks_->Allocate(rec.allocate().ino(), rec.allocate().a(), rec.allocate().b());
+    case proto::ReplRecord::kRemoveChunk:
+      return chunks_->RemoveChunk(rec.remove_chunk().ino(), rec.remove_chunk().a());
+    case proto::ReplRecord::kSync:
+      return chunks_->Sync(rec.sync().ino(), rec.sync().a());
+    case proto::ReplRecord::OP_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("change ", rec.seq(), " has no operation"));
+}
+
+grpc::Status Replica::Stream(grpc::ServerContext* ctx,
+                             grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) {
+  if (!options_.secret.empty()) {
+    auto it = ctx->client_metadata().find("x-grantfs-secret");
+    if (it == ctx->client_metadata().end() ||
+        std::string(it->second.data(), it->second.size()) != options_.secret) {
+      LOG(WARNING) << "replica: refused a stream from " << ctx->peer() << ": bad cluster secret";
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
+    }
+  }
+  proto::ReplMessage msg;
+  if (!stream->Read(&msg)) return grpc::Status::OK;
+  if (!msg.has_hello() || msg.hello().epoch() == 0) {
+    LOG(WARNING) << "replica: a stream from " << ctx->peer() << " without a hello";
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be a hello");
+  }
+  const proto::ReplHello hello = msg.hello();
+  uint64_t gen;
+  {
+    absl::MutexLock l(&mu_);
+    std::string refuse;
+    if (promoting_ || promoted_ || stopping_) {
+      refuse = "this server is taking over";
+    } else if (hello.epoch() < max_epoch_) {
+      refuse = absl::StrCat("stale epoch ", hello.epoch(), " (seen ", max_epoch_, ")");
+    }
+    if (!refuse.empty()) {
+      LOG(WARNING) << "replica: refused the stream of " << hello.server() << ": " << refuse;
+      proto::ReplAck a;
+      a.set_error(refuse);
+      stream->Write(a);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, refuse);
+    }
+    max_epoch_ = hello.epoch();
+    gen = ++stream_gen_;
+    if (active_ctx_ != nullptr) active_ctx_->TryCancel();  // a newer stream replaces it
+    active_ctx_ = ctx;
+    primary_ = hello.server();
+    last_msg_ = absl::Now();
+  }
+  struct Unregister {
+    Replica* r;
+    grpc::ServerContext* ctx;
+    ~Unregister() {
+      absl::MutexLock l(&r->mu_);
+      if (r->active_ctx_ == ctx) {
+        r->active_ctx_ = nullptr;
+        r->state_ = "waiting";
+        r->check_now_ = true;  // a handover ends the stream: ask the witness
+      }
+    }
+  } unregister{this, ctx};
+
+  absl::MutexLock apply(&apply_mu_);  // the replaced stream lets go first
+  auto current = [&]() {
+    absl::MutexLock l(&mu_);
+    return gen == stream_gen_ && !promoting_ && !promoted_ && !stopping_;
+  };
+  if (!current()) return grpc::Status(grpc::StatusCode::ABORTED, "replaced");
+  {
+    proto::ReplAck a;
+    {
+      absl::MutexLock l(&mu_);
+      a.mutable_hello()->set_epoch(epoch_);
+      a.mutable_hello()->set_server(options_.self);
+      a.mutable_hello()->set_applied_seq(epoch_ == hello.epoch() ? applied_ : 0);
+    }
+    if (!stream->Write(a)) return grpc::Status::OK;
+  }
+  LOG(INFO) << "replica: stream from " << hello.server() << " (epoch " << hello.epoch() << ")";
+
+  absl::Status st;
+  uint64_t snapshot_epoch = 0, snapshot_start = 0;
+  while (stream->Read(&msg)) {
+    if (!current()) break;
+    {
+      absl::MutexLock l(&mu_);
+      last_msg_ = absl::Now();
+    }
+    if (msg.has_hello()) {
+      const proto::ReplHello& h = msg.hello();
+      if (h.snapshot()) {
+        LOG(INFO) << "replica: receiving a snapshot of epoch " << h.epoch() << " (changes from "
+                  << h.start_seq() << " follow)";
+        st = BeginSnapshot();
+        snapshot_epoch = h.epoch();
+        snapshot_start = h.start_seq();
+      } else {
+        absl::MutexLock l(&mu_);
+        if (epoch_ != h.epoch() || applied_ + 1 != h.start_seq()) {
+          st = absl::FailedPreconditionError(absl::StrCat("resume at ", h.start_seq(), " of epoch ",
+                                                          h.epoch(), " but the copy is at ",
+                                                          applied_, " of epoch ", epoch_));
+        } else {
+          state_ = "in sync";
+        }
+      }
+    }
+    for (const proto::SnapshotPiece& p : msg.snapshot()) {
+      if (!st.ok()) break;
+      st = WritePiece(p);
+    }
+    if (st.ok() && msg.snapshot_done()) {
+      st = FinishSnapshot(snapshot_epoch, snapshot_start);
+      if (st.ok()) LOG(INFO) << "replica: snapshot applied; at change " << snapshot_start - 1;
+    }
+    if (!st.ok()) break;
+    if (in_snapshot_) continue;  // acknowledged only once whole (no ack reader meanwhile)
+    for (const proto::ReplRecord& r : msg.records()) {
+      uint64_t expect;
+      {
+        absl::MutexLock l(&mu_);
+        expect = applied_ + 1;
+      }
+      if (r.seq() != expect) {
+        st = absl::FailedPreconditionError(
+            absl::StrCat("change ", r.seq(), " arrived, expected ", expect));
+        break;
+      }
+      st = Apply(r);
+      if (!st.ok()) break;
+      absl::MutexLock l(&mu_);
+      applied_ = r.seq();
+    }
+    if (!st.ok()) break;
+    if (msg.records_size() > 0) {
+      st = SavePosition();
+      if (!st.ok()) break;
+    }
+    proto::ReplAck a;
+    {
+      absl::MutexLock l(&mu_);
+      a.set_applied_seq(applied_);
+    }
+    a.set_echo_sent_ns(msg.sent_ns());
+    if (!stream->Write(a)) break;
+    msg.Clear();
+  }
+  if (!st.ok()) {
+    LOG(ERROR) << "replica: giving up the stream of " << hello.server() << ": " << st;
+    proto::ReplAck a;
+    a.set_error(std::string(st.message()));
+    stream->Write(a);
+    if (in_snapshot_) {
+      // A half-copied volume is no copy: it stays empty until the next one.
+      CloseCopy();
+      in_snapshot_ = false;
+    }
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, std::string(st.message()));
+  }
+  if (in_snapshot_) {
+    LOG(WARNING) << "replica: the stream ended in the middle of a snapshot";
+    CloseCopy();
+    in_snapshot_ = false;
+  }
+  LOG(INFO) << "replica: stream from " << hello.server() << " ended";
+  return grpc::Status::OK;
+}
+
+// --- failover -----------------------------------------------------------------
+
+void Replica::Watchdog() {
+  for (;;) {
+    bool claim;
+    {
+      absl::MutexLock l(&mu_);
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || promoted_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100))) return;
+      const bool silent = absl::Now() - last_msg_ > options_.failover_timeout;
+      if (!silent && !check_now_) continue;
+      check_now_ = false;
+      claim = silent;
+      // An empty copy, or one of an older epoch, can never take over.
+      if (epoch_ == 0 && !claim) continue;
+    }
+    if (TryPromote(claim)) return;
+  }
+}
+
+bool Replica::TryPromote(bool claim) {
+  uint64_t epoch;
+  {
+    absl::MutexLock l(&mu_);
+    if (epoch_ == 0) return false;
+    promoting_ = true;
+    if (active_ctx_ != nullptr) active_ctx_->TryCancel();
+    epoch = epoch_;
+  }
+  auto give_up = [this]() {
+    absl::MutexLock l(&mu_);
+    promoting_ = false;
+    return false;
+  };
+  absl::MutexLock apply(&apply_mu_);  // nothing is applied from here on
+  absl::StatusOr<proto::WitnessReply> r =
+      options_.witness_call(proto::WitnessRequest::GET, epoch, "");
+  if (!r.ok()) {
+    LOG_EVERY_N(WARNING, 20) << "replica: witness unreachable: " << r.status();
+    return give_up();
+  }
+  uint64_t granted = 0;
+  if (r->state().primary() == options_.self && r->state().epoch() > epoch) {
+    granted = r->state().epoch();  // handed over to this server (switchover)
+    LOG(INFO) << "replica: the primary handed epoch " << granted << " over to this server";
+  } else if (claim && r->state().epoch() == epoch) {
+    absl::StatusOr<proto::WitnessReply> c =
+        options_.witness_call(proto::WitnessRequest::CLAIM, epoch, "");
+    if (!c.ok() || !c->granted()) {
+      LOG_EVERY_N(INFO, 10) << "replica: claim of epoch " << epoch + 1 << " not granted: "
+                            << (c.ok() ? c->reason() : std::string(c.status().message()));
+      return give_up();
+    }
+    granted = c->state().epoch();
+    LOG(WARNING) << "replica: the primary is gone; the witness granted epoch " << granted
+                 << " to this server";
+  } else {
+    if (claim && r->state().epoch() != epoch) {
+      LOG_EVERY_N(INFO, 50) << "replica: the copy is of epoch " << epoch << ", the witness is at "
+                            << r->state().epoch() << "; waiting for the primary";
+    }
+    return give_up();
+  }
+  {
+    absl::MutexLock l(&mu_);
+    promoted_ = true;
+    state_ = "promoted";
+  }
+  CloseCopy();
+  if (options_.on_promoted) options_.on_promoted(granted);
+  return true;
+}
+
+// --- role ---------------------------------------------------------------------
+
+bool Replica::Serving(std::string* why) {
+  absl::MutexLock l(&mu_);
+  *why = primary_.empty() ? "replica" : "replica of " + primary_;
+  return false;
+}
+
+void Replica::FillStatus(proto::StatusReply* reply) {
+  absl::MutexLock l(&mu_);
+  reply->set_role("replica");
+  reply->set_epoch(epoch_);
+  reply->set_server(options_.self);
+  reply->set_peer(primary_.empty() ? options_.peer : primary_);
+  reply->set_witness(options_.witness);
+  reply->set_replica_state(state_);
+  reply->set_log_seq(applied_);
+  reply->set_acked_seq(applied_);
+}
+
+absl::Status Replica::Switchover() {
+  return absl::FailedPreconditionError("this server is the replica; ask the primary");
+}
+
+}  // namespace grantfs

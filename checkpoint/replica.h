@@ -1,0 +1,130 @@
+// The replica's side of replication: applies the primary's change stream
+// (proto Replication.Stream) to its own copy of the volume, durably and in
+// order, and acknowledges; takes over when the primary is gone.
+//
+// The copy is the same layout as the primary's data directory (meta/ is
+// RocksDB, chunks/ the chunk files), so a promoted replica opens it as a
+// Volume. Its position (epoch, last applied change) is kept in RocksDB
+// (key "Rposition") in the same WAL as the batches.
+//
+// Acknowledging change N means: every change up to N is applied, the
+// metadata batches are in the fsync'd WAL, file data is in the page cache
+// (fdatasync'd when the primary's fsync asked: sync records), exactly what the
+// primary itself promises for its own copy.
+//
+// Failover: when no message came for `failover_timeout` (the primary sends
+// one at least every 100 ms), the replica asks the witness for the next
+// epoch (CLAIM); the witness grants it only to the in-sync replica of the
+// current epoch and only after the primary's lease ran out. While claiming
+// the replica applies nothing more, so it never acknowledges a change after
+// its promotion began. When a stream ends it also asks the witness at once
+// whether the primary handed the role to it (planned switchover).
+//
+// Thread-safe.
+#ifndef GRANTFS_CHECKPOINT_REPLICA_H_
+#define GRANTFS_CHECKPOINT_REPLICA_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "checkpoint/replicator.h"
+#include "proto/replication.grpc.pb.h"
+#include "server/chunk_store.h"
+#include "server/server_role.h"
+
+namespace rocksdb {
+class DB;
+}  // namespace rocksdb
+
+namespace grantfs {
+
+struct ReplicaOptions {
+  std::string self;      // this server's advertised address
+  std::string peer;      // the configured other server (for status)
+  std::string witness;   // for status
+  std::string secret;    // required of the primary's stream
+  std::string data_dir;  // meta/ and chunks/
+  uint64_t chunk_size = 4 << 20;
+  WitnessCall witness_call;
+  absl::Duration failover_timeout = absl::Seconds(1);
+  // Runs once the witness granted this server epoch `epoch`, after the
+  // copy is closed (the server re-executes itself as the primary).
+  std::function<void(uint64_t epoch)> on_promoted;
+};
+
+class Replica : public proto::Replication::Service, public ServerRole {
+ public:
+  static absl::StatusOr<std::unique_ptr<Replica>> Open(const ReplicaOptions& options);
+  ~Replica() override;
+
+  // Starts the failover watchdog.
+  void Start();
+  void Stop();
+
+  grpc::Status Stream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) override;
+
+  // ServerRole: a replica never serves clients.
+  bool Serving(std::string* why) override;
+  void FillStatus(proto::StatusReply* reply) override;
+  absl::Status Switchover() override;
+
+  uint64_t epoch();
+  uint64_t applied_seq();
+
+ private:
+  explicit Replica(const ReplicaOptions& options) : options_(options) {}
+
+  absl::Status OpenCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  void CloseCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status BeginSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status WritePiece(const proto::SnapshotPiece& piece)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status FinishSnapshot(uint64_t epoch, uint64_t start_seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status Apply(const proto::ReplRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  void Watchdog();
+  // Tries to become the primary; true when this server was promoted.
+  bool TryPromote(bool claim);
+
+  const ReplicaOptions options_;
+
+  // Held by the stream that applies, and by a promotion.
+  absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  rocksdb::DB* db_ ABSL_GUARDED_BY(apply_mu_) = nullptr;
+  std::unique_ptr<ChunkStore> chunks_ ABSL_GUARDED_BY(apply_mu_);
+  bool in_snapshot_ ABSL_GUARDED_BY(apply_mu_) = false;
+  int piece_fd_ ABSL_GUARDED_BY(apply_mu_) = -1;
+  std::string piece_path_ ABSL_GUARDED_BY(apply_mu_);
+
+  absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;      // of the changes applied
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;    // last change applied
+  uint64_t max_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // newest epoch a primary showed
+  std::string primary_ ABSL_GUARDED_BY(mu_);
+  std::string state_ ABSL_GUARDED_BY(mu_) = "waiting";
+  uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::ServerContext* active_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time last_msg_ ABSL_GUARDED_BY(mu_);
+  bool check_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool promoting_ ABSL_GUARDED_BY(mu_) = false;
+  bool promoted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CHECKPOINT_REPLICA_H_

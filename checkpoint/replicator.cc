@@ -1,0 +1,631 @@
+#include "checkpoint/replicator.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+using Stream = grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>;
+
+int64_t MonoNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// absl::Time of a CLOCK_MONOTONIC reading taken now-ish: leases compare send
+// times with "now" on the same clock.
+absl::Time FromMono(int64_t mono_ns) {
+  return absl::Now() - absl::Nanoseconds(MonoNanos() - mono_ns);
+}
+
+uint64_t RecordBytes(const proto::ReplRecord& r) {
+  switch (r.op_case()) {
+    case proto::ReplRecord::kMetaBatch:
+      return r.meta_batch().size() + 32;
+    case proto::ReplRecord::kData:
+      return r.data().data().size() + 32;
+    default:
+      return 32;
+  }
+}
+
+// Reads `path` into snapshot pieces of at most `piece` bytes, handing each to
+// `send`. All-zero pieces are skipped (holes stay holes); the last piece has
+// eof and the file size in `offset`. A file that vanished is skipped.
+absl::Status SendFile(const std::string& path, const std::string& rel, size_t piece,
+                      const std::function<bool(proto::SnapshotPiece*)>& send) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
+  }
+  std::string buf(piece, '\0');
+  uint64_t off = 0;
+  absl::Status st;
+  for (;;) {
+    ssize_t n = pread(fd, buf.data(), piece, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      st = absl::InternalError(absl::StrCat("read ", path, ": ", strerror(errno)));
+      break;
+    }
+    if (n == 0) break;
+    bool zero = true;
+    for (ssize_t i = 0; i < n && zero; ++i) zero = buf[i] == 0;
+    if (!zero) {
+      proto::SnapshotPiece p;
+      p.set_path(rel);
+      p.set_offset(off);
+      p.set_data(buf.data(), n);
+      if (!send(&p)) {
+        st = absl::UnavailableError("stream broken while sending " + rel);
+        break;
+      }
+    }
+    off += n;
+  }
+  close(fd);
+  if (!st.ok()) return st;
+  proto::SnapshotPiece last;
+  last.set_path(rel);
+  last.set_offset(off);
+  last.set_eof(true);
+  if (!send(&last)) return absl::UnavailableError("stream broken while sending " + rel);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // A replica that vanished without a reset (cut off) is noticed in ~2 s.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  stub_ = proto::Replication::NewStub(
+      grpc::CreateCustomChannel(options_.peer, grpc::InsecureChannelCredentials(), args));
+  lease_witness_ = options_.granted_at;
+  lease_replica_ = absl::InfinitePast();
+  last_ack_ = absl::Now();
+}
+
+Replicator::~Replicator() { Stop(); }
+
+void Replicator::Start() {
+  stream_thread_ = std::thread([this] { StreamLoop(); });
+  witness_thread_ = std::thread([this] { WitnessLoop(); });
+}
+
+void Replicator::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  if (stream_thread_.joinable()) stream_thread_.join();
+  if (witness_thread_.joinable()) witness_thread_.join();
+}
+
+const char* Replicator::StateName(State s) {
+  switch (s) {
+    case State::kConnecting:
+      return "connecting";
+    case State::kSyncing:
+      return "syncing";
+    case State::kInSync:
+      return "in sync";
+    case State::kDegraded:
+      return "degraded";
+  }
+  return "?";
+}
+
+// --- the change log -------------------------------------------------------------
+
+uint64_t Replicator::Append(proto::ReplRecord record) {
+  const uint64_t bytes = RecordBytes(record);
+  auto shared = std::make_shared<proto::ReplRecord>(std::move(record));
+  absl::MutexLock l(&mu_);
+  const uint64_t seq = ++head_;
+  shared->set_seq(seq);
+  log_.push_back(Entry{seq, std::move(shared), bytes});
+  log_bytes_ += bytes;
+  TrimLog();
+  return seq;
+}
+
+void Replicator::TrimLog() {
+  while (!log_.empty() && log_bytes_ > options_.retain_bytes) {
+    const uint64_t front = log_.front().seq;
+    // Never drop what a waiting writer needs, nor (within reason) what the
+    // current stream has still to send.
+    if (must_wait_ && front > acked_) break;
+    if (pinned_ != 0 && front >= pinned_ && log_bytes_ <= 4 * options_.retain_bytes) break;
+    log_bytes_ -= log_.front().bytes;
+    log_.pop_front();
+  }
+}
+
+uint64_t Replicator::Head() {
+  absl::MutexLock l(&mu_);
+  return head_;
+}
+
+uint64_t Replicator::AckedSeq() {
+  absl::MutexLock l(&mu_);
+  return acked_;
+}
+
+absl::Status Replicator::WaitReplicated(uint64_t seq) {
+  const absl::Time deadline = absl::Now() + options_.wait_bound;
+  absl::MutexLock l(&mu_);
+  auto done = [this, seq]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return fenced_ || stopping_ || !must_wait_ || seq < sync_from_ || acked_ >= seq;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    LOG(WARNING) << "replication: change " << seq << " not acknowledged by the replica within "
+                 << options_.wait_bound << " (acked " << acked_ << ")";
+    return absl::UnavailableError("the replica did not acknowledge the change in time");
+  }
+  if (fenced_) return absl::UnavailableError("this server is no longer the primary");
+  if (stopping_ && must_wait_ && acked_ < seq) {
+    return absl::UnavailableError("the server is stopping");
+  }
+  return absl::OkStatus();
+}
+
+// --- the stream -----------------------------------------------------------------
+
+void Replicator::StreamLoop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_ || fenced_) return;
+    }
+    const absl::Time began = absl::Now();
+    absl::Status st = RunStream();
+    {
+      absl::MutexLock l(&mu_);
+      stream_up_ = false;
+      pinned_ = 0;
+      if (state_ == State::kSyncing) state_ = State::kConnecting;
+      if (!st.ok()) last_error_ = std::string(st.message());
+      if (stopping_ || fenced_) return;
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
+      if (absl::Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
+      mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
+    }
+    VLOG(1) << "replication stream to " << options_.peer << " ended: " << st;
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::Status Replicator::RunStream() {
+  grpc::ClientContext ctx;
+  if (!options_.secret.empty()) ctx.AddMetadata("x-grantfs-secret", options_.secret);
+  uint64_t id;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_ || fenced_) return absl::CancelledError("stopping");
+    stream_ctx_ = &ctx;
+    id = ++stream_id_;
+    last_ack_ = absl::Now();
+  }
+  struct Unregister {
+    Replicator* r;
+    ~Unregister() {
+      absl::MutexLock l(&r->mu_);
+      r->stream_ctx_ = nullptr;
+    }
+  } unregister{this};
+
+  std::unique_ptr<Stream> stream = stub_->Stream(&ctx);
+  proto::ReplMessage hello;
+  hello.mutable_hello()->set_epoch(options_.epoch);
+  hello.mutable_hello()->set_server(options_.self);
+  if (!stream->Write(hello)) return absl::UnavailableError("replica unreachable");
+  proto::ReplAck first;
+  if (!stream->Read(&first)) {
+    grpc::Status s = stream->Finish();
+    return absl::UnavailableError(absl::StrCat("replica refused the stream: ", s.error_message()));
+  }
+  if (!first.error().empty()) {
+    LOG(WARNING) << "replica " << options_.peer << " refused the stream: " << first.error();
+    stream->WritesDone();
+    stream->Finish();
+    return absl::FailedPreconditionError(first.error());
+  }
+  const proto::ReplHello& rh = first.hello();
+  uint64_t next;
+  bool resume;
+  {
+    absl::MutexLock l(&mu_);
+    const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+    resume = rh.epoch() == options_.epoch && rh.applied_seq() <= head_ &&
+             rh.applied_seq() + 1 >= first_kept;
+    if (resume) {
+      next = rh.applied_seq() + 1;
+      acked_ = std::max(acked_, rh.applied_seq());
+      pinned_ = next;
+      if (!must_wait_) state_ = State::kSyncing;
+    } else {
+      if (must_wait_) {
+        // Writers still count on this replica; it must first be given up
+        // with the witness's word (WitnessLoop) before it is rebuilt.
+        return absl::UnavailableError("replica lost its state; degrading first");
+      }
+      state_ = State::kSyncing;
+      acked_ = 0;
+    }
+    stream_up_ = true;
+  }
+  if (resume) {
+    LOG(INFO) << "replica " << options_.peer << " resumes at change " << next << " of epoch "
+              << options_.epoch;
+    proto::ReplMessage m;
+    m.mutable_hello()->set_epoch(options_.epoch);
+    m.mutable_hello()->set_start_seq(next);
+    if (!stream->Write(m)) return absl::UnavailableError("stream broken");
+  } else {
+    LOG(INFO) << "replica " << options_.peer << " (epoch " << rh.epoch() << ", change "
+              << rh.applied_seq() << ") gets a snapshot of epoch " << options_.epoch;
+    RETURN_IF_ERROR(SendSnapshot(stream.get(), &next));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    sent_ = next - 1;
+  }
+
+  std::thread acks([this, s = stream.get(), id] { AckLoop(s, id); });
+  absl::Status result;
+  // Ships records as they come; an empty message every 100 ms is the
+  // heartbeat that keeps the replica from claiming the epoch.
+  for (;;) {
+    std::vector<std::shared_ptr<const proto::ReplRecord>> batch;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this, next]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || fenced_ || !stream_up_ || head_ >= next;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+      if (stopping_ || fenced_ || !stream_up_) break;
+      if (!log_.empty() && log_.front().seq > next) {
+        result = absl::ResourceExhaustedError("the replica fell behind the kept log");
+        LOG(WARNING) << "replica " << options_.peer << " needs change " << next
+                     << " but the log starts at " << log_.front().seq << ": new snapshot";
+        break;
+      }
+      uint64_t bytes = 0;
+      if (!log_.empty()) {
+        for (size_t i = next - log_.front().seq; i < log_.size(); ++i) {
+          if (bytes > 0 && bytes + log_[i].bytes > options_.max_message_bytes) break;
+          bytes += log_[i].bytes;
+          batch.push_back(log_[i].record);
+        }
+      }
+      pinned_ = next;
+    }
+    proto::ReplMessage m;
+    for (const auto& r : batch) *m.add_records() = *r;
+    m.set_sent_ns(MonoNanos());
+    if (!stream->Write(m)) {
+      result = absl::UnavailableError("stream to the replica broken");
+      break;
+    }
+    next += batch.size();
+    absl::MutexLock l(&mu_);
+    sent_ = next - 1;
+  }
+  ctx.TryCancel();
+  acks.join();
+  grpc::Status s = stream->Finish();
+  {
+    absl::MutexLock l(&mu_);
+    stream_up_ = false;
+  }
+  if (result.ok() && !s.ok()) result = absl::UnavailableError(s.error_message());
+  LOG(WARNING) << "replication stream to " << options_.peer << " ended: " << result;
+  return result;
+}
+
+absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
+  const std::string tmp = options_.data_dir + "/snapshot.tmp";
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  // The cut: the checkpoint holds exactly the batches up to `cut`; the chunk
+  // files are copied after it and the records after `cut` are replayed on
+  // top (every chunk change is a blind write, so replaying one the copy
+  // already holds changes nothing).
+  absl::StatusOr<uint64_t> cut = options_.checkpoint(tmp);
+  if (!cut.ok()) {
+    std::filesystem::remove_all(tmp, ec);
+    return cut.status();
+  }
+  {
+    absl::MutexLock l(&mu_);
+    pinned_ = *cut + 1;
+  }
+  *start_seq = *cut + 1;
+  const absl::Time began = absl::Now();
+  proto::ReplMessage m;
+  m.mutable_hello()->set_epoch(options_.epoch);
+  m.mutable_hello()->set_snapshot(true);
+  m.mutable_hello()->set_start_seq(*start_seq);
+  m.mutable_hello()->set_chunk_size(options_.chunk_size);
+  m.mutable_hello()->set_capacity_bytes(options_.capacity_bytes);
+  if (!stream->Write(m)) return absl::UnavailableError("stream broken");
+  uint64_t files = 0, bytes = 0;
+  proto::ReplMessage batch;
+  uint64_t batch_bytes = 0;
+  auto flush = [&]() {
+    if (batch.snapshot_size() == 0) return true;
+    batch.set_sent_ns(MonoNanos());
+    bool ok = stream->Write(batch);
+    batch.Clear();
+    batch_bytes = 0;
+    return ok;
+  };
+  auto send = [&](proto::SnapshotPiece* p) {
+    bytes += p->data().size();
+    batch_bytes += p->data().size() + 64;
+    if (p->eof()) ++files;
+    *batch.add_snapshot() = std::move(*p);
+    return batch_bytes < options_.max_message_bytes || flush();
+  };
+  absl::Status st;
+  for (const std::string& name : ListDir(tmp)) {
+    st = SendFile(tmp + "/" + name, "meta/" + name, 1 << 20, send);
+    if (!st.ok()) break;
+  }
+  const std::string chunks = options_.data_dir + "/chunks";
+  for (const std::string& sub : st.ok() ? ListDir(chunks) : std::vector<std::string>()) {
+    for (const std::string& name : ListDir(chunks + "/" + sub)) {
+      st = SendFile(chunks + "/" + sub + "/" + name, "chunks/" + sub + "/" + name, 1 << 20, send);
+      if (!st.ok()) break;
+    }
+    if (!st.ok()) break;
+  }
+  std::filesystem::remove_all(tmp, ec);
+  if (!st.ok()) return st;
+  if (!flush()) return absl::UnavailableError("stream broken");
+  proto::ReplMessage done;
+  done.set_snapshot_done(true);
+  done.set_sent_ns(MonoNanos());
+  if (!stream->Write(done)) return absl::UnavailableError("stream broken");
+  LOG(INFO) << "snapshot for " << options_.peer << ": " << files << " files, " << bytes
+            << " bytes in " << absl::Now() - began << "; log follows from change " << *start_seq;
+  return absl::OkStatus();
+}
+
+bool Replicator::CaughtUp() {
+  if (head_ - acked_ > 256) return false;
+  uint64_t lag = 0;
+  for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
+  return lag <= 16ull << 20;
+}
+
+void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
+  proto::ReplAck ack;
+  while (stream->Read(&ack)) {
+    absl::MutexLock l(&mu_);
+    if (!ack.error().empty()) {
+      LOG(WARNING) << "replica " << options_.peer << ": " << ack.error();
+      last_error_ = ack.error();
+      break;
+    }
+    last_ack_ = absl::Now();
+    if (ack.echo_sent_ns() != 0) {
+      lease_replica_ = std::max(lease_replica_, FromMono(ack.echo_sent_ns()));
+    }
+    if (ack.applied_seq() > acked_) acked_ = ack.applied_seq();
+    if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
+      // Caught up: from the next change on, writers wait for the replica.
+      // The witness hears "in sync" once everything up to here is acked.
+      must_wait_ = true;
+      sync_from_ = head_ + 1;
+      LOG(INFO) << "replica " << options_.peer << " caught up at change " << acked_
+                << "; replication is synchronous from change " << sync_from_;
+    }
+    ack.Clear();
+  }
+  absl::MutexLock l(&mu_);
+  if (stream_id_ == stream_id) stream_up_ = false;
+}
+
+// --- the witness ------------------------------------------------------------------
+
+absl::StatusOr<proto::WitnessReply> Replicator::AskWitness(proto::WitnessRequest::Op op) {
+  absl::StatusOr<proto::WitnessReply> r = options_.witness_call(op, options_.epoch, options_.peer);
+  if (r.ok() && !r->granted() &&
+      (r->state().epoch() != options_.epoch || r->state().primary() != options_.self)) {
+    Fence(absl::StrCat("the witness says epoch ", r->state().epoch(), " belongs to ",
+                       r->state().primary()));
+  }
+  return r;
+}
+
+void Replicator::Fence(const std::string& why) {
+  {
+    absl::MutexLock l(&mu_);
+    if (fenced_) return;
+    fenced_ = true;
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  LOG(WARNING) << "fenced: " << why << "; this server stops being the primary";
+  if (options_.on_fenced) options_.on_fenced();
+}
+
+void Replicator::WitnessLoop() {
+  const absl::Duration tick = options_.lease / 5;
+  absl::Time last_degrade_log = absl::InfinitePast();
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), tick)) return;
+    }
+    // The lease.
+    const absl::Time sent = absl::Now();
+    absl::StatusOr<proto::WitnessReply> r = AskWitness(proto::WitnessRequest::RENEW);
+    if (r.ok() && r->granted()) {
+      absl::MutexLock l(&mu_);
+      lease_witness_ = std::max(lease_witness_, sent);
+    }
+    // The replica's state, as the witness must know it.
+    bool tell_in_sync = false, degrade = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (fenced_) return;
+      if (must_wait_ && !witness_knows_in_sync_ && acked_ >= sync_from_ - 1 && stream_up_) {
+        tell_in_sync = true;
+      }
+      const bool waiting = acked_ < head_ && head_ >= sync_from_;
+      if (must_wait_ &&
+          (!stream_up_ || (waiting && absl::Now() - last_ack_ > options_.replica_timeout))) {
+        degrade = true;
+      }
+    }
+    if (tell_in_sync) {
+      absl::StatusOr<proto::WitnessReply> w = AskWitness(proto::WitnessRequest::IN_SYNC);
+      if (w.ok() && w->granted()) {
+        absl::MutexLock l(&mu_);
+        witness_knows_in_sync_ = true;
+        state_ = State::kInSync;
+        LOG(INFO) << "replica " << options_.peer << " is in sync (the witness knows)";
+      }
+    }
+    if (degrade) {
+      // Writers are waiting for a replica that does not answer. Going on
+      // without it needs the witness's word, or the replica might be
+      // promoted without the changes acknowledged from now on.
+      absl::StatusOr<proto::WitnessReply> w = AskWitness(proto::WitnessRequest::DEGRADE);
+      if (w.ok() && w->granted()) {
+        absl::MutexLock l(&mu_);
+        must_wait_ = false;
+        witness_knows_in_sync_ = false;
+        state_ = State::kDegraded;
+        if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+        LOG(WARNING) << "replica " << options_.peer
+                     << " lost; the witness agreed: serving without a replica (degraded) from "
+                        "change "
+                     << head_;
+      } else if (absl::Now() - last_degrade_log > absl::Seconds(5)) {
+        last_degrade_log = absl::Now();
+        LOG(WARNING) << "replica " << options_.peer
+                     << " lost and the witness did not agree to go on without it ("
+                     << (w.ok() ? w->reason() : std::string(w.status().message()))
+                     << "); writes wait";
+      }
+    }
+  }
+}
+
+// --- role ---------------------------------------------------------------------
+
+bool Replicator::Serving(std::string* why) {
+  absl::MutexLock l(&mu_);
+  if (fenced_) {
+    *why = "fenced; rejoining as replica";
+    return false;
+  }
+  if (handing_over_) {
+    *why = "handing over to " + options_.peer;
+    return false;
+  }
+  const absl::Time fresh = std::max(lease_witness_, lease_replica_);
+  if (absl::Now() >= fresh + options_.lease) {
+    *why = "lease lapsed: neither the witness nor the replica answered";
+    return false;
+  }
+  return true;
+}
+
+std::string Replicator::ReplicaState() {
+  absl::MutexLock l(&mu_);
+  if (state_ == State::kInSync && !stream_up_) return "degraded";
+  return StateName(state_);
+}
+
+void Replicator::FillStatus(proto::StatusReply* reply) {
+  absl::MutexLock l(&mu_);
+  std::string why;
+  reply->set_role(fenced_ ? "fenced" : "primary");
+  reply->set_epoch(options_.epoch);
+  reply->set_server(options_.self);
+  reply->set_peer(options_.peer);
+  reply->set_witness(options_.witness);
+  reply->set_replica_state(StateName(state_));
+  reply->set_log_seq(head_);
+  reply->set_acked_seq(acked_);
+  uint64_t lag = 0;
+  for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
+  reply->set_lag_bytes(lag);
+}
+
+absl::Status Replicator::Switchover() {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != State::kInSync || !stream_up_) {
+      return absl::Status(absl::StatusCode::kFailedPrecondition,
+                          absl::StrCat("no in-sync replica (", StateName(state_), ")"));
+    }
+    handing_over_ = true;
+    // Drain: new calls are refused (clients retry); the ones under way
+    // finish and are acknowledged by the replica.
+    auto drained = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return fenced_ || !stream_up_ || acked_ >= head_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&drained), absl::Seconds(5));
+    if (fenced_ || !stream_up_ || acked_ < head_) {
+      handing_over_ = false;
+      return absl::UnavailableError("the replica did not catch up; switchover abandoned");
+    }
+  }
+  absl::StatusOr<proto::WitnessReply> r =
+      options_.witness_call(proto::WitnessRequest::HANDOVER, options_.epoch, options_.peer);
+  if (!r.ok() || !r->granted()) {
+    absl::MutexLock l(&mu_);
+    handing_over_ = false;
+    return absl::UnavailableError(absl::StrCat("the witness refused the handover: ",
+                                               r.ok() ? r->reason() : r.status().message()));
+  }
+  LOG(INFO) << "switchover: epoch " << r->state().epoch() << " belongs to " << options_.peer;
+  // Ending the stream tells the replica to look at the witness now.
+  Fence(absl::StrCat("handed over to ", options_.peer));
+  return absl::OkStatus();
+}
+
+}  // namespace grantfs

@@ -1,0 +1,165 @@
+// The primary's side of replication: the change log (server/change_sink.h)
+// and the stream that ships it to the replica (proto Replication.Stream).
+//
+// Every change the primary applies is appended here with the next sequence
+// number of the epoch. One thread streams the log to the replica; another
+// reads its acknowledgements. A new replica, or one that comes back from
+// another epoch or from too far behind, first gets a snapshot (a RocksDB
+// checkpoint cut at sequence S, then every chunk file) and then the records
+// after S; the log keeps them meanwhile.
+//
+// States of the replica (docs/failover.md):
+//   connecting -> syncing (snapshot or catching up) -> in sync -> degraded
+// Writers wait for the replica only from "in sync" on (synchronous
+// replication; WaitReplicated). When the replica is lost (stream broken, or no
+// acknowledgement for `replica_timeout` while changes wait), the primary asks
+// the witness to go on alone (DEGRADE); until the witness agrees, writers keep
+// waiting, so no change is acknowledged that a promoted replica lacks. When
+// the witness says another server owns the epoch, this server is fenced:
+// it stops answering and `on_fenced` runs (the server re-executes itself as a
+// replica).
+//
+// The primary's lease: it serves clients only while the witness renewed its
+// lease (every lease/5) or the replica acknowledged a message, within `lease`
+// of sending it. The replica claims the epoch only after `lease` of silence
+// and the witness only grants it after the lease ran out, so an isolated
+// primary has stopped answering before another one starts.
+//
+// Thread-safe.
+#ifndef GRANTFS_CHECKPOINT_REPLICATOR_H_
+#define GRANTFS_CHECKPOINT_REPLICATOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/replication.grpc.pb.h"
+#include "server/change_sink.h"
+#include "server/server_role.h"
+
+namespace grantfs {
+
+// A witness call: op, epoch, replica (the server is the caller). Transport
+// failures are UNAVAILABLE; a refusal is OK with granted = false.
+using WitnessCall = std::function<absl::StatusOr<proto::WitnessReply>(
+    proto::WitnessRequest::Op op, uint64_t epoch, const std::string& replica)>;
+
+struct ReplicatorOptions {
+  std::string self;      // this server's advertised address
+  std::string peer;      // the replica's address
+  std::string witness;   // the witness's address (for status)
+  std::string secret;    // cluster secret for the replica's service
+  uint64_t epoch = 0;    // the epoch the witness granted
+  std::string data_dir;  // the volume's directory (meta/, chunks/)
+  uint64_t chunk_size = 4 << 20;
+  uint64_t capacity_bytes = 0;
+  WitnessCall witness_call;
+  // A consistent RocksDB copy into a new directory; returns the log's head
+  // at the cut (MetaStore::Checkpoint).
+  std::function<absl::StatusOr<uint64_t>(const std::string& dir)> checkpoint;
+  // Runs once when this server learns it is fenced (from a witness thread).
+  std::function<void()> on_fenced;
+  absl::Duration lease = absl::Seconds(1);
+  absl::Duration replica_timeout = absl::Seconds(1);
+  // A writer waits at most this long for the replica, then UNAVAILABLE.
+  absl::Duration wait_bound = absl::Seconds(10);
+  // Log kept beyond what the replica acknowledged (for a replica that
+  // reconnects, and for one catching up after a snapshot).
+  uint64_t retain_bytes = 256ull << 20;
+  // Largest message on the stream.
+  uint64_t max_message_bytes = 4ull << 20;
+  // When the witness granted the epoch (the lease starts there).
+  absl::Time granted_at = absl::Now();
+};
+
+class Replicator : public ChangeSink, public ServerRole {
+ public:
+  explicit Replicator(const ReplicatorOptions& options);
+  ~Replicator() override;
+
+  // Starts the stream and the lease threads.
+  void Start();
+  void Stop();
+
+  // ChangeSink.
+  uint64_t Append(proto::ReplRecord record) override;
+  absl::Status WaitReplicated(uint64_t seq) override;
+  uint64_t Head() override;
+
+  // ServerRole.
+  bool Serving(std::string* why) override;
+  void FillStatus(proto::StatusReply* reply) override;
+  absl::Status Switchover() override;
+
+  // For tests and status.
+  std::string ReplicaState();
+  uint64_t AckedSeq();
+
+ private:
+  enum class State { kConnecting, kSyncing, kInSync, kDegraded };
+  struct Entry {
+    uint64_t seq;
+    std::shared_ptr<const proto::ReplRecord> record;
+    uint64_t bytes;
+  };
+
+  void StreamLoop();
+  // One stream to the replica, from connect to break.
+  absl::Status RunStream();
+  absl::Status SendSnapshot(grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>* stream,
+                            uint64_t* start_seq);
+  void AckLoop(grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>* stream,
+               uint64_t stream_id);
+  void WitnessLoop();
+  // Asks the witness; handles a fencing answer. Returns the reply.
+  absl::StatusOr<proto::WitnessReply> AskWitness(proto::WitnessRequest::Op op);
+  void Fence(const std::string& why);
+  void TrimLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The replica is close enough behind to switch to synchronous replication.
+  bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static const char* StateName(State s);
+
+  const ReplicatorOptions options_;
+  std::unique_ptr<proto::Replication::Stub> stub_;
+
+  absl::Mutex mu_;
+  std::deque<Entry> log_ ABSL_GUARDED_BY(mu_);
+  uint64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // replica durable up to here
+  uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;   // shipped on the current stream
+  // Records at or after this seq are needed by the current stream (0: none).
+  uint64_t pinned_ ABSL_GUARDED_BY(mu_) = 0;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kConnecting;
+  // Writers wait for the replica (synchronous replication) from `sync_from_`.
+  bool must_wait_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t sync_from_ ABSL_GUARDED_BY(mu_) = 0;
+  bool witness_knows_in_sync_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_up_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time last_ack_ ABSL_GUARDED_BY(mu_);       // when an ack last arrived
+  absl::Time lease_witness_ ABSL_GUARDED_BY(mu_);  // send time of the last renewal
+  absl::Time lease_replica_ ABSL_GUARDED_BY(mu_);  // send time of the last acked message
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
+  bool handing_over_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+
+  std::thread stream_thread_;
+  std::thread witness_thread_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CHECKPOINT_REPLICATOR_H_

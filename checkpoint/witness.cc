@@ -1,0 +1,343 @@
+#include "checkpoint/witness.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+constexpr char kStateFile[] = "witness.state";
+
+absl::Status ErrnoError(int err, const std::string& what) {
+  const std::string msg = absl::StrCat(what, ": ", strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::InternalError(msg);
+}
+
+// Writes all of `data` to `fd`.
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += n;
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open " + path);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return ErrnoError(err, "read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, n);
+  }
+  close(fd);
+  return out;
+}
+
+// A state that could have been written by Persist. Protobuf parses many
+// byte strings (the empty one, most truncations) as some message, so parsing
+// alone does not tell a corrupt file.
+bool Plausible(const proto::WitnessState& s) {
+  if (!s.GetReflection()->GetUnknownFields(s).empty()) return false;
+  if (s.epoch() == 0) return s.primary().empty() && s.replica().empty() && !s.replica_in_sync();
+  return !s.primary().empty() && s.replica() != s.primary() &&
+         (!s.replica_in_sync() || !s.replica().empty());
+}
+
+std::string Describe(const proto::WitnessState& s) {
+  return absl::StrCat("epoch ", s.epoch(), " primary '", s.primary(), "' replica '", s.replica(),
+                      "'", s.replica_in_sync() ? " (in sync)" : "");
+}
+
+// The fields each op needs; "" when `req` has them.
+std::string MissingFields(const proto::WitnessRequest& req) {
+  switch (req.op()) {
+    case proto::WitnessRequest::GET:
+      return "";
+    case proto::WitnessRequest::CLAIM:
+      return req.server().empty() ? "CLAIM needs server" : "";
+    case proto::WitnessRequest::RENEW:
+    case proto::WitnessRequest::DEGRADE:
+      if (req.server().empty() || req.epoch() == 0) {
+        return absl::StrCat(proto::WitnessRequest::Op_Name(req.op()), " needs server and epoch");
+      }
+      return "";
+    case proto::WitnessRequest::IN_SYNC:
+    case proto::WitnessRequest::HANDOVER:
+      if (req.server().empty() || req.epoch() == 0 || req.replica().empty()) {
+        return absl::StrCat(proto::WitnessRequest::Op_Name(req.op()),
+                            " needs server, epoch and replica");
+      }
+      return "";
+    default:
+      return absl::StrCat("unknown op ", static_cast<int>(req.op()));
+  }
+}
+
+}  // namespace
+
+WitnessService::WitnessService(const WitnessOptions& options, const proto::WitnessState& state)
+    : options_(options),
+      path_((std::filesystem::path(options.dir) / kStateFile).string()),
+      state_(state),
+      // After a (re)start nobody knows when the primary last renewed: the
+      // lease counts as just renewed, so a restart never shortens it.
+      lease_expiry_(options.clock->Now() + options.lease) {}
+
+absl::StatusOr<std::unique_ptr<WitnessService>> WitnessService::Open(
+    const WitnessOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("witness: no state directory");
+  if (options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("witness: the lease must be positive");
+  }
+  if (options.clock == nullptr) return absl::InvalidArgumentError("witness: no clock");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("witness: cannot create ", options.dir, ": ", ec.message()));
+  }
+  const std::string path = (std::filesystem::path(options.dir) / kStateFile).string();
+  proto::WitnessState state;
+  absl::StatusOr<std::string> data = ReadWhole(path);
+  if (absl::IsNotFound(data.status())) {
+    LOG(WARNING) << "witness: no " << path << ": starting at epoch 0 (nobody has been primary)";
+  } else if (!data.ok()) {
+    return data.status();
+  } else if (data->empty() || !state.ParseFromString(*data) || !Plausible(state)) {
+    return absl::DataLossError(absl::StrCat("witness: ", path, " is corrupt (", data->size(),
+                                            " bytes); refusing to guess the epoch"));
+  } else {
+    LOG(INFO) << "witness: loaded " << path << ": " << Describe(state);
+  }
+  std::unique_ptr<WitnessService> w(new WitnessService(options, state));
+  LOG(INFO) << "witness: lease " << absl::FormatDuration(options.lease)
+            << ", counted as renewed now";
+  return w;
+}
+
+absl::Status WitnessService::Persist(const proto::WitnessState& state) const {
+  const std::string tmp = path_ + ".tmp";
+  std::string data;
+  if (!state.SerializeToString(&data)) return absl::InternalError("witness: cannot serialize");
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "witness: open " + tmp);
+  if (!WriteAll(fd, data) || fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return ErrnoError(err, "witness: write " + tmp);
+  }
+  if (close(fd) != 0) return ErrnoError(errno, "witness: close " + tmp);
+  if (rename(tmp.c_str(), path_.c_str()) != 0) {
+    return ErrnoError(errno, "witness: rename to " + path_);
+  }
+  // The rename is durable only once the directory is.
+  int dfd = open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return ErrnoError(errno, "witness: open " + options_.dir);
+  const int rc = fsync(dfd);
+  const int err = errno;
+  close(dfd);
+  if (rc != 0) return ErrnoError(err, "witness: fsync " + options_.dir);
+  return absl::OkStatus();
+}
+
+proto::WitnessState WitnessService::state() const {
+  absl::MutexLock l(&mu_);
+  return state_;
+}
+
+grpc::Status WitnessService::Update(grpc::ServerContext* ctx, const proto::WitnessRequest* req,
+                                    proto::WitnessReply* reply) {
+  if (!options_.secret.empty()) {
+    auto it = ctx->client_metadata().find("x-grantfs-secret");
+    if (it == ctx->client_metadata().end() ||
+        std::string(it->second.data(), it->second.size()) != options_.secret) {
+      LOG(WARNING) << "witness: rejected a call from " << ctx->peer() << ": bad cluster secret";
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
+    }
+  }
+  absl::StatusOr<proto::WitnessReply> r = Decide(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = *std::move(r);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessRequest& req) {
+  const std::string op_name = proto::WitnessRequest::Op_IsValid(req.op())
+                                  ? proto::WitnessRequest::Op_Name(req.op())
+                                  : absl::StrCat("op ", static_cast<int>(req.op()));
+  if (std::string missing = MissingFields(req); !missing.empty()) {
+    LOG(WARNING) << "witness: invalid " << op_name << " from '" << req.server() << "': " << missing;
+    return absl::InvalidArgumentError(missing);
+  }
+
+  absl::MutexLock l(&mu_);
+  const absl::Time now = options_.clock->Now();
+  proto::WitnessState next = state_;
+  std::string refused;  // non-empty: not granted, and why
+  bool renew = false;   // the (new) primary's lease starts again
+  auto fenced = [&] {
+    return absl::StrCat("fenced: epoch ", state_.epoch(), " is owned by ", state_.primary());
+  };
+  const bool is_primary =
+      state_.epoch() != 0 && state_.primary() == req.server() && state_.epoch() == req.epoch();
+
+  switch (req.op()) {
+    case proto::WitnessRequest::GET:
+      break;
+    case proto::WitnessRequest::CLAIM:
+      if (state_.epoch() == 0 || state_.primary() == req.server()) {
+        // The first primary, or the primary restarting: its in-memory log
+        // is gone, so its replica no longer counts as in sync.
+      } else if (now < lease_expiry_) {
+        refused = absl::StrCat("primary ", state_.primary(), " holds a lease for another ",
+                               absl::ToInt64Milliseconds(lease_expiry_ - now), " ms");
+      } else if (state_.replica() != req.server() || !state_.replica_in_sync()) {
+        refused =
+            absl::StrCat(req.server(), " is not the in-sync replica (replica '", state_.replica(),
+                         "'", state_.replica_in_sync() ? ", in sync)" : ", not in sync)");
+      }
+      if (refused.empty()) {
+        next.set_epoch(state_.epoch() + 1);
+        next.set_primary(req.server());
+        next.clear_replica();
+        next.set_replica_in_sync(false);
+        renew = true;
+      }
+      break;
+    case proto::WitnessRequest::RENEW:
+      if (is_primary) {
+        renew = true;
+      } else {
+        refused = fenced();
+      }
+      break;
+    case proto::WitnessRequest::DEGRADE:
+      if (is_primary) {
+        next.set_replica_in_sync(false);
+      } else {
+        refused = fenced();
+      }
+      break;
+    case proto::WitnessRequest::IN_SYNC:
+      if (!is_primary) {
+        refused = fenced();
+      } else if (req.replica() == req.server()) {
+        refused = "a primary cannot be its own replica";
+      } else {
+        next.set_replica(req.replica());
+        next.set_replica_in_sync(true);
+      }
+      break;
+    case proto::WitnessRequest::HANDOVER:
+      if (!is_primary) {
+        refused = fenced();
+      } else if (req.replica() != state_.replica() || !state_.replica_in_sync()) {
+        refused =
+            absl::StrCat(req.replica(), " is not the in-sync replica (replica '", state_.replica(),
+                         "'", state_.replica_in_sync() ? ", in sync)" : ", not in sync)");
+      } else {
+        next.set_epoch(state_.epoch() + 1);
+        next.set_primary(req.replica());
+        next.set_replica(req.server());
+        next.set_replica_in_sync(false);
+        renew = true;
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown op");  // MissingFields caught it
+  }
+
+  // Durable before anybody is told: a witness that restarts must not grant
+  // the same epoch twice.
+  if (refused.empty() && next.SerializeAsString() != state_.SerializeAsString()) {
+    if (absl::Status s = Persist(next); !s.ok()) {
+      LOG(ERROR) << "witness: " << op_name << " from '" << req.server()
+                 << "' not granted, the state could not be written: " << s;
+      return absl::InternalError(absl::StrCat("witness cannot write its state: ", s.message()));
+    }
+    state_ = next;
+  }
+  if (renew) lease_expiry_ = now + options_.lease;
+
+  proto::WitnessReply reply;
+  reply.set_granted(refused.empty());
+  reply.set_reason(refused);
+  reply.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  *reply.mutable_state() = state_;
+  if (req.op() == proto::WitnessRequest::RENEW && refused.empty()) {
+    VLOG(1) << "witness: RENEW from '" << req.server() << "' at epoch " << req.epoch();
+  } else {
+    LOG(INFO) << "witness: " << op_name << " from '" << req.server() << "' epoch " << req.epoch()
+              << (req.replica().empty() ? "" : " replica '" + req.replica() + "'") << ": "
+              << (refused.empty() ? "granted" : "refused: " + refused) << "; now "
+              << Describe(state_);
+  }
+  return reply;
+}
+
+WitnessClient::WitnessClient(const std::string& address, const std::string& secret,
+                             std::shared_ptr<grpc::Channel> channel)
+    : address_(address), secret_(secret), channel_(std::move(channel)) {
+  if (channel_ == nullptr) {
+    grpc::ChannelArguments args;
+    // A witness that comes back is used again within a lease, not after
+    // gRPC's default reconnect backoff of up to 2 minutes.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  }
+  stub_ = proto::Witness::NewStub(channel_);
+}
+
+absl::StatusOr<proto::WitnessReply> WitnessClient::Update(proto::WitnessRequest::Op op,
+                                                          uint64_t epoch, const std::string& server,
+                                                          const std::string& replica,
+                                                          absl::Duration timeout) {
+  proto::WitnessRequest req;
+  req.set_op(op);
+  req.set_epoch(epoch);
+  req.set_server(server);
+  req.set_replica(replica);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (!secret_.empty()) ctx.AddMetadata("x-grantfs-secret", secret_);
+  proto::WitnessReply reply;
+  grpc::Status s = stub_->Update(&ctx, req, &reply);
+  if (s.ok()) return reply;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::UnavailableError(
+        absl::StrCat("witness ", address_, " unreachable: ", s.error_message()));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("witness ", address_, ": ", s.error_message()));
+}
+
+}  // namespace grantfs

@@ -1,0 +1,114 @@
+// The witness: the third vote that keeps at most one primary
+// (`grantfs-server --role=witness`), and the client the servers ask it with.
+//
+// The witness stores only proto::WitnessState: the current epoch, who owns
+// it, and which replica is known to hold every acknowledged change. It also
+// keeps, in memory only, the primary's lease: the primary renews it; the
+// replica may claim the primary role only once the lease has run out on the
+// witness's clock and only while it is the in-sync replica. So a primary that
+// is cut off from the witness stops being primary (its RENEW is refused or
+// unanswered) before anybody else can become primary, and a primary that was
+// only slow is fenced: its epoch is gone. docs/failover.md tells the story.
+#ifndef GRANTFS_CHECKPOINT_WITNESS_H_
+#define GRANTFS_CHECKPOINT_WITNESS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/replication.grpc.pb.h"
+
+namespace grantfs {
+
+struct WitnessOptions {
+  // Directory of the state file <dir>/witness.state; created if missing.
+  // Required.
+  std::string dir;
+  // How long a primary stays primary without a RENEW. A restarted witness
+  // treats the lease as just renewed, so it never promotes the replica
+  // earlier than a witness that kept running. Default 1 s; must be > 0.
+  absl::Duration lease = absl::Seconds(1);
+  // Cluster secret every call must carry in the metadata "x-grantfs-secret"
+  // ("" = none checked).
+  std::string secret;
+  // Time source of the lease; not owned. Default: the real clock.
+  Clock* clock = Clock::Real();
+};
+
+// The witness's gRPC service. Thread-safe: decisions are serialized.
+//
+// Replies: a decision is an OK status with granted true or false (reason says
+// why not). A non-OK status means no decision: INVALID_ARGUMENT (a request
+// without the fields its op needs, or an unknown op), UNAUTHENTICATED (bad
+// secret), INTERNAL (the state could not be written; nothing changed).
+class WitnessService final : public proto::Witness::Service {
+ public:
+  // Loads <dir>/witness.state: a missing file means epoch 0 (nobody has been
+  // primary yet); an unreadable or corrupt one is an error (DATA_LOSS for
+  // corrupt), since guessing the epoch could make two primaries.
+  static absl::StatusOr<std::unique_ptr<WitnessService>> Open(const WitnessOptions& options);
+
+  grpc::Status Update(grpc::ServerContext* ctx, const proto::WitnessRequest* req,
+                      proto::WitnessReply* reply) override;
+
+  // The decision on `req`, without the transport and the secret check. A
+  // changed state is durable before this returns granted.
+  absl::StatusOr<proto::WitnessReply> Decide(const proto::WitnessRequest& req);
+
+  // A copy of the current state.
+  proto::WitnessState state() const;
+
+ private:
+  WitnessService(const WitnessOptions& options, const proto::WitnessState& state);
+
+  // Writes `state` to a temporary file, fsyncs it, renames it over the state
+  // file and fsyncs the directory.
+  absl::Status Persist(const proto::WitnessState& state) const;
+
+  // Constant after construction.
+  const WitnessOptions options_;
+  const std::string path_;  // <dir>/witness.state
+
+  // Held across Persist on purpose: a decision must not be taken on a state
+  // that is not yet durable (the file is tiny and decisions are rare: a
+  // RENEW, which writes nothing, waits at most one small fsync).
+  mutable absl::Mutex mu_;
+  proto::WitnessState state_ ABSL_GUARDED_BY(mu_);
+  absl::Time lease_expiry_ ABSL_GUARDED_BY(mu_);  // on options_.clock
+};
+
+// Asks a witness. Thread-safe (gRPC stubs are).
+class WitnessClient {
+ public:
+  // `channel` null: an insecure channel to `address` is created.
+  WitnessClient(const std::string& address, const std::string& secret,
+                std::shared_ptr<grpc::Channel> channel = nullptr);
+
+  // One Update call with `timeout` as its deadline, no retry. OK with the
+  // witness's reply (granted or not) when it answered; UNAVAILABLE when it
+  // could not be reached in time (down, cut off, deadline); other codes as
+  // the witness returned them (INVALID_ARGUMENT, UNAUTHENTICATED, INTERNAL).
+  absl::StatusOr<proto::WitnessReply> Update(proto::WitnessRequest::Op op, uint64_t epoch,
+                                             const std::string& server, const std::string& replica,
+                                             absl::Duration timeout = absl::Milliseconds(500));
+
+  const std::string& address() const { return address_; }
+
+ private:
+  const std::string address_;
+  const std::string secret_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::Witness::Stub> stub_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CHECKPOINT_WITNESS_H_
