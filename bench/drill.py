@@ -47,6 +47,7 @@ def run_line(r):
             f"{r['kill_to_served_ms']:.0f} ms (status says primary after "
             f"{r['kill_to_status_primary_ms']:.0f} ms); longest write() "
             f"{r['longest_write_ms']:.0f} ms of {r['writes']}; fsync {r['fsync_ms']:.0f} ms; "
+            f"longest probe create {r['longest_create_ms']:.0f} ms; "
             f"{r['killed']} back in sync after {r['resync_s']:.1f} s; "
             f"bytes lost: {r['bytes_lost']}")
 
@@ -83,6 +84,7 @@ def summary_lines(results):
     out = []
     for key, what in (("kill_to_served_ms", "kill -> first served op"),
                       ("longest_write_ms", "longest write()"), ("fsync_ms", "fsync"),
+                      ("longest_create_ms", "longest probe create (metadata op)"),
                       ("resync_s", "restarted server back in sync (s)")):
         s = summarize([r[key] for r in results])
         unit = "" if key.endswith("_s") else " ms"
@@ -128,6 +130,8 @@ def main(argv):
     p.add_argument("--creates", type=int, default=2000, help="compare: files created per run")
     p.add_argument("--capacity", default="16G", help="each server's --capacity")
     p.add_argument("--workdir", default="/var/tmp", help="scratch space")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the server and mount logs also when every run passed")
     a = p.parse_args(argv)
     if a.runs < 1 or a.size_mb < 1 or not 0 < a.kill_at < 1:
         p.error("--runs and --size-mb must be >= 1, --kill-at between 0 and 1")
@@ -173,7 +177,7 @@ def main(argv):
         print(f"drill: interrupted ({str(e) or 'SIGINT'}): cleaning up", file=sys.stderr)
         return 130
     finally:
-        if failed:
+        if failed or a.keep_logs:
             print(f"drill: server and mount logs kept in {keep_logs(h)}", file=sys.stderr)
         h.cleanup()
     return 1 if failed else 0

@@ -25,6 +25,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
@@ -166,7 +167,16 @@ class Trio:
             raise BenchError(f"{self.name}: no server says it is primary")
         return best
 
+    def note(self, node, text):
+        """A line in the node's log, timestamped like glog's, so that what the
+        drill did can be read beside what the server did."""
+        now = time.time()
+        with open(self.h.path(f"{self.name}-{node}.log"), "a") as f:
+            f.write(f"=== {time.strftime('%Y%m%d %H:%M:%S', time.localtime(now))}."
+                    f"{int(now % 1 * 1e6):06d} drill: {text}\n")
+
     def kill9(self, node):
+        self.note(node, "kill -9")
         p = self.procs[node]
         p.popen.kill()
         p.popen.wait(timeout=30)
@@ -253,6 +263,10 @@ class Probe(threading.Thread):
                 return t1 - t_kill
         return None
 
+    def longest_s(self, since):
+        """The longest create sent at or after `since` (or still open then)."""
+        return max((t1 - t0 for t0, t1, _ in self.ops if t1 >= since), default=0.0)
+
     def errors(self):
         return [f"{err} at +{t1:.3f}" for _, t1, err in self.ops if err is not None]
 
@@ -279,6 +293,29 @@ def bytes_lost(path, data):
     return lost + (len(data) - off) + extra
 
 
+# Started before the writer opens its file, in a process of its own: a fork
+# from a process that holds a GrantFS file open closes that descriptor in the
+# child, which sends FUSE FLUSH and waits for the mount to write back the
+# file's cached data, so status calls forked from the drill itself would
+# measure the writer's flush, not the promotion.
+_POLLER = """
+import subprocess, sys, time
+ctl, addr, until = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+while time.monotonic() < until:
+    try:
+        r = subprocess.run([ctl, "--server=" + addr, "status"], capture_output=True, text=True,
+                           timeout=2, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        continue
+    if r.returncode == 0 and any(l.split() == ["role:", "primary"] for l in r.stdout.splitlines()):
+        print(time.monotonic())
+        print(r.stdout, end="")
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+"""
+
+
 def one_drill(trio, run, data, writer_mount, reader_mount, kill_at=0.4, timeout=600):
     """Kills the primary during a write of `data`; returns the run's figures
     (a dict). Raises BenchError when something did not come back."""
@@ -293,38 +330,47 @@ def one_drill(trio, run, data, writer_mount, reader_mount, kill_at=0.4, timeout=
         t_kill["t"] = time.monotonic()
         trio.kill9(victim)
 
+    poller = subprocess.Popen([sys.executable, "-c", _POLLER, trio.h.bin("client/grantfsctl"),
+                               trio.addr[heir], str(timeout)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     writer = TimedWriter(os.path.join(writer_mount, name), data, int(len(data) * kill_at), kill)
     probe = Probe(probe_dir)
-    probe.start()
-    time.sleep(0.1)  # a few probes before the kill
-    writer.start()
-    wait_for(lambda: "t" in t_kill or not writer.is_alive(), timeout, "the writer to get going")
-    if "t" not in t_kill:
+    try:
+        probe.start()
+        time.sleep(0.1)  # a few probes before the kill
+        writer.start()
+        wait_for(lambda: "t" in t_kill or not writer.is_alive(), timeout,
+                 "the writer to get going")
+        if "t" not in t_kill:
+            raise BenchError(f"the writer stopped before the kill: {writer.error}")
+        writer.join(timeout)
+        if writer.is_alive():
+            raise BenchError(f"the writer was still blocked {timeout} s after the kill")
+        # Let the probe see the new primary even if the writer was quicker.
+        wait_for(lambda: probe.first_served_after(t_kill["t"]) is not None or
+                 not probe.is_alive(), 60, "a probe create answered by the new primary")
+        try:
+            said, _ = poller.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{heir} did not say primary within 60 s of the writer's end")
+        if poller.returncode != 0:
+            raise BenchError(f"{heir} did not say primary within {timeout} s of the kill")
+    finally:
         probe.stop()
-        raise BenchError(f"the writer stopped before the kill: {writer.error}")
-    new = None
-
-    def promoted():
-        nonlocal new
-        new = trio.status(heir, timeout=2)
-        return bool(new) and new.get("role") == "primary"
-
-    wait_for(promoted, 60, f"{heir} to become primary after the kill of {victim}")
-    t_promoted = time.monotonic() - t_kill["t"]
-    writer.join(timeout)
-    if writer.is_alive():
-        probe.stop()
-        raise BenchError(f"the writer was still blocked {timeout} s after the kill")
-    # Let the probe see the new primary even if the writer was quicker.
-    wait_for(lambda: probe.first_served_after(t_kill["t"]) is not None or not probe.is_alive(),
-             60, "a probe create answered by the new primary")
-    probe.stop()
-    probe.join(30)
+        probe.join(30)
+        if poller.poll() is None:
+            poller.kill()
+            poller.wait()
+    t_said, _, status = said.partition("\n")
+    t_promoted = float(t_said) - t_kill["t"]
+    new = parse_status(status)
+    trio.note(heir, f"status says primary, {t_promoted * 1000:.0f} ms after the kill")
     served = probe.first_served_after(t_kill["t"])
     out = dict(run=run, killed=victim, new_primary=heir, epoch_before=epoch,
                epoch_after=new.get("epoch"), kill_to_served_ms=served * 1000,
                kill_to_status_primary_ms=t_promoted * 1000,
                longest_write_ms=writer.longest_write_s() * 1000,
+               longest_create_ms=probe.longest_s(t_kill["t"]) * 1000,
                fsync_ms=(writer.fsync_s or 0) * 1000, writes=len(writer.writes),
                writer_error=str(writer.error) if writer.error else "",
                probe_errors=probe.errors())

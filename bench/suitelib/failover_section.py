@@ -49,6 +49,7 @@ acknowledged before the kill that cannot be read back) needs a witness and a rep
         for metric, unit, field in (("kill to first served op", "ms", "kill_to_served_ms"),
                                     ("longest write()", "ms", "longest_write_ms"),
                                     ("fsync", "ms", "fsync_ms"),
+                                    ("longest create", "ms", "longest_create_ms"),
                                     ("restarted server in sync", "s", "resync_s"),
                                     ("bytes lost", "bytes", "bytes_lost")):
             res.record(DRILL, key, metric, unit, r[field])
@@ -91,6 +92,7 @@ other server (roles alternate). {runs} drill(s); median (min–max). Repeat with
     rows = [[m, unit, fmt_summary(res.get(DRILL, key, m)),
              fmt(res.get(DRILL, key, m).max)] for m, unit in
             (("kill to first served op", "ms"), ("longest write()", "ms"), ("fsync", "ms"),
+             ("longest create", "ms"),
              ("restarted server in sync", "s"), ("bytes lost", "bytes"))]
     sec.table(["figure", "unit", "median (min–max)", "max"], rows)
     sec.table(["run", "killed", "epoch after", "kill to served ms", "longest write() ms",
