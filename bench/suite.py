@@ -25,7 +25,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from suitelib import fs_sections, modes, report, rpc_sections  # noqa: E402
+from suitelib import failover_section, fs_sections, modes, report, rpc_sections  # noqa: E402
 from suitelib.context import Context, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import Results  # noqa: E402
@@ -41,7 +41,7 @@ GROUPS = [
     ((5,), fs_sections.metadata_and_dbench),
     ((6,), rpc_sections.rpc_micro),
     ((7,), rpc_sections.thread_scaling),
-    ((8,), rpc_sections.failover_drill),
+    ((8,), failover_section.failover_drill),
 ]
 TITLES = {
     1: "mkfile and dd (PxFS)", 2: "Time split (PxFS chunk.py)",
@@ -127,7 +127,8 @@ def sizes_text(cfg, mode):
             f"{cfg['sweep_mib']} MiB and {cfg['small_files']} small files; build "
             f"{cfg['build_files']} modules; metadata {cfg['meta_files']:,} files; dbench "
             f"{cfg['dbench_secs']} s; RPC {cfg['rpc_secs']} s per point; load "
-            f"{cfg['load_secs']} s per step")
+            f"{cfg['load_secs']} s per step; failover {cfg['drill_runs']} drill(s) of "
+            f"{cfg['drill_mib']} MiB")
 
 
 def write_report(a, cfg, facts, sections, failures, timings, results, started, total_s):

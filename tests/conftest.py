@@ -305,3 +305,13 @@ def expect_errno(err, fn, *args, **kwargs):
     assert info.value.errno == err, (
         f"expected {errno.errorcode[err]}, got "
         f"{errno.errorcode.get(info.value.errno, info.value.errno)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item (item.rep_setup,
+    item.rep_call), so a fixture's teardown can tell whether the test failed
+    (and, say, keep the server logs)."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)

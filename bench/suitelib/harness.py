@@ -130,7 +130,9 @@ class Harness:
             raise BenchError(f"{what}: exit {r.returncode}: {(r.stderr or r.stdout)[-1500:]}")
         return r.stdout
 
-    def _start(self, name, argv):
+    def start_process(self, name, argv):
+        """Starts argv in its own session, output to NAME.log (appended to, so
+        a restarted process keeps one log); stopped by cleanup()."""
         p = Proc(name, argv, self.path(f"{name}.log"))
         self._procs.append(p)
         return p
@@ -147,7 +149,7 @@ class Harness:
                 f"--listen=127.0.0.1:{port}", f"--capacity={capacity}"]
         if threads is not None:
             argv.append(f"--threads={threads}")
-        p = self._start(name, argv)
+        p = self.start_process(name, argv)
 
         def up():
             p.check_alive()
@@ -162,9 +164,10 @@ class Harness:
 
     def start_proxy(self, name, target_port, delay_ms, timeout=20):
         port = free_port()
-        p = self._start(name, [self.bin("bench/grantfs-latency-proxy"),
-                               f"--listen=127.0.0.1:{port}", f"--target=127.0.0.1:{target_port}",
-                               f"--delay_ms={delay_ms}"])
+        p = self.start_process(name, [self.bin("bench/grantfs-latency-proxy"),
+                                      f"--listen=127.0.0.1:{port}",
+                                      f"--target=127.0.0.1:{target_port}",
+                                      f"--delay_ms={delay_ms}"])
 
         def up():
             p.check_alive()
@@ -177,7 +180,7 @@ class Harness:
 
     def _fuse(self, name, argv, path, timeout=30):
         os.makedirs(path, exist_ok=True)
-        p = self._start(name, argv)
+        p = self.start_process(name, argv)
         self._mounts[path] = p
 
         def up():

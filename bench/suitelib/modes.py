@@ -3,7 +3,8 @@
 full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       3 runs of everything); about 20 minutes on an idle 2-core machine
       (estimated from quick-mode step times: sections 1-2 2 min, 3 3 min,
-      4 4 min, 5 9 min of which dbench 6, 6 1 min, 7 3 min).
+      4 4 min, 5 9 min of which dbench 6, 6 1 min, 7 3 min; 8 about 2 min, not yet
+      measured).
 quick: the same sections, small sizes; under 3 minutes.
 smoke: the smallest run that still exercises every section (the e2e test).
 """
@@ -26,6 +27,10 @@ MODES = {
         load_threads=(1, 2, 4, 8, 16),  # 7
         load_rates=(1000, 2000, 4000, 8000, 16000, 32000),
         load_secs=1.5,
+        drill_runs=3,           # 8: failover drills (kill -9 of the primary)
+        drill_mib=1024,         # 8: MiB written per drill
+        drill_cost_mib=512,     # 8: write + fsync, replica in sync vs standalone
+        drill_creates=2000,     # 8: creates, the same comparison
         capacity="16G",
     ),
     "quick": dict(
@@ -45,6 +50,10 @@ MODES = {
         load_threads=(1, 2, 4, 8, 16),
         load_rates=(1000, 4000, 16000),
         load_secs=1.0,
+        drill_runs=1,
+        drill_mib=128,
+        drill_cost_mib=64,
+        drill_creates=300,
         capacity="4G",
     ),
     "smoke": dict(
@@ -64,6 +73,10 @@ MODES = {
         load_threads=(1, 4),
         load_rates=(200, 1000),
         load_secs=0.5,
+        drill_runs=1,
+        drill_mib=32,
+        drill_cost_mib=16,
+        drill_creates=50,
         capacity="2G",
     ),
 }
@@ -72,5 +85,6 @@ MODES = {
 def free_bytes_needed(cfg):
     """Scratch space a mode needs under its work directory: one dd file per
     target at a time (local, passthrough source, GrantFS chunks whose
-    deletion may lag), plus room for everything small."""
-    return 3 * cfg["dd_mib"] * 2**20 + 2 * 2**30
+    deletion may lag), the drill's file on both servers of the failover
+    trio, plus room for everything small."""
+    return (3 * cfg["dd_mib"] + 2 * cfg["drill_mib"]) * 2**20 + 2 * 2**30

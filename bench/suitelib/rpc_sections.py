@@ -1,12 +1,11 @@
-"""Sections 6-8: GrantFS's own RPC path, server thread scaling under an
-open-loop offered load, and the failover drill. Each talks to a server of
-its own, with no mounts, so nothing else competes for its threads."""
+"""Sections 6 and 7: GrantFS's own RPC path and server thread scaling under
+an open-loop offered load. Each talks to a server of its own, with no
+mounts, so nothing else competes for its threads."""
 
 import os
-import subprocess
 
 from .context import Section
-from .harness import BenchError, free_port, tail
+from .harness import BenchError
 from .report import num
 from .stats import fmt_summary
 
@@ -182,56 +181,4 @@ unset multiplot
                {"a": block("achieved"), "r": block("p99 response"),
                 "ideal": "".join(f"{r}\n" for r in rates)})
     sec.csv("thread_scaling")
-    return [sec]
-
-
-# --- 8: failover drill --------------------------------------------------------------------
-
-
-def failover_drill(ctx):
-    """Detects whether this grantfs-server has a replica role; the drill
-    needs one. Reports what the server said instead of inventing numbers."""
-    h = ctx.h
-    sec = Section(ctx, 8, "failover", "Failover drill (from the checkpoint issue)")
-    ctx.progress.step("§8 does grantfs-server accept --role=replica?")
-    port = free_port()
-    log = h.path("replica-probe.log")
-    argv = [h.bin("server/grantfs-server"), f"--data_dir={h.path('replica-probe')}",
-            f"--listen=127.0.0.1:{port}", "--role=replica", "--capacity=1G"]
-    with open(log, "wb") as f:
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-    try:
-        rc = p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        rc = None
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=15)
-    said = tail(log, 400).strip().splitlines()
-    said = said[-1] if said else "(nothing)"
-    if rc is not None and rc != 0:
-        ctx.progress.done(f"no (exit {rc})")
-        sec.text(f"""
-**Skipped: no replica is configured, and this build cannot run one.** The drill (kill the
-primary under a write load, measure the pause until the replica serves, and count the bytes
-acknowledged before the kill that cannot be read back) needs a replica. `grantfs-server
---role=replica` exited with status {rc}:
-
-    {said}
-""")
-    else:
-        ctx.progress.done("the server started")
-        sec.text(f"""
-**Skipped: the drill is not written yet.** This grantfs-server accepts `--role=replica` (it was
-still running after 5 s), but this suite has no failover drill yet (pause times, bytes lost);
-no numbers are reported rather than invented ones. Server output:
-
-    {said}
-""")
     return [sec]

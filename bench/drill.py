@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The failover drill, repeatable: kill -9 the primary during a streaming
+write, N times, alternating roles; print the pauses and the bytes lost.
+
+    sudo bench/drill.py [--build DIR] [--runs 10] [--size-mb 1024] [--mode drill|compare|both]
+
+It starts a witness, a primary and a replica (grantfs-server --role=...) and
+two mounts that know both servers, under a scratch directory in --workdir.
+Each run writes --size-mb MiB of random bytes in 512 KiB os.write() calls
+(then fsync) on mount 1 while mount 2 creates an empty file every ~10 ms;
+at --kill-at of the way the primary gets SIGKILL. Per run it prints the time
+from the kill to the first create served by the new primary, the longest
+single write() (and the fsync), and "bytes lost: N" from reading the file
+back through mount 2; then the killed server is restarted with its original
+command line and must come back as the in-sync replica before the next run,
+which kills the other server. At the end: median and max over the runs.
+
+--mode compare measures what the replica costs, in the same run: the same
+write + fsync (MB/s) and --creates empty-file creates (per s) on a mount of
+the trio (replica in sync) and on a mount of a standalone server, interleaved,
+median (min-max) of --compare-runs.
+
+Exit status: 0 every run kept every byte with no error, 1 a run lost bytes,
+saw an error or did not recover (the logs are kept and their place printed),
+2 bad usage or this build cannot run a witness.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from suitelib import drill  # noqa: E402
+from suitelib.context import Progress  # noqa: E402
+from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
+from suitelib.stats import fmt, fmt_summary, summarize  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_line(r):
+    return (f"run {r['run']}: killed {r['killed']} (primary at epoch {r['epoch_before']}), "
+            f"{r['new_primary']} primary at epoch {r['epoch_after']}; kill -> first served op "
+            f"{r['kill_to_served_ms']:.0f} ms (status says primary after "
+            f"{r['kill_to_status_primary_ms']:.0f} ms); longest write() "
+            f"{r['longest_write_ms']:.0f} ms of {r['writes']}; fsync {r['fsync_ms']:.0f} ms; "
+            f"longest probe create {r['longest_create_ms']:.0f} ms; "
+            f"{r['killed']} back in sync after {r['resync_s']:.1f} s; "
+            f"bytes lost: {r['bytes_lost']}")
+
+
+def drills(h, progress, runs, size_mb, kill_at, capacity):
+    """Runs the drills; returns (results, failures)."""
+    progress.step(f"{size_mb} MiB of random bytes")
+    data = os.urandom(size_mb << 20)
+    progress.done(drill.sha256(data)[:16])
+    progress.step("starting witness, primary and replica; waiting for in sync")
+    trio = drill.Trio(h, "drill", capacity)
+    trio.start()
+    progress.done(f"A {trio.addr['A']}, B {trio.addr['B']}, witness {trio.addr['W']}")
+    m1 = h.mount_grantfs("mnt1", trio.servers)
+    m2 = h.mount_grantfs("mnt2", trio.servers)
+    results, failures = [], []
+    for run in range(1, runs + 1):
+        progress.step(f"drill {run}/{runs}: {size_mb} MiB write, kill -9 of the primary at "
+                      f"{kill_at:.0%}")
+        r = drill.one_drill(trio, run, data, m1, m2, kill_at)
+        results.append(r)
+        progress.done("ok" if not drill.drill_failed(r) else "FAILED")
+        print(run_line(r), flush=True)
+        why = drill.drill_failed(r)
+        if why:
+            failures.append(f"run {run}: {why}")
+            print(f"run {run} FAILED: {why}", flush=True)
+    h.unmount(m1)
+    h.unmount(m2)
+    return results, failures
+
+
+def summary_lines(results):
+    out = []
+    for key, what in (("kill_to_served_ms", "kill -> first served op"),
+                      ("longest_write_ms", "longest write()"), ("fsync_ms", "fsync"),
+                      ("longest_create_ms", "longest probe create (metadata op)"),
+                      ("resync_s", "restarted server back in sync (s)")):
+        s = summarize([r[key] for r in results])
+        unit = "" if key.endswith("_s") else " ms"
+        out.append(f"{what}: median {fmt(s.median)}{unit}, max {fmt(s.max)}{unit} "
+                   f"(min {fmt(s.min)}, {s.n} runs)")
+    lost = sum(r["bytes_lost"] for r in results)
+    out.append(f"bytes lost: {lost} in total over {len(results)} runs")
+    return out
+
+
+def compare(h, progress, runs, size_mb, creates, capacity):
+    """Summaries of dd MB/s and creates/s, replica in sync vs standalone."""
+    progress.step("compare: starting a trio and a standalone server")
+    trio = drill.Trio(h, "cmp", capacity)
+    trio.start()
+    solo = h.start_server("standalone", capacity)
+    progress.done("up")
+    got = drill.replica_cost(trio, h.mount_grantfs("cmp-trio", trio.servers),
+                             h.mount_grantfs("cmp-solo", solo.addr), os.urandom(size_mb << 20),
+                             creates, runs, progress)
+    return {k: summarize(v) for k, v in got.items()}
+
+
+def keep_logs(h):
+    dest = os.path.join(os.path.dirname(h.base), f"grantfs-drill-logs-{time.strftime('%H%M%S')}")
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(h.base):
+        if name.endswith(".log"):
+            shutil.copy(os.path.join(h.base, name), dest)
+    return dest
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory")
+    p.add_argument("--runs", type=int, default=10, help="drills (each kills the primary)")
+    p.add_argument("--size-mb", type=int, default=1024, help="MiB written per drill")
+    p.add_argument("--kill-at", type=float, default=0.4,
+                   help="fraction of the file written when the primary is killed")
+    p.add_argument("--mode", choices=("drill", "compare", "both"), default="drill")
+    p.add_argument("--compare-runs", type=int, default=3)
+    p.add_argument("--creates", type=int, default=2000, help="compare: files created per run")
+    p.add_argument("--capacity", default="16G", help="each server's --capacity")
+    p.add_argument("--workdir", default="/var/tmp", help="scratch space")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the server and mount logs also when every run passed")
+    a = p.parse_args(argv)
+    if a.runs < 1 or a.size_mb < 1 or not 0 < a.kill_at < 1:
+        p.error("--runs and --size-mb must be >= 1, --kill-at between 0 and 1")
+    if os.geteuid() != 0:
+        print("drill: must run as root (FUSE mounts): sudo bench/drill.py", file=sys.stderr)
+        return 2
+    build = os.path.abspath(a.build)
+    for rel in ("server/grantfs-server", "client/grantfs-mount", "client/grantfsctl"):
+        if not os.access(os.path.join(build, rel), os.X_OK):
+            print(f"drill: {os.path.join(build, rel)} not found: build first, or pass --build",
+                  file=sys.stderr)
+            return 2
+    install_signal_handlers()
+    progress = Progress()
+    h = Harness(build, a.workdir, progress)
+    failed = False
+    try:
+        ok, said = drill.role_support(h.bin("server/grantfs-server"), h.path("probe"))
+        if not ok:
+            print(f"drill: this grantfs-server cannot run a witness: {said}", file=sys.stderr)
+            return 2
+        if a.mode in ("drill", "both"):
+            results, failures = drills(h, progress, a.runs, a.size_mb, a.kill_at, a.capacity)
+            print(f"\n{a.runs} drill(s), {a.size_mb} MiB each, kill -9 at {a.kill_at:.0%}:")
+            for line in summary_lines(results):
+                print("  " + line)
+            if failures:
+                failed = True
+                print("FAILED runs:\n  " + "\n  ".join(failures))
+        if a.mode in ("compare", "both"):
+            s = compare(h, progress, a.compare_runs, a.size_mb, a.creates, a.capacity)
+            print(f"\nreplica in sync vs no replica, median (min-max) of {a.compare_runs}: "
+                  f"{a.size_mb} MiB in 512 KiB writes + fsync, and {a.creates} creates")
+            for m, unit in (("dd", "MB/s"), ("creates", "creates/s")):
+                rs, ss = s[(drill.IN_SYNC, m)], s[(drill.STANDALONE, m)]
+                print(f"  {m:8s} {unit:10s} in sync {fmt_summary(rs):>22s}   standalone "
+                      f"{fmt_summary(ss):>22s}   in sync / standalone "
+                      f"{rs.median / ss.median:.2f}x")
+    except BenchError as e:
+        failed = True
+        print(f"drill: FAILED: {e}", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"drill: interrupted ({str(e) or 'SIGINT'}): cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        if failed or a.keep_logs:
+            print(f"drill: server and mount logs kept in {keep_logs(h)}", file=sys.stderr)
+        h.cleanup()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
