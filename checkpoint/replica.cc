@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,30 @@ namespace grantfs {
 namespace {
 
 constexpr char kPositionKey[] = "Rposition";  // epoch, seq (big-endian)
+// Present from the start of a snapshot until the copy is whole: a copy cut
+// short (stream broken, crash) is no copy and must not be opened.
+constexpr char kPartialFile[] = "snapshot.partial";
+
+// fsyncs directory `dir` (a created or removed name in it is durable).
+absl::Status SyncDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError("open " + dir + ": " + strerror(errno));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return absl::InternalError("fsync " + dir + ": " + strerror(err));
+  return absl::OkStatus();
+}
+
+// Removes the copy: meta/ and chunks/.
+absl::Status RemoveCopy(const std::string& data_dir) {
+  std::error_code ec;
+  for (const char* sub : {"/meta", "/chunks"}) {
+    std::filesystem::remove_all(data_dir + sub, ec);
+    if (ec) return absl::InternalError("removing " + data_dir + sub + ": " + ec.message());
+  }
+  return absl::OkStatus();
+}
 
 std::string EncodePosition(uint64_t epoch, uint64_t seq) {
   std::string s;
@@ -60,9 +85,19 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& opt
   if (ec) return absl::FailedPreconditionError("mkdir " + options.data_dir + ": " + ec.message());
   std::unique_ptr<Replica> r(new Replica(options));
   absl::MutexLock l(&r->apply_mu_);
+  if (std::filesystem::exists(options.data_dir + "/" + kPartialFile)) {
+    LOG(WARNING) << "replica: the copy in " << options.data_dir
+                 << " is an unfinished snapshot; starting empty";
+    RETURN_IF_ERROR(RemoveCopy(options.data_dir));
+    if (unlink((options.data_dir + "/" + kPartialFile).c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+    }
+    RETURN_IF_ERROR(SyncDir(options.data_dir));
+  }
   if (std::filesystem::exists(options.data_dir + "/meta/CURRENT")) {
     RETURN_IF_ERROR(r->OpenCopy());
   }
+  RETURN_IF_ERROR(r->CheckBoot());
   absl::MutexLock m(&r->mu_);
   LOG(INFO) << "replica: copy in " << options.data_dir << " at epoch " << r->epoch_ << ", change "
             << r->applied_;
@@ -74,6 +109,47 @@ Replica::~Replica() {
   Stop();
   absl::MutexLock l(&apply_mu_);
   CloseCopy();
+}
+
+// File data is acknowledged from the page cache (as on the primary). If the
+// machine restarted since the copy was last used, what the page cache held
+// may be gone while the saved position says it was applied: such a copy
+// must not resume nor take over. It is rebuilt by a snapshot.
+absl::Status Replica::CheckBoot() {
+  std::string now_boot;
+  {
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::getline(f, now_boot);
+  }
+  if (now_boot.empty()) return absl::OkStatus();  // no boot id: nothing to compare
+  const std::string path = options_.data_dir + "/replica.boot";
+  std::string was;
+  {
+    std::ifstream f(path);
+    std::getline(f, was);
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (!was.empty() && was != now_boot && epoch_ != 0) {
+      LOG(WARNING) << "replica: the machine restarted since the copy (epoch " << epoch_
+                   << ", change " << applied_
+                   << ") was last used; file data it acknowledged from the page cache may be "
+                      "lost, so it will be rebuilt by a snapshot and cannot take over before";
+      epoch_ = 0;
+      applied_ = 0;
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError("open " + tmp + ": " + strerror(errno));
+  const std::string line = now_boot + "\n";
+  const bool ok =
+      write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError("writing " + path + ": " + strerror(errno));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Replica::OpenCopy() {
@@ -143,18 +219,26 @@ uint64_t Replica::applied_seq() {
 
 absl::Status Replica::BeginSnapshot() {
   CloseCopy();
+  in_snapshot_ = true;
+  {
+    absl::MutexLock l(&mu_);
+    epoch_ = 0;
+    applied_ = 0;
+    state_ = "syncing";
+  }
+  // Marked before the old copy goes: from here until FinishSnapshot the
+  // directory holds no copy, whatever files it has.
+  const std::string mark = options_.data_dir + "/" + kPartialFile;
+  int fd = open(mark.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError("create " + mark + ": " + strerror(errno));
+  close(fd);
+  RETURN_IF_ERROR(SyncDir(options_.data_dir));
+  RETURN_IF_ERROR(RemoveCopy(options_.data_dir));
   std::error_code ec;
   for (const char* sub : {"/meta", "/chunks"}) {
-    std::filesystem::remove_all(options_.data_dir + sub, ec);
-    if (ec) return absl::InternalError("removing " + options_.data_dir + sub + ": " + ec.message());
     std::filesystem::create_directories(options_.data_dir + sub, ec);
     if (ec) return absl::InternalError("mkdir " + options_.data_dir + sub + ": " + ec.message());
   }
-  in_snapshot_ = true;
-  absl::MutexLock l(&mu_);
-  epoch_ = 0;
-  applied_ = 0;
-  state_ = "syncing";
   return absl::OkStatus();
 }
 
@@ -209,7 +293,12 @@ absl::Status Replica::FinishSnapshot(uint64_t epoch, uint64_t start_seq) {
     applied_ = start_seq - 1;
     state_ = "in sync";
   }
-  return SavePosition();
+  RETURN_IF_ERROR(SavePosition());
+  // The copy is whole (and its position durable): no longer partial.
+  if (unlink((options_.data_dir + "/" + kPartialFile).c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+  }
+  return SyncDir(options_.data_dir);
 }
 
 absl::Status Replica::SavePosition() {
@@ -239,7 +328,7 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec) {
     }
     case proto::ReplRecord::kData:
       return chunks_->Write(rec.data().ino(), rec.data().offset(), rec.data().data().data(),
-                            rec.data().data().size(), false);
+                            rec.data().data().size(), rec.data().sync());
     case proto::ReplRecord::kTruncate:
       return chunks_->Truncate(rec.truncate().ino(), rec.truncate().a(), rec.truncate().b());
     case proto::ReplRecord::kAllocate:
@@ -332,7 +421,16 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     {
       absl::MutexLock l(&mu_);
       last_msg_ = absl::Now();
+      busy_ = true;
     }
+    struct NotBusy {
+      Replica* r;
+      ~NotBusy() {
+        absl::MutexLock l(&r->mu_);
+        r->busy_ = false;
+        r->last_msg_ = absl::Now();
+      }
+    } not_busy{this};
     if (msg.has_hello()) {
       const proto::ReplHello& h = msg.hello();
       if (h.snapshot()) {
@@ -387,6 +485,8 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     {
       absl::MutexLock l(&mu_);
       a.set_applied_seq(applied_);
+      busy_ = false;  // a blocked ack write is silence again
+      last_msg_ = absl::Now();
     }
     a.set_echo_sent_ns(msg.sent_ns());
     if (!stream->Write(a)) break;
@@ -422,7 +522,9 @@ void Replica::Watchdog() {
       absl::MutexLock l(&mu_);
       auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || promoted_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100))) return;
-      const bool silent = absl::Now() - last_msg_ > options_.failover_timeout;
+      // Time spent applying (a slow fsync, the end of a snapshot) is not
+      // the primary's silence.
+      const bool silent = !busy_ && absl::Now() - last_msg_ > options_.failover_timeout;
       if (!silent && !check_now_) continue;
       check_now_ = false;
       claim = silent;
@@ -448,6 +550,12 @@ bool Replica::TryPromote(bool claim) {
     return false;
   };
   absl::MutexLock apply(&apply_mu_);  // nothing is applied from here on
+  {
+    // The stream may have changed the copy meanwhile (a snapshot began).
+    absl::MutexLock l(&mu_);
+    epoch = epoch_;
+  }
+  if (epoch == 0) return give_up();
   absl::StatusOr<proto::WitnessReply> r =
       options_.witness_call(proto::WitnessRequest::GET, epoch, "");
   if (!r.ok()) {

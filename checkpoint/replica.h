@@ -5,7 +5,9 @@
 // The copy is the same layout as the primary's data directory (meta/ is
 // RocksDB, chunks/ the chunk files), so a promoted replica opens it as a
 // Volume. Its position (epoch, last applied change) is kept in RocksDB
-// (key "Rposition") in the same WAL as the batches.
+// (key "Rposition") in the same WAL as the batches. While a snapshot is
+// being received the file <data_dir>/snapshot.partial exists; Open discards
+// a copy so marked (a snapshot cut short by a broken stream or a crash).
 //
 // Acknowledging change N means: every change up to N is applied, the
 // metadata batches are in the fsync'd WAL, file data is in the page cache
@@ -87,6 +89,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   explicit Replica(const ReplicaOptions& options) : options_(options) {}
 
   absl::Status OpenCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status CheckBoot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void CloseCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status BeginSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status WritePiece(const proto::SnapshotPiece& piece)
@@ -119,6 +122,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   grpc::ServerContext* active_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_msg_ ABSL_GUARDED_BY(mu_);
   bool check_now_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // applying a message
   bool promoting_ ABSL_GUARDED_BY(mu_) = false;
   bool promoted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -322,10 +322,11 @@ absl::Status Replicator::RunStream() {
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_ || fenced_ || !stream_up_) break;
-      if (!log_.empty() && log_.front().seq > next) {
+      const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+      if (first_kept > next) {
         result = absl::ResourceExhaustedError("the replica fell behind the kept log");
         LOG(WARNING) << "replica " << options_.peer << " needs change " << next
-                     << " but the log starts at " << log_.front().seq << ": new snapshot";
+                     << " but the log starts at " << first_kept << ": new snapshot";
         break;
       }
       uint64_t bytes = 0;
@@ -432,6 +433,10 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
 
 bool Replicator::CaughtUp() {
   if (head_ - acked_ > 256) return false;
+  // Records the replica still needs but the log dropped never come: the
+  // stream ends for a new snapshot.
+  const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+  if (first_kept > acked_ + 1) return false;
   uint64_t lag = 0;
   for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
   return lag <= 16ull << 20;

@@ -1,4 +1,4 @@
-// Where the primary's changes go to be replicated (checkpoint/change_log.h
+// Where the primary's changes go to be replicated (checkpoint/replicator.h
 // implements it; without a replica there is none).
 //
 // The metadata store appends each RocksDB batch it applies, the chunk store

@@ -72,6 +72,7 @@ absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, 
       rec.mutable_data()->set_ino(ino);
       rec.mutable_data()->set_offset(offset);
       rec.mutable_data()->set_data(data, n);
+      rec.mutable_data()->set_sync(sync);
       options_.change_sink->Append(std::move(rec));
     }
     offset += n;
