@@ -10,7 +10,9 @@ Each run writes --size-mb MiB of random bytes in 512 KiB os.write() calls
 (then fsync) on mount 1 while mount 2 creates an empty file every ~10 ms;
 at --kill-at of the way the primary gets SIGKILL. Per run it prints the time
 from the kill to the first create served by the new primary, the longest
-single write() (and the fsync), and "bytes lost: N" from reading the file
+single write() (and the fsync: a write() returns once its data is in the
+mount's cache, so while the file fits in the cache the pause shows in the
+fsync), the longest probe create, and "bytes lost: N" from reading the file
 back through mount 2; then the killed server is restarted with its original
 command line and must come back as the in-sync replica before the next run,
 which kills the other server. At the end: median and max over the runs.

@@ -82,7 +82,9 @@ primary / replica`) on loopback; two mounts that know both servers. Each drill w
 of random bytes in 512 KiB `write()` calls plus `fsync` on mount 1 while mount 2 creates an
 empty file every ~10 ms; at 40 % of the file the primary gets SIGKILL. **Kill to first served
 op**: until the first of those creates answered by the new primary. **Longest write()**: the
-longest single call of the writer (the pause an application sees). **Bytes lost**: the file
+longest single call of the writer (the pause an application sees; a write() returns once its data
+is in the mount's cache, so while the file fits in the cache the pause shows in the fsync
+instead). **Longest create**: the longest of the probe's creates. **Bytes lost**: the file
 read back through mount 2 against what was written. The killed server is then restarted with its
 original command line and must be the in-sync replica before the next drill, which kills the
 other server (roles alternate). {runs} drill(s); median (min–max). Repeat with
