@@ -55,12 +55,13 @@ absl::StatusCode CodeForErrno(int err) {
 
 absl::Status ErrnoStatus(int err, const std::string& message) {
   if (err == 0) return absl::OkStatus();
-  absl::Status s(CodeForErrno(err),
-                 message.empty() ? std::string(strerror(err))
-                                 : absl::StrCat(message, ": ", strerror(err)));
+  absl::Status s(CodeForErrno(err), message.empty() ? std::string(strerror(err))
+                                                    : absl::StrCat(message, ": ", strerror(err)));
   s.SetPayload(kErrnoPayload, absl::Cord(absl::StrCat(err)));
   return s;
 }
+
+bool HasErrno(const absl::Status& status) { return status.GetPayload(kErrnoPayload).has_value(); }
 
 int ToErrno(const absl::Status& status) {
   if (status.ok()) return 0;

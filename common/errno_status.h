@@ -22,6 +22,9 @@ absl::Status ErrnoStatus(int err, const std::string& message = "");
 // built by ErrnoStatus, otherwise the errno closest to its canonical code.
 int ToErrno(const absl::Status& status);
 
+// Whether `status` was built by ErrnoStatus (carries an errno).
+bool HasErrno(const absl::Status& status);
+
 // The canonical code used for `err`.
 absl::StatusCode CodeForErrno(int err);
 

@@ -17,6 +17,13 @@ namespace {
 // bad input or a server fault is.
 template <typename Reply>
 grpc::Status Done(const char* op, const absl::Status& s, Reply* reply) {
+  // Not a file-system outcome: this server cannot acknowledge the change
+  // (fenced, or the replica did not answer in time). The client retries,
+  // on the next server if need be, with the same sequence number.
+  if (absl::IsUnavailable(s) && !HasErrno(s)) {
+    LOG(WARNING) << op << ": " << s << " (the client retries)";
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(s.message()));
+  }
   const int err = ToErrno(s);
   reply->set_err(err);
   switch (err) {

@@ -129,7 +129,10 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     for fact in ("| date |", "| CPU |", "| cores |", "| kernel |", "| disk under the work"):
         assert fact in md
     assert "**Failed" not in md
-    assert "Skipped: no replica is configured" in md  # this build has no replica role
+    # Section 8: the failover drill ran against a real witness, primary and replica.
+    assert "| kill to first served op |" in md
+    bytes_lost = [line for line in md.splitlines() if line.startswith("| bytes lost |")]
+    assert bytes_lost and bytes_lost[0].split("|")[3].strip().startswith("0"), bytes_lost
     assert "sudo bench/run.sh" in md  # how to regenerate it
 
     for name in CSVS:
