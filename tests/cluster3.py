@@ -322,7 +322,9 @@ class RolePoller(threading.Thread):
     def run(self):
         while not self._halt.is_set():
             t = time.monotonic()
-            st = self.trio.statuses(timeout=1.0)
+            # grantfsctl starts a gRPC channel per call: on a loaded 2-core
+            # machine 1 s was sometimes not enough and every sample was None.
+            st = self.trio.statuses(timeout=3.0)
             self.samples.append((t, {n: (s.get("role"), s.get("epoch")) if s else None
                                      for n, s in st.items()}))
             self._halt.wait(max(0.0, t + self.interval - time.monotonic()))
