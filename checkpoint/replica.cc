@@ -11,11 +11,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "server/keys.h"
 
 namespace grantfs {
 namespace {
@@ -48,20 +50,15 @@ absl::Status RemoveCopy(const std::string& data_dir) {
 
 std::string EncodePosition(uint64_t epoch, uint64_t seq) {
   std::string s;
-  for (uint64_t v : {epoch, seq}) {
-    for (int i = 7; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
+  keys::PutBigEndian64(&s, epoch);
+  keys::PutBigEndian64(&s, seq);
   return s;
 }
 
 bool DecodePosition(const std::string& s, uint64_t* epoch, uint64_t* seq) {
   if (s.size() != 16) return false;
-  uint64_t v[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    for (int i = 0; i < 8; ++i) v[k] = (v[k] << 8) | static_cast<unsigned char>(s[8 * k + i]);
-  }
-  *epoch = v[0];
-  *seq = v[1];
+  *epoch = keys::GetBigEndian64(s.data());
+  *seq = keys::GetBigEndian64(s.data() + 8);
   return true;
 }
 
@@ -345,14 +342,7 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec) {
 
 grpc::Status Replica::Stream(grpc::ServerContext* ctx,
                              grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) {
-  if (!options_.secret.empty()) {
-    auto it = ctx->client_metadata().find("x-grantfs-secret");
-    if (it == ctx->client_metadata().end() ||
-        std::string(it->second.data(), it->second.size()) != options_.secret) {
-      LOG(WARNING) << "replica: refused a stream from " << ctx->peer() << ": bad cluster secret";
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
-    }
-  }
+  if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "replica"); !auth.ok()) return auth;
   proto::ReplMessage msg;
   if (!stream->Read(&msg)) return grpc::Status::OK;
   if (!msg.has_hello() || msg.hello().epoch() == 0) {

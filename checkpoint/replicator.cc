@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -235,7 +236,7 @@ void Replicator::StreamLoop() {
 
 absl::Status Replicator::RunStream() {
   grpc::ClientContext ctx;
-  if (!options_.secret.empty()) ctx.AddMetadata("x-grantfs-secret", options_.secret);
+  AddSecret(&ctx, options_.secret);
   uint64_t id;
   {
     absl::MutexLock l(&mu_);
@@ -437,9 +438,13 @@ bool Replicator::CaughtUp() {
   // stream ends for a new snapshot.
   const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
   if (first_kept > acked_ + 1) return false;
+  return LagBytes() <= 16ull << 20;
+}
+
+uint64_t Replicator::LagBytes() {
   uint64_t lag = 0;
   for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
-  return lag <= 16ull << 20;
+  return lag;
 }
 
 void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
@@ -595,9 +600,7 @@ void Replicator::FillStatus(proto::StatusReply* reply) {
   reply->set_replica_state(StateName(state_));
   reply->set_log_seq(head_);
   reply->set_acked_seq(acked_);
-  uint64_t lag = 0;
-  for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
-  reply->set_lag_bytes(lag);
+  reply->set_lag_bytes(LagBytes());
 }
 
 absl::Status Replicator::Switchover() {

@@ -127,6 +127,8 @@ class Replicator : public ChangeSink, public ServerRole {
   void TrimLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replica is close enough behind to switch to synchronous replication.
   bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of the log the replica has not acknowledged.
+  uint64_t LagBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const char* StateName(State s);
 
   const ReplicatorOptions options_;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/secret.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -173,14 +174,7 @@ proto::WitnessState WitnessService::state() const {
 
 grpc::Status WitnessService::Update(grpc::ServerContext* ctx, const proto::WitnessRequest* req,
                                     proto::WitnessReply* reply) {
-  if (!options_.secret.empty()) {
-    auto it = ctx->client_metadata().find("x-grantfs-secret");
-    if (it == ctx->client_metadata().end() ||
-        std::string(it->second.data(), it->second.size()) != options_.secret) {
-      LOG(WARNING) << "witness: rejected a call from " << ctx->peer() << ": bad cluster secret";
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
-    }
-  }
+  if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "witness"); !auth.ok()) return auth;
   absl::StatusOr<proto::WitnessReply> r = Decide(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = *std::move(r);
@@ -327,7 +321,7 @@ absl::StatusOr<proto::WitnessReply> WitnessClient::Update(proto::WitnessRequest:
   req.set_replica(replica);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  if (!secret_.empty()) ctx.AddMetadata("x-grantfs-secret", secret_);
+  AddSecret(&ctx, secret_);
   proto::WitnessReply reply;
   grpc::Status s = stub_->Update(&ctx, req, &reply);
   if (s.ok()) return reply;

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "common/errno_status.h"
+#include "common/secret.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -164,8 +165,7 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
   absl::Duration backoff = first_backoff;
   for (;;) {
     grpc::ClientContext ctx;
-    if (!rpc_->options().secret.empty())
-      ctx.AddMetadata("x-grantfs-secret", rpc_->options().secret);
+    AddSecret(&ctx, rpc_->options().secret);
     {
       absl::MutexLock l(&mu_);
       if (stopping_) return;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -76,7 +77,7 @@ size_t RpcClient::Failover(size_t seen, const grpc::Status& why) {
 
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  if (!options_.secret.empty()) ctx->AddMetadata("x-grantfs-secret", options_.secret);
+  AddSecret(ctx, options_.secret);
 }
 
 void RpcClient::NoteCredit(const grpc::ClientContext& ctx) {

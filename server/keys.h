@@ -11,6 +11,7 @@
 //   'L' client_id          -> GrantRecord        (a session's space grant)
 //   'M' "counters"         -> Counters
 //   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
+//   'R' "position"         -> epoch, seq         (a replica's copy: checkpoint/replica.cc)
 #ifndef GRANTFS_SERVER_KEYS_H_
 #define GRANTFS_SERVER_KEYS_H_
 

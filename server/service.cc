@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/errno_status.h"
+#include "common/secret.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
 
@@ -169,15 +170,7 @@ grpc::Status GrantFsService::Gate() {
 }
 
 grpc::Status GrantFsService::Authenticate(Ctx* ctx) {
-  if (!options_.secret.empty()) {
-    auto it = ctx->client_metadata().find("x-grantfs-secret");
-    if (it == ctx->client_metadata().end() ||
-        std::string(it->second.data(), it->second.size()) != options_.secret) {
-      LOG(WARNING) << "rejected a call from " << ctx->peer() << ": bad cluster secret";
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
-    }
-  }
-  return grpc::Status::OK;
+  return CheckSecret(*ctx, options_.secret, "server");
 }
 
 grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
