@@ -34,15 +34,24 @@ std::string Human(uint64_t bytes) {
   return absl::StrFormat("%.1f %s", v, units[u]);
 }
 
-// The Status of one server, asked alone (no failover to another one).
-absl::StatusOr<grantfs::proto::StatusReply> AskStatus(const std::string& server,
-                                                      const std::string& secret) {
+// A client of `server` alone (no failover to another one).
+absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> ClientOf(const std::string& server,
+                                                             const std::string& secret,
+                                                             absl::Duration call_timeout,
+                                                             absl::Duration retry_for) {
   grantfs::RpcClientOptions o;
   o.servers = {server};
   o.secret = secret;
-  o.call_timeout = absl::Seconds(5);
-  o.retry_for = absl::Seconds(2);
-  absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc = grantfs::RpcClient::Create(o);
+  o.call_timeout = call_timeout;
+  o.retry_for = retry_for;
+  return grantfs::RpcClient::Create(o);
+}
+
+// The Status of one server.
+absl::StatusOr<grantfs::proto::StatusReply> AskStatus(const std::string& server,
+                                                      const std::string& secret) {
+  absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
+      ClientOf(server, secret, absl::Seconds(5), absl::Seconds(2));
   if (!rpc.ok()) return rpc.status();
   grantfs::proto::StatusRequest req;
   grantfs::proto::StatusReply st;
@@ -161,12 +170,8 @@ int main(int argc, char** argv) {
     for (const std::string& server : servers) {
       absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
       if (!st.ok() || st->role() != "primary") continue;
-      grantfs::RpcClientOptions o;
-      o.servers = {server};
-      o.secret = *secret;
-      o.call_timeout = absl::Seconds(30);
-      o.retry_for = absl::Seconds(1);
-      absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc = grantfs::RpcClient::Create(o);
+      absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
+          ClientOf(server, *secret, absl::Seconds(30), absl::Seconds(1));
       if (!rpc.ok()) break;
       grantfs::proto::SwitchoverRequest req;
       grantfs::proto::ErrReply reply;
