@@ -148,6 +148,7 @@ def main(argv):
             return 2
     install_signal_handlers()
     progress = Progress()
+    os.makedirs(a.workdir, exist_ok=True)
     h = Harness(build, a.workdir, progress)
     failed = False
     try:

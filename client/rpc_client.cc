@@ -47,9 +47,14 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   }
+  // Reconnection. gRPC reads GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as the
+  // minimum time a connection attempt (TCP connect and HTTP/2 handshake) may
+  // take before it is abandoned, not as a backoff: 100 ms there cut off the
+  // handshakes of a loaded server that had just taken over. The attempts
+  // follow one another at INITIAL (100 ms) growing to MAX.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options.servers.size() > 1 ? 300 : 1000);
   for (const std::string& address : options.servers) {
     Server server;
     server.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -73,6 +78,20 @@ size_t RpcClient::Failover(size_t seen, const grpc::Status& why) {
                << CodeName(why) << ": " << why.error_message() << "), trying "
                << options_.servers[next];
   return next;
+}
+
+void RpcClient::WaitForServer(absl::Duration d) {
+  const absl::Time deadline = absl::Now() + d;
+  grpc::Channel* ch = servers_[current()].channel.get();
+  grpc_connectivity_state st = ch->GetState(/*try_to_connect=*/true);
+  // A channel that is ready already leads to a server that refused the call
+  // ("not the primary", busy): the whole backoff is waited.
+  for (;;) {
+    // Returns at the next state change or at the deadline, polling meanwhile.
+    if (!ch->WaitForStateChange(st, absl::ToChronoTime(deadline))) return;
+    st = ch->GetState(/*try_to_connect=*/true);
+    if (st == GRPC_CHANNEL_READY) return;  // newly connected: try it now
+  }
 }
 
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {

@@ -113,7 +113,7 @@ class RpcClient {
       if (failover) Failover(index, s);
       if (sleep) {
         failed = 0;
-        absl::SleepFor(backoff);
+        WaitForServer(backoff);
         backoff = std::min(backoff * 2, max_backoff_);
       }
     }
@@ -143,6 +143,15 @@ class RpcClient {
     if (ShouldFailover(s)) Failover(index, s);
     return ToStatus(name, s);
   }
+
+  // Waits `d`, or less if the current server's channel gets connected
+  // meanwhile (it is tried at once). Unlike a sleep, the wait polls gRPC: a call
+  // that fails fast on a channel in TRANSIENT_FAILURE polls nothing, and
+  // the connection attempts gRPC makes in the background would then be
+  // noticed only by its 5 s backup poller (the attempt times out first:
+  // seconds of pause after a failover). Every wait between retries goes
+  // through here.
+  void WaitForServer(absl::Duration d);
 
   // Sets the deadline and the secret on a context (also for streams).
   void PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const;

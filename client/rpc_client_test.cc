@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -88,10 +90,12 @@ class FakeService final : public proto::GrantFs::Service {
 };
 
 struct TestServer {
-  explicit TestServer(uint64_t id, bool allow_keepalive = true) : service(id) {
+  // Listens on `fixed_port`, or on a free one when 0.
+  explicit TestServer(uint64_t id, bool allow_keepalive = true, int fixed_port = 0) : service(id) {
     grpc::ServerBuilder b;
     int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.AddListeningPort("127.0.0.1:" + std::to_string(fixed_port), grpc::InsecureServerCredentials(),
+                       &port);
     b.RegisterService(&service);
     if (allow_keepalive) AllowClientKeepalive(&b);
     server = b.BuildAndStart();
@@ -247,6 +251,67 @@ TEST(RpcClientTest, RefusedConnectionMovesToTheNextServer) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, 2u);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+// A loopback port nobody listens on (for a server started later).
+int UnusedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The server of the next test, in a process of its own: a server in the
+// test's process would poll gRPC for the client. Runs only when started by
+// that test (GRANTFS_TEST_SERVE_PORT set): serves for 10 s.
+TEST(RpcClientHelper, ServeInAChildProcess) {
+  const char* port = getenv("GRANTFS_TEST_SERVE_PORT");
+  if (port == nullptr) GTEST_SKIP() << "started by ServerThatComesBack...";
+  TestServer s(2, true, atoi(port));
+  absl::SleepFor(absl::Seconds(10));
+}
+
+// Both servers down (connections refused, channels in TRANSIENT_FAILURE),
+// then one starts in another process, as a promoted replica re-executing
+// itself does. The retrying call must connect to it before it gives up
+// (retry_for 4 s). Calls on a channel in TRANSIENT_FAILURE fail at once and
+// poll nothing; if the waits between rounds did not poll either, gRPC's
+// connection attempt in the background would only be seen by its 5 s backup
+// poller, and time out first (the failover pauses of 5-10 s once seen in the
+// drills).
+TEST(RpcClientTest, ServerThatComesBackIsConnectedBeforeTheCallGivesUp) {
+  const int p1 = UnusedPort(), p2 = UnusedPort();
+  std::unique_ptr<RpcClient> c =
+      Client({"127.0.0.1:" + std::to_string(p1), "127.0.0.1:" + std::to_string(p2)},
+             absl::Seconds(30), absl::Seconds(4));
+  // Both channels learn that nobody answers.
+  proto::GetAttrRequest req;
+  proto::AttrReply reply;
+  for (size_t i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    c->PrepareContext(&ctx, absl::Seconds(2));
+    EXPECT_EQ(c->stub(i)->GetAttr(&ctx, req, &reply).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  const std::string port = std::to_string(p2);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    usleep(500 * 1000);
+    setenv("GRANTFS_TEST_SERVE_PORT", port.c_str(), 1);
+    execl("/proc/self/exe", "rpc_client_test", "--gtest_filter=RpcClientHelper.*",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  absl::StatusOr<uint64_t> got = GetAttr(c.get());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 2u);
 }
 
 TEST(RpcClientTest, BothRefuseUntilOneIsPromoted) {
