@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -107,7 +108,38 @@ WitnessService::WitnessService(const WitnessOptions& options, const proto::Witne
       state_(state),
       // After a (re)start nobody knows when the primary last renewed: the
       // lease counts as just renewed, so a restart never shortens it.
-      lease_expiry_(options.clock->Now() + options.lease) {}
+      lease_expiry_(options.clock->Now() + options.lease),
+      last_ran_(options.clock->Now()) {
+  if (options_.stall_tick > absl::ZeroDuration()) ticker_ = std::thread([this] { TickLoop(); });
+}
+
+WitnessService::~WitnessService() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void WitnessService::NoteRunning(absl::Time now) {
+  if (options_.stall_tick <= absl::ZeroDuration()) return;
+  const absl::Duration gap = now - last_ran_;
+  if (gap > 4 * options_.stall_tick && state_.epoch() != 0) {
+    LOG(WARNING) << "witness: did not run for " << absl::FormatDuration(gap)
+                 << " (paused or starved); the lease of " << state_.primary()
+                 << " counts as renewed now";
+    lease_expiry_ = std::max(lease_expiry_, now + options_.lease);
+  }
+  last_ran_ = std::max(last_ran_, now);
+}
+
+void WitnessService::TickLoop() {
+  absl::MutexLock l(&mu_);
+  auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stop), options_.stall_tick)) {
+    NoteRunning(options_.clock->Now());
+  }
+}
 
 absl::StatusOr<std::unique_ptr<WitnessService>> WitnessService::Open(
     const WitnessOptions& options) {
@@ -192,6 +224,9 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
 
   absl::MutexLock l(&mu_);
   const absl::Time now = options_.clock->Now();
+  // After a stall of the witness itself, before any decision (the ticker
+  // may not have run yet).
+  NoteRunning(now);
   proto::WitnessState next = state_;
   std::string refused;  // non-empty: not granted, and why
   bool renew = false;   // the (new) primary's lease starts again
@@ -303,7 +338,9 @@ WitnessClient::WitnessClient(const std::string& address, const std::string& secr
     // A witness that comes back is used again within a lease, not after
     // gRPC's default reconnect backoff of up to 2 minutes.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    // MIN_RECONNECT_BACKOFF is the time a connection attempt may last
+    // (client/rpc_client.cc).
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -41,6 +42,13 @@ struct WitnessOptions {
   std::string secret;
   // Time source of the lease; not owned. Default: the real clock.
   Clock* clock = Clock::Real();
+  // Stall guard, off when zero: a thread notes every `stall_tick` that the
+  // witness runs. When it finds (or a decision finds) more than 4 ticks
+  // without one, the witness itself did not run (paused machine, SIGSTOP,
+  // starved): it heard no RENEW meanwhile for its own fault, so the
+  // primary's lease counts as renewed now, as after a restart. A witness
+  // that stalled never deposes a healthy primary for it.
+  absl::Duration stall_tick = absl::ZeroDuration();
 };
 
 // The witness's gRPC service. Thread-safe: decisions are serialized.
@@ -55,6 +63,7 @@ class WitnessService final : public proto::Witness::Service {
   // primary yet); an unreadable or corrupt one is an error (DATA_LOSS for
   // corrupt), since guessing the epoch could make two primaries.
   static absl::StatusOr<std::unique_ptr<WitnessService>> Open(const WitnessOptions& options);
+  ~WitnessService() override;
 
   grpc::Status Update(grpc::ServerContext* ctx, const proto::WitnessRequest* req,
                       proto::WitnessReply* reply) override;
@@ -72,6 +81,10 @@ class WitnessService final : public proto::Witness::Service {
   // Writes `state` to a temporary file, fsyncs it, renames it over the state
   // file and fsyncs the directory.
   absl::Status Persist(const proto::WitnessState& state) const;
+  // The stall guard (WitnessOptions::stall_tick): notes that the witness
+  // runs at `now`, extending the lease first if it had not for 4 ticks.
+  void NoteRunning(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TickLoop();
 
   // Constant after construction.
   const WitnessOptions options_;
@@ -83,6 +96,9 @@ class WitnessService final : public proto::Witness::Service {
   mutable absl::Mutex mu_;
   proto::WitnessState state_ ABSL_GUARDED_BY(mu_);
   absl::Time lease_expiry_ ABSL_GUARDED_BY(mu_);  // on options_.clock
+  absl::Time last_ran_ ABSL_GUARDED_BY(mu_);      // stall guard
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ticker_;  // runs TickLoop when stall_tick > 0
 };
 
 // Asks a witness. Thread-safe (gRPC stubs are).

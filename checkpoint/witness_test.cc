@@ -139,6 +139,30 @@ TEST_F(WitnessTest, InSyncReplicaTakesOverAfterLeaseExpiryAndOldPrimaryIsFenced)
   EXPECT_EQ(r.state().epoch(), 3u);
 }
 
+// The witness itself paused (SIGSTOP, a frozen machine) longer than the
+// lease: it heard no RENEW for its own fault, so on waking it refuses the
+// replica's claim for one more lease, and the primary renews meanwhile.
+TEST_F(WitnessTest, AWitnessThatStalledDoesNotDeposeThePrimary) {
+  options_.stall_tick = absl::Milliseconds(100);
+  Reopen();
+  PrimaryAWithReplicaB();
+  clock_.Advance(absl::Seconds(15));  // nothing ran: a stall
+  WitnessReply r = Ask(WitnessRequest::CLAIM, 0, kB);
+  EXPECT_FALSE(r.granted());
+  EXPECT_THAT(r.reason(), HasSubstr("holds a lease for another 1000 ms"));
+  EXPECT_TRUE(Ask(WitnessRequest::RENEW, 1, kA).granted());
+
+  // A primary that really went silent still loses the role: time passing
+  // in steps shorter than the stall threshold (400 ms) is not a stall.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Milliseconds(300));
+    Ask(WitnessRequest::GET, 0, "");
+  }
+  r = Ask(WitnessRequest::CLAIM, 0, kB);
+  EXPECT_TRUE(r.granted()) << r.reason();
+  EXPECT_EQ(r.state().epoch(), 2u);
+}
+
 TEST_F(WitnessTest, PrimaryRestartGetsNewEpochAndLosesItsInSyncReplica) {
   PrimaryAWithReplicaB();
   WitnessReply r = Ask(WitnessRequest::CLAIM, 0, kA);

@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
     wo.dir = absl::GetFlag(FLAGS_data_dir);
     wo.secret = *secret;
     wo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_primary_lease_ms));
+    wo.stall_tick = wo.lease / 10;
     auto w = grantfs::WitnessService::Open(wo);
     if (!w.ok()) {
       LOG(ERROR) << "cannot open the witness state in " << wo.dir << ": " << w.status();
