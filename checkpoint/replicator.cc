@@ -107,7 +107,9 @@ Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
   args.SetMaxSendMessageSize(64 << 20);
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC takes MIN_RECONNECT_BACKOFF as the time a connection attempt may
+  // last (client/rpc_client.cc): 100 ms abandoned handshakes under load.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   // A replica that vanished without a reset (cut off) is noticed in ~2 s.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
@@ -567,6 +569,10 @@ void Replicator::WitnessLoop() {
 
 bool Replicator::Serving(std::string* why) {
   absl::MutexLock l(&mu_);
+  return ServingLocked(why);
+}
+
+bool Replicator::ServingLocked(std::string* why) const {
   if (fenced_) {
     *why = "fenced; rejoining as replica";
     return false;
@@ -591,8 +597,13 @@ std::string Replicator::ReplicaState() {
 
 void Replicator::FillStatus(proto::StatusReply* reply) {
   absl::MutexLock l(&mu_);
+  // A primary cut off from the witness and the replica still believes in
+  // its epoch but accepts nothing: it says so rather than "primary", so that
+  // an operator (or a script looking for the primary) is not misled.
   std::string why;
-  reply->set_role(fenced_ ? "fenced" : "primary");
+  const bool serving = ServingLocked(&why);
+  reply->set_role(fenced_ ? "fenced" : serving || handing_over_ ? "primary" : "isolated");
+  reply->set_not_serving(why);
   reply->set_epoch(options_.epoch);
   reply->set_server(options_.self);
   reply->set_peer(options_.peer);

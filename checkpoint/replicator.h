@@ -129,6 +129,8 @@ class Replicator : public ChangeSink, public ServerRole {
   bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the log the replica has not acknowledged.
   uint64_t LagBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Serving() under mu_.
+  bool ServingLocked(std::string* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const char* StateName(State s);
 
   const ReplicatorOptions options_;

@@ -65,6 +65,7 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
   printf("server:          %s\n", server.c_str());
   printf("role:            %s\n", st.role().c_str());
+  if (!st.not_serving().empty()) printf("not serving:     %s\n", st.not_serving().c_str());
   if (st.epoch() > 0 || !st.replica_state().empty()) {
     printf("epoch:           %llu\n", (unsigned long long)st.epoch());
     if (!st.peer().empty()) printf("peer:            %s\n", st.peer().c_str());
@@ -78,7 +79,7 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   }
   // A replica holds a copy, not the volume: its space figures are the
   // primary's business.
-  if (st.role() == "replica" || st.role() == "fenced") return;
+  if (st.role() == "replica" || st.role() == "fenced" || st.role() == "isolated") return;
   printf("capacity:        %s (%llu bytes)\n", Human(st.capacity_bytes()).c_str(),
          (unsigned long long)st.capacity_bytes());
   printf("used:            %s (%llu bytes)\n", Human(st.used_bytes()).c_str(),
@@ -191,15 +192,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // df: the primary's view (a replica's may lag). The first server that
-  // answers and is not a replica.
+  // df: the serving primary's view (a replica's may lag, and a fenced or
+  // isolated server's is stale). The first server that answers as primary
+  // or standalone.
   for (const std::string& server : servers) {
     absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
     if (!st.ok()) {
       fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
       continue;
     }
-    if (st->role() == "replica") continue;
+    if (st->role() != "primary" && st->role() != "standalone") continue;
     PrintDf(server, *st);
     return 0;
   }

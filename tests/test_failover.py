@@ -503,6 +503,9 @@ def test_partition_cuts_off_the_primary_one_primary_at_a_time(lab_trio):
                               capture_output=True, text=True, timeout=120)
         n = wr.progress()
         wr.wait_progress(n + 3, 120, "on B while A is cut off")
+        # Asked from inside its namespace, A does not claim to be the primary:
+        # its lease lapsed (it cannot know yet that B took over).
+        a_cut = t["A"].status(timeout=5)
     finally:
         # Nothing may retry towards A once it can be reached again.
         ma.kill9()
@@ -529,6 +532,8 @@ def test_partition_cuts_off_the_primary_one_primary_at_a_time(lab_trio):
     assert t_b is not None and t.status("B")["epoch"] == epoch + 1
     assert all(ta < t_b for ta in a_acks), (
         f"A acknowledged a change {max(a_acks) - t_b:.3f} s after B was seen primary")
+    assert a_cut is not None and a_cut["role"] == "isolated" and a_cut["epoch"] == epoch, a_cut
+    assert "lease lapsed" in a_cut.get("not serving", ""), a_cut
     assert rc != 0, f"the client beside A was never refused: {wa.outcome()}"
     assert late.returncode == 3, f"a change sent to A after B's promotion: {late}"
     fresh = fresh_look(t, "node3")
