@@ -25,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "checkpoint/replica.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/witness.h"
@@ -50,6 +51,9 @@ ABSL_FLAG(int, primary_lease_ms, 1000,
           "and the replica's silence before it claims the epoch; same on every server");
 ABSL_FLAG(uint64_t, promoted_epoch, 0,
           "internal: set by a replica that re-executes itself as the primary of this epoch");
+ABSL_FLAG(bool, handover_on_stop, true,
+          "on SIGTERM/SIGINT, a primary with an in-sync replica hands the role over to it "
+          "(as grantfsctl switchover) before it exits, instead of leaving it to a failover");
 ABSL_FLAG(std::string, secret_file, "",
           "file holding the cluster secret every client must present");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
@@ -96,11 +100,22 @@ bool ParseSize(const std::string& text, uint64_t* out) {
 
 std::unique_ptr<grpc::Server> g_server;
 std::vector<std::string> g_args;  // the command line, for re-executing
+// Set once a stop signal arrived: no role change re-executes the process
+// after that (it would undo the stop). Guarded by g_reexec_mu, which a
+// re-execution holds into execv.
+absl::Mutex g_reexec_mu;
+bool g_stopping ABSL_GUARDED_BY(g_reexec_mu) = false;
 
 // Replaces this process with a fresh grantfs-server of the same command
 // line plus `extra` (role changes: fenced -> replica, promoted -> primary).
 // Nothing is carried over but the data directory.
-[[noreturn]] void Reexec(const std::vector<std::string>& extra) {
+// Returns only when the process is stopping.
+void Reexec(const std::vector<std::string>& extra) {
+  absl::MutexLock l(&g_reexec_mu);
+  if (g_stopping) {
+    LOG(INFO) << "stopping: not re-executing for the role change";
+    return;
+  }
   std::vector<std::string> args;
   for (const std::string& a : g_args) {
     if (a.rfind("--promoted_epoch", 0) != 0) args.push_back(a);
@@ -159,6 +174,10 @@ int ServeUntilSignal(grpc::ServerBuilder* builder, const sigset_t& stop_signals,
     int sig = 0;
     sigwait(&stop_signals, &sig);
     LOG(INFO) << "signal " << sig << ": shutting down";
+    {
+      absl::MutexLock l(&g_reexec_mu);
+      g_stopping = true;
+    }
     on_stop();
     g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }).detach();
@@ -364,6 +383,17 @@ int main(int argc, char** argv) {
   grantfs::Volume* vol = volume->get();
   grantfs::Replicator* rep = replicator.get();
   return ServeUntilSignal(&builder, stop_signals, [vol, rep] {
+    // A planned stop of the primary is a switchover when it can be: the
+    // replica takes over at once with nothing lost, instead of after the
+    // lease. Without an in-sync replica it just stops.
+    if (rep != nullptr && absl::GetFlag(FLAGS_handover_on_stop)) {
+      absl::Status s = rep->Switchover();
+      if (s.ok()) {
+        LOG(INFO) << "stop: handed the primary role over to " << absl::GetFlag(FLAGS_peer);
+      } else {
+        LOG(WARNING) << "stop: no handover (" << s << "); stopping without one";
+      }
+    }
     vol->sessions().Shutdown();  // ends the Subscribe streams
     if (rep != nullptr) rep->Stop();
   });

@@ -412,6 +412,31 @@ def test_switchover_during_writes_swaps_roles_with_no_loss(trio):
     check_load(meta, [t.n1, fresh], "after the switchover")
 
 
+def test_sigterm_of_the_primary_hands_over_to_the_replica(trio):
+    """A planned stop (SIGTERM, as systemctl stop does) of the primary is a
+    switchover, not a failover: the replica serves at the next epoch, a
+    writer running meanwhile gets no error, and the stopped server restarted
+    with its own command line rejoins as replica."""
+    t = trio
+    w = Load(t, "writer", "files", t.n1, "w", file_kib=4096, keep=16, rate_mb=20)
+    w.wait_progress(3, 60, "before the stop")
+    primary, st = t.primary()
+    replica = t.other(primary)
+    t[primary].stop()
+    assert t[primary].proc.returncode == 0, f"exit status {t[primary].proc.returncode}"
+    with open(t[primary].log_path) as f:
+        said = f.read()
+    assert "stop: handed the primary role over to" in said, said[-3000:]
+    new = t.wait_role(replica, "primary", 30)
+    assert new["epoch"] == st["epoch"] + 1
+    n = w.progress()
+    w.wait_progress(n + 3, 60, "after the handover")
+    t.restart(primary)
+    t.wait_in_sync(replica, primary, 120)
+    w.assert_ok(w.stop())
+    check_load(w, [t.n2, fresh_look(t, "node3")], "after a stop of the primary")
+
+
 # --- f. replica loss ----------------------------------------------------------------------
 
 
