@@ -193,7 +193,10 @@ def vm_rss(pid):
 
 def test_mount_memory_stays_under_the_dirty_limit_plus_overhead(tmp_base):
     dirty_limit_mb = 32
-    overhead = 96 * MiB  # stated in docs/write-path.md
+    # Stated in docs/write-path.md: 60-100 MiB measured, 97 MiB once on a
+    # loaded machine; 128 MiB allowed. The file is 16x the dirty limit, so
+    # a cache that grew with it would pass the bound by far.
+    overhead = 128 * MiB
     c = Cluster(tmp_base, capacity="2G", mount_extra=[f"--dirty_limit_mb={dirty_limit_mb}"])
     c.start()
     try:
@@ -201,7 +204,7 @@ def test_mount_memory_stays_under_the_dirty_limit_plus_overhead(tmp_base):
         peak = 0
         data = pattern(7, MiB)
         with open(os.path.join(c.n1, "big"), "wb") as f:
-            for i in range(8 * dirty_limit_mb):  # 8x the dirty limit
+            for i in range(16 * dirty_limit_mb):  # 16x the dirty limit
                 f.write(data)
                 if i % 8 == 0:
                     peak = max(peak, vm_rss(pid))
@@ -209,7 +212,7 @@ def test_mount_memory_stays_under_the_dirty_limit_plus_overhead(tmp_base):
             os.fsync(f.fileno())
         peak = max(peak, vm_rss(pid))
         assert peak <= dirty_limit_mb * MiB + overhead, f"peak RSS {peak / MiB:.0f} MiB"
-        assert os.stat(os.path.join(c.n2, "big")).st_size == 8 * dirty_limit_mb * MiB
+        assert os.stat(os.path.join(c.n2, "big")).st_size == 16 * dirty_limit_mb * MiB
     finally:
         c.stop()
 
