@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/keepalive.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -106,16 +107,9 @@ Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  // gRPC takes MIN_RECONNECT_BACKOFF as the time a connection attempt may
-  // last (client/rpc_client.cc): 100 ms abandoned handshakes under load.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  SetReconnect(&args, 500);
   // A replica that vanished without a reset (cut off) is noticed in ~2 s.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  SetFastKeepalive(&args);
   stub_ = proto::Replication::NewStub(
       grpc::CreateCustomChannel(options_.peer, grpc::InsecureChannelCredentials(), args));
   lease_witness_ = options_.granted_at;

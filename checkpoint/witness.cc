@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
 
@@ -337,11 +338,7 @@ WitnessClient::WitnessClient(const std::string& address, const std::string& secr
     grpc::ChannelArguments args;
     // A witness that comes back is used again within a lease, not after
     // gRPC's default reconnect backoff of up to 2 minutes.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    // MIN_RECONNECT_BACKOFF is the time a connection attempt may last
-    // (client/rpc_client.cc).
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    SetReconnect(&args, 500);
     channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
   }
   stub_ = proto::Witness::NewStub(channel_);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
 
@@ -39,22 +40,12 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
     // GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS 500,
     // GRPC_ARG_HTTP2_MAX_PING_STRIKES 0 and
     // GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 on the server builder.
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    SetFastKeepalive(&args);
   } else {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   }
-  // Reconnection. gRPC reads GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as the
-  // minimum time a connection attempt (TCP connect and HTTP/2 handshake) may
-  // take before it is abandoned, not as a backoff: 100 ms there cut off the
-  // handshakes of a loaded server that had just taken over. The attempts
-  // follow one another at INITIAL (100 ms) growing to MAX.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options.servers.size() > 1 ? 300 : 1000);
+  SetReconnect(&args, options.servers.size() > 1 ? 300 : 1000);
   for (const std::string& address : options.servers) {
     Server server;
     server.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);

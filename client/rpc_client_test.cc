@@ -112,16 +112,21 @@ struct TestServer {
   std::string address;
 };
 
+sockaddr_in Loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  return a;
+}
+
 // A TCP proxy to one address that can be frozen: it then forwards nothing
 // and closes nothing, like a peer cut off by the network.
 class FreezableProxy {
  public:
   explicit FreezableProxy(int target_port) : target_port_(target_port) {
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
+    sockaddr_in a = Loopback(0);
     EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
     EXPECT_EQ(listen(listen_fd_, 16), 0);
     socklen_t len = sizeof(a);
@@ -147,10 +152,7 @@ class FreezableProxy {
       int in = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (in < 0) continue;
       int out = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(target_port_);
+      sockaddr_in a = Loopback(target_port_);
       if (connect(out, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
         close(in);
         close(out);
@@ -256,9 +258,7 @@ TEST(RpcClientTest, RefusedConnectionMovesToTheNextServer) {
 // A loopback port nobody listens on (for a server started later).
 int UnusedPort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Loopback(0);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
