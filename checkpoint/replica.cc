@@ -168,6 +168,7 @@ absl::Status Replica::OpenCopy() {
   ChunkStoreOptions co;
   co.dir = options_.data_dir + "/chunks";
   co.chunk_size = options_.chunk_size;
+  co.direct_io = options_.direct_io;
   ASSIGN_OR_RETURN(chunks_, ChunkStore::Create(co));
   absl::MutexLock l(&mu_);
   epoch_ = epoch;

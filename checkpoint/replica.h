@@ -57,6 +57,7 @@ struct ReplicaOptions {
   std::string secret;    // required of the primary's stream
   std::string data_dir;  // meta/ and chunks/
   uint64_t chunk_size = 4 << 20;
+  bool direct_io = true;  // ChunkStoreOptions::direct_io
   WitnessCall witness_call;
   absl::Duration failover_timeout = absl::Seconds(1);
   // Runs once the witness granted this server epoch `epoch`, after the

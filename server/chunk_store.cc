@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,10 @@ class Fd {
   int fd_;
 };
 
+// Offsets, lengths and memory of O_DIRECT I/O are aligned to this (the
+// largest logical block size of the disks we meet).
+constexpr uint64_t kDirectAlign = 4096;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(const ChunkStoreOptions& options) {
@@ -51,6 +56,32 @@ absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(const ChunkStoreO
     if (mkdir(sub.c_str(), 0700) != 0 && errno != EEXIST) return IoError("mkdir", sub);
   }
   return std::unique_ptr<ChunkStore>(new ChunkStore(options));
+}
+
+ChunkStore::~ChunkStore() {
+  absl::MutexLock l(&buffers_mu_);
+  for (char* b : buffers_) free(b);
+}
+
+char* ChunkStore::TakeBuffer() {
+  {
+    absl::MutexLock l(&buffers_mu_);
+    if (!buffers_.empty()) {
+      char* b = buffers_.back();
+      buffers_.pop_back();
+      return b;
+    }
+  }
+  return static_cast<char*>(aligned_alloc(kDirectAlign, options_.chunk_size));
+}
+
+void ChunkStore::GiveBuffer(char* buf) {
+  absl::MutexLock l(&buffers_mu_);
+  if (buffers_.size() < kKeepBuffers) {
+    buffers_.push_back(buf);
+  } else {
+    free(buf);
+  }
 }
 
 std::string ChunkStore::ChunkPath(uint64_t ino, uint64_t index) const {
@@ -85,6 +116,16 @@ absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, 
 absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data,
                                     size_t n, bool sync) {
   std::string path = ChunkPath(ino, index);
+  if (direct_ok_.load(std::memory_order_relaxed) && n >= options_.direct_min_bytes &&
+      within % kDirectAlign == 0 && n % kDirectAlign == 0) {
+    bool refused = false;
+    absl::Status s = WriteDirect(path, within, data, n, sync, &refused);
+    if (!refused) return s;
+    if (direct_ok_.exchange(false)) {
+      LOG(WARNING) << "chunk store: the file system of " << options_.dir
+                   << " refuses O_DIRECT; writing through the page cache from now on";
+    }
+  }
   Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   if (fd.get() < 0) return IoError("open", path);
   size_t done = 0;
@@ -96,6 +137,43 @@ absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t withi
   }
   // Durability: data must be on disk before the metadata that makes it
   // visible is acknowledged.
+  if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, const char* data,
+                                     size_t n, bool sync, bool* refused) {
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_DIRECT, 0600));
+  if (fd.get() < 0) {
+    if (errno == EINVAL) {
+      *refused = true;
+      return absl::OkStatus();
+    }
+    return IoError("open", path);
+  }
+  char* buf = TakeBuffer();
+  if (buf == nullptr) return ErrnoStatus(ENOMEM, "direct write buffer");
+  memcpy(buf, data, n);
+  size_t done = 0;
+  absl::Status status;
+  while (done < n) {
+    ssize_t w = pwrite(fd.get(), buf + done, n - done, within + done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && done == 0) {
+      *refused = true;  // nothing written: the caller writes buffered
+      break;
+    }
+    if (w <= 0) {
+      status = IoError("pwrite (direct)", path);
+      break;
+    }
+    done += w;
+  }
+  GiveBuffer(buf);
+  if (!status.ok() || *refused) return status;
+  direct_writes_.fetch_add(1, std::memory_order_relaxed);
+  // Durability as for a buffered write: the device cache and the block
+  // allocation are only stable after fdatasync.
   if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
   return absl::OkStatus();
 }

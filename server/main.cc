@@ -62,6 +62,9 @@ ABSL_FLAG(int, threads, 256,
           "call that finds none free is refused (clients retry it)");
 ABSL_FLAG(int, write_backlog_mb, 64,
           "flow control: MiB of client writes the server lets be in flight at once");
+ABSL_FLAG(bool, direct_io, true,
+          "write large block-aligned pieces of file data with O_DIRECT, past the page cache "
+          "(see docs/write-path.md)");
 ABSL_FLAG(int, recall_wait_ms, 1000,
           "a write that finds the volume full waits this long for recalled grants");
 
@@ -265,6 +268,7 @@ int main(int argc, char** argv) {
   }
   vo.write_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_write_backlog_mb)) << 20;
   vo.recall_wait = absl::Milliseconds(absl::GetFlag(FLAGS_recall_wait_ms));
+  vo.direct_io = absl::GetFlag(FLAGS_direct_io);
 
   // Which role: the witness decides.
   grantfs::WitnessCall witness_call;
@@ -324,6 +328,7 @@ int main(int argc, char** argv) {
     ro.witness = witness;
     ro.secret = *secret;
     ro.data_dir = vo.dir;
+    ro.direct_io = vo.direct_io;
     ro.witness_call = witness_call;
     ro.failover_timeout = lease;
     ro.on_promoted = [](uint64_t e) { Reexec({absl::StrCat("--promoted_epoch=", e)}); };

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   ChunkStoreOptions co;
   co.dir = options.dir + "/chunks";
   co.change_sink = options.change_sink;
+  co.direct_io = options.direct_io;
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> chunks, ChunkStore::Create(co));
   MetaStoreOptions mo;
   mo.dir = options.dir + "/meta";

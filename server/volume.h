@@ -56,6 +56,8 @@ struct VolumeOptions {
   // Where every change goes to be replicated (server/change_sink.h);
   // nullptr: no replica. Not owned.
   ChangeSink* change_sink = nullptr;
+  // Large aligned data writes bypass the page cache (ChunkStoreOptions).
+  bool direct_io = true;
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;
