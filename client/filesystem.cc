@@ -39,14 +39,13 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   cache_ = std::make_unique<WriteCache>(
       cache_options, pool_.get(),
       [this](uint64_t ino, uint64_t offset,
-             const std::string& data) -> absl::StatusOr<WriteCache::FlushResult> {
+             std::shared_ptr<const std::string> data) -> absl::StatusOr<WriteCache::FlushResult> {
         proto::WriteRequest req;
         req.set_ino(ino);
         req.set_offset(offset);
-        req.set_data(data);
         req.set_from_grant(true);
         proto::WriteReply reply;
-        RETURN_IF_ERROR(rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply));
+        RETURN_IF_ERROR(rpc_->Write(&req, std::move(data), &reply));
         return WriteCache::FlushResult{reply.grant_used_bytes()};
       });
 }

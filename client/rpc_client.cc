@@ -13,6 +13,21 @@ std::string CodeName(const grpc::Status& s) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
 }
 
+// The full name of GrantFs.Write (proto/grantfs.proto), as the generated
+// stub calls it.
+constexpr char kWriteMethod[] = "/grantfs.proto.GrantFs/Write";
+
+// Drops the reference a gRPC slice held on a Write's data.
+void DropData(void* ref) { delete static_cast<std::shared_ptr<const std::string>*>(ref); }
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
 }  // namespace
 
 RpcClient::RpcClient(const RpcClientOptions& options)
@@ -20,6 +35,32 @@ RpcClient::RpcClient(const RpcClientOptions& options)
       // With a second server to go to, waiting long before trying again only
       // lengthens the failover pause.
       max_backoff_(options.servers.size() > 1 ? absl::Milliseconds(200) : absl::Seconds(1)) {}
+
+absl::Status RpcClient::Write(proto::WriteRequest* req, std::shared_ptr<const std::string> data,
+                              proto::WriteReply* reply) {
+  return CallWith(
+      "Write", req, reply,
+      [this, &data](size_t index, grpc::ClientContext* ctx, const proto::WriteRequest& r,
+                    proto::WriteReply* out) {
+        // The wire form of r (which has no data) followed by field
+        // `data`: its key and length, then its bytes in a slice of
+        // their own. Protobuf takes fields in any order, so the
+        // server parses one ordinary WriteRequest.
+        std::string head = r.SerializeAsString();
+        head.push_back(static_cast<char>((proto::WriteRequest::kDataFieldNumber << 3) | 2));
+        AppendVarint(data->size(), &head);
+        std::vector<grpc::Slice> slices;
+        slices.emplace_back(head);
+        if (!data->empty()) {
+          slices.emplace_back(const_cast<char*>(data->data()), data->size(), DropData,
+                              new std::shared_ptr<const std::string>(data));
+        }
+        grpc::ByteBuffer request(slices.data(), slices.size());
+        return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, proto::WriteReply,
+                                                 grpc::ByteBuffer, grpc::protobuf::MessageLite>(
+            servers_[index].channel.get(), *servers_[index].write_method, ctx, request, out);
+      });
+}
 
 absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no server address");
@@ -50,6 +91,8 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
     Server server;
     server.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     server.stub = proto::GrantFs::NewStub(server.channel);
+    server.write_method = std::make_unique<grpc::internal::RpcMethod>(
+        kWriteMethod, grpc::internal::RpcMethod::NORMAL_RPC, server.channel);
     c->servers_.push_back(std::move(server));
   }
   return c;

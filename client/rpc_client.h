@@ -16,6 +16,8 @@
 #define GRANTFS_CLIENT_RPC_CLIENT_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/impl/rpc_method.h>
 
 #include <algorithm>
 #include <atomic>
@@ -86,6 +88,23 @@ class RpcClient {
                     grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*, const Req&,
                                                                  Reply*),
                     Req* req, Reply* reply) {
+    return CallWith(name, req, reply,
+                    [this, method](size_t index, grpc::ClientContext* ctx, const Req& r,
+                                   Reply* out) { return (stub(index)->*method)(ctx, r, out); });
+  }
+
+  // Call() with the data of the request sent from `data`, without copying
+  // it into the request or into gRPC's buffers: gRPC holds a reference to
+  // `data` until the bytes are on the socket, which may be after this
+  // returns, so the caller must not change the string afterwards (it may
+  // drop its reference). `req` must have no data of its own.
+  absl::Status Write(proto::WriteRequest* req, std::shared_ptr<const std::string> data,
+                     proto::WriteReply* reply);
+
+  // Call()'s retry and failover policy around `invoke(index, ctx, req,
+  // reply)`, which makes one attempt on server `index`.
+  template <typename Req, typename Reply, typename Invoke>
+  absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
     const absl::Time give_up = absl::Now() + options_.retry_for;
@@ -95,7 +114,7 @@ class RpcClient {
       const size_t index = current();
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.call_timeout);
-      grpc::Status s = (stub(index)->*method)(&ctx, *req, reply);
+      grpc::Status s = invoke(index, &ctx, *req, reply);
       if (s.ok()) {
         NoteCredit(ctx);
         return ErrnoStatus(reply->err(), name);
@@ -160,6 +179,8 @@ class RpcClient {
   struct Server {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<proto::GrantFs::Stub> stub;
+    // GrantFs.Write, registered on `channel`, for Write()'s raw requests.
+    std::unique_ptr<grpc::internal::RpcMethod> write_method;
   };
 
   explicit RpcClient(const RpcClientOptions& options);

@@ -177,7 +177,8 @@ void WriteCache::FlusherLoop() {
     peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
     mu_.Unlock();
     if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
-    absl::StatusOr<FlushResult> r = flush_(ino, e->offset, e->data);
+    absl::StatusOr<FlushResult> r =
+        flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data));
     mu_.Lock();
     --in_flight_;
     in_flight_bytes_ -= e->data.size();
@@ -189,8 +190,10 @@ void WriteCache::FlusherLoop() {
       pool_->Settle(e->debit, r->grant_used);
       if (inode.extents.empty() && inode.urgent == 0 && inode.error.ok()) inodes_.erase(ino);
     } else {
-      // Kept and retried; waiters learn of the error.
+      // Kept and retried; waiters learn of the error. Sealed: the RPC may
+      // still hold its bytes, so later writes go to a new extent.
       e->flushing = false;
+      e->sealed = true;
       if (inode.error.ok()) inode.error = r.status();
       LOG(WARNING) << "flush of inode " << ino << " [" << e->offset << ", " << e->end()
                    << "): " << r.status() << "; will retry";

@@ -63,8 +63,12 @@ class WriteCache {
   struct FlushResult {
     uint64_t grant_used = 0;  // bytes of the session's grant it consumed
   };
-  using FlushRpc = std::function<absl::StatusOr<FlushResult>(uint64_t ino, uint64_t offset,
-                                                             const std::string& data)>;
+  // Sends one extent. `data` is never changed once it was handed to a
+  // FlushRpc (an extent whose flush failed is sealed), so the RPC may keep
+  // a reference to it past its return (gRPC does, until the bytes are on
+  // the socket).
+  using FlushRpc = std::function<absl::StatusOr<FlushResult>(
+      uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data)>;
 
   // `pool` must outlive the cache.
   WriteCache(const WriteCacheOptions& options, GrantPool* pool, FlushRpc flush);

@@ -88,8 +88,12 @@ class FakeServer {
                                           const std::string& data)>;
 
   WriteCache::FlushRpc Rpc() {
-    return [this](uint64_t ino, uint64_t offset, const std::string& data) {
-      return Flush(ino, offset, data);
+    return [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
+      {
+        absl::MutexLock l(&mu_);
+        held_.push_back({data, *data});
+      }
+      return Flush(ino, offset, *data);
     };
   }
   void set_hook(Hook hook) {
@@ -122,6 +126,15 @@ class FakeServer {
   size_t applied_count() {
     absl::MutexLock l(&mu_);
     return applied_.size();
+  }
+  // True when every buffer handed to a flush (kept alive here, as gRPC may
+  // keep it) still holds the bytes it held when it was handed over.
+  bool held_buffers_unchanged() {
+    absl::MutexLock l(&mu_);
+    for (const auto& [buf, then] : held_) {
+      if (*buf != then) return false;
+    }
+    return true;
   }
 
  private:
@@ -161,6 +174,8 @@ class FakeServer {
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<size_t> attempt_sizes_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> applied_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::shared_ptr<const std::string>, std::string>> held_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // What the files should hold: every write applied in order.
@@ -626,6 +641,40 @@ TEST(WriteCache, FlushErrorIsReportedDataStaysAndIsRetried) {
   EXPECT_EQ(h.cache.dirty_bytes(), 0u);
   EXPECT_TRUE(h.FlushInode(1).ok());  // the error was reported once
   EXPECT_EQ(h.pool.available(), h.grants.granted() - h.server.used());
+}
+
+TEST(WriteCache, BytesHandedToAFailedFlushAreNeverChangedAfterwards) {
+  // gRPC may hold the bytes of a failed Write until they are on the socket:
+  // writes after the failure (overlapping it, or appending to it) must not
+  // touch them. The extent is sent because it came of age; the failing
+  // attempt turns the clock back, so nothing makes the flusher retry it at
+  // once and the next writes find it idle.
+  Harness h;
+  const absl::Duration age = SmallCache().max_age;
+  h.server.set_hook([&h, age](int index, uint64_t, uint64_t, const std::string&) {
+    if (index > 0) return absl::OkStatus();
+    h.clock.Advance(-age);
+    return absl::UnavailableError("primary failing over");
+  });
+  h.cache.Start();
+  std::mt19937_64 rng(10);
+  const std::string a = RandomBytes(&rng, 200 * kKiB);
+  ASSERT_TRUE(h.Write(1, 0, a));
+  h.clock.Advance(age);
+  ASSERT_TRUE(WaitFor([&h] { return h.server.attempts() == 1; }));
+  absl::SleepFor(absl::Milliseconds(200));  // the flusher takes the failure back
+  const std::string b = RandomBytes(&rng, 100 * kKiB);
+  const std::string c = RandomBytes(&rng, 50 * kKiB);
+  ASSERT_TRUE(h.Write(1, 50 * kKiB, b));   // over the failed extent
+  ASSERT_TRUE(h.Write(1, 200 * kKiB, c));  // appending to it
+  const absl::Status s = h.FlushInode(1);
+  EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kUnavailable) << s;
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  EXPECT_TRUE(h.server.held_buffers_unchanged());
+  std::string want = a;
+  want.replace(50 * kKiB, b.size(), b);
+  want += c;
+  EXPECT_TRUE(SameBytes(want, h.server.content(1)));
 }
 
 TEST(WriteCache, SnapshotAndApplyOverlayCachedBytes) {
