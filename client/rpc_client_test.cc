@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -81,12 +82,36 @@ class FakeService final : public proto::GrantFs::Service {
     return grpc::Status::OK;
   }
 
+  // Write: records the request; answers as GetAttr does (kServe: OK with
+  // grant_used_bytes = the data's size).
+  grpc::Status Write(grpc::ServerContext*, const proto::WriteRequest* req,
+                     proto::WriteReply* reply) override {
+    {
+      absl::MutexLock l(&mu_);
+      seen_.push_back({req->header().client_id(), req->header().seq()});
+      writes_.push_back(*req);
+    }
+    if (fail_next_.fetch_sub(1) > 0) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting");
+    }
+    if (mode_.load() == kNotPrimary) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary");
+    }
+    reply->set_grant_used_bytes(req->data().size());
+    return grpc::Status::OK;
+  }
+  std::vector<proto::WriteRequest> writes() {
+    absl::MutexLock l(&mu_);
+    return writes_;
+  }
+
  private:
   const uint64_t id_;
   std::atomic<Mode> mode_{kServe};
   std::atomic<int> fail_next_{0};
   absl::Mutex mu_;
   std::vector<Seen> seen_ ABSL_GUARDED_BY(mu_);
+  std::vector<proto::WriteRequest> writes_ ABSL_GUARDED_BY(mu_);
 };
 
 struct TestServer {
@@ -97,6 +122,7 @@ struct TestServer {
     b.AddListeningPort("127.0.0.1:" + std::to_string(fixed_port), grpc::InsecureServerCredentials(),
                        &port);
     b.RegisterService(&service);
+    b.SetMaxReceiveMessageSize(16 << 20);  // 8 MiB writes, as grantfs-server
     if (allow_keepalive) AllowClientKeepalive(&b);
     server = b.BuildAndStart();
     address = "127.0.0.1:" + std::to_string(port);
@@ -241,6 +267,43 @@ TEST(RpcClientTest, NotThePrimaryMovesToTheNextServerWithTheSameSeq) {
   // Later calls go straight to the new primary.
   EXPECT_EQ(*GetAttr(c.get()), 2u);
   EXPECT_EQ(s1.service.seen().size(), 1u);
+}
+
+TEST(RpcClientTest, WriteSendsItsDataAsOneOrdinaryRequestAlsoAfterAFailover) {
+  TestServer s1(1), s2(2);
+  s1.service.set_mode(FakeService::kNotPrimary);
+  std::unique_ptr<RpcClient> c = Client({s1.address, s2.address});
+  std::mt19937_64 rng(3);
+  // Lengths whose varint takes 1, 2 and 3 bytes, none, and an 8 MiB extent.
+  for (size_t size : {0ul, 1ul, 127ul, 128ul, 16384ul, 3ul << 20, 8ul << 20}) {
+    std::string bytes(size, '\0');
+    for (char& ch : bytes) ch = static_cast<char>(rng());
+    auto data = std::make_shared<const std::string>(bytes);
+    proto::WriteRequest req;
+    req.set_ino(42);
+    req.set_offset(4096 * size);
+    req.set_from_grant(true);
+    proto::WriteReply reply;
+    absl::Status st = c->Write(&req, data, &reply);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(reply.grant_used_bytes(), size);
+    const std::vector<proto::WriteRequest> got = s2.service.writes();
+    ASSERT_FALSE(got.empty());
+    const proto::WriteRequest& w = got.back();
+    EXPECT_EQ(w.ino(), 42u);
+    EXPECT_EQ(w.offset(), 4096 * size);
+    EXPECT_TRUE(w.from_grant());
+    EXPECT_FALSE(w.sync());
+    EXPECT_EQ(w.header().client_id(), 7u);
+    EXPECT_EQ(w.header().seq(), req.header().seq());
+    EXPECT_TRUE(w.data() == bytes) << "size " << size;
+    // gRPC lets go of the bytes once they are sent.
+    EXPECT_TRUE(WaitFor([&data] { return data.use_count() == 1; })) << data.use_count();
+  }
+  // The first attempt went to s1 (not the primary) with the same request.
+  ASSERT_EQ(s1.service.writes().size(), 1u);
+  EXPECT_EQ(s1.service.writes()[0].header().seq(), s2.service.writes()[0].header().seq());
+  EXPECT_EQ(s1.service.writes()[0].data(), s2.service.writes()[0].data());
 }
 
 TEST(RpcClientTest, RefusedConnectionMovesToTheNextServer) {
