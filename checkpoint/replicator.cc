@@ -14,12 +14,45 @@
 #include "common/keepalive.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/wire.h"
 #include "glog/logging.h"
 
 namespace grantfs {
 namespace {
 
-using Stream = grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>;
+// The full name of Replication.Stream (proto/replication.proto).
+constexpr char kStreamMethod[] = "/grantfs.proto.Replication/Stream";
+
+// Writes one message, serialized here (one copy, as gRPC's own serializer
+// would make).
+bool Send(grpc::ClientReaderWriter<grpc::ByteBuffer, proto::ReplAck>* stream,
+          const proto::ReplMessage& m) {
+  grpc::Slice slice(m.ByteSizeLong());
+  m.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+  grpc::ByteBuffer bb(&slice, 1);
+  return stream->Write(bb);
+}
+
+// A ReplMessage of `records` (wire forms) and sent_ns, as a ByteBuffer:
+// records of 4 KiB or more by reference, smaller ones copied together.
+grpc::ByteBuffer RecordsMessage(const std::vector<std::shared_ptr<const std::string>>& records,
+                                int64_t sent_ns) {
+  std::vector<grpc::Slice> slices;
+  std::string small;
+  for (const auto& w : records) {
+    AppendBytesKey(proto::ReplMessage::kRecordsFieldNumber, w->size(), &small);
+    if (w->size() < 4096) {
+      small += *w;
+    } else {
+      slices.emplace_back(small);
+      small.clear();
+      slices.push_back(SharedSlice(w));
+    }
+  }
+  AppendVarintField(proto::ReplMessage::kSentNsFieldNumber, static_cast<uint64_t>(sent_ns), &small);
+  slices.emplace_back(small);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
 
 int64_t MonoNanos() {
   timespec ts;
@@ -110,8 +143,9 @@ Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
   SetReconnect(&args, 500);
   // A replica that vanished without a reset (cut off) is noticed in ~2 s.
   SetFastKeepalive(&args);
-  stub_ = proto::Replication::NewStub(
-      grpc::CreateCustomChannel(options_.peer, grpc::InsecureChannelCredentials(), args));
+  channel_ = grpc::CreateCustomChannel(options_.peer, grpc::InsecureChannelCredentials(), args);
+  stream_method_ = std::make_unique<grpc::internal::RpcMethod>(
+      kStreamMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
   lease_witness_ = options_.granted_at;
   lease_replica_ = absl::InfinitePast();
   last_ack_ = absl::Now();
@@ -153,11 +187,16 @@ const char* Replicator::StateName(State s) {
 
 uint64_t Replicator::Append(proto::ReplRecord record) {
   const uint64_t bytes = RecordBytes(record);
-  auto shared = std::make_shared<proto::ReplRecord>(std::move(record));
+  // Serialized outside the lock; the seq, known only under it, is appended
+  // as a last field (room reserved: no reallocation under the lock).
+  auto wire = std::make_shared<std::string>();
+  wire->reserve(record.ByteSizeLong() + 11);
+  record.clear_seq();
+  record.AppendToString(wire.get());
   absl::MutexLock l(&mu_);
   const uint64_t seq = ++head_;
-  shared->set_seq(seq);
-  log_.push_back(Entry{seq, std::move(shared), bytes});
+  AppendVarintField(proto::ReplRecord::kSeqFieldNumber, seq, wire.get());
+  log_.push_back(Entry{seq, std::move(wire), bytes});
   log_bytes_ += bytes;
   TrimLog();
   return seq;
@@ -249,11 +288,13 @@ absl::Status Replicator::RunStream() {
     }
   } unregister{this};
 
-  std::unique_ptr<Stream> stream = stub_->Stream(&ctx);
+  std::unique_ptr<Stream> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, proto::ReplAck>::Create(
+          channel_.get(), *stream_method_, &ctx));
   proto::ReplMessage hello;
   hello.mutable_hello()->set_epoch(options_.epoch);
   hello.mutable_hello()->set_server(options_.self);
-  if (!stream->Write(hello)) return absl::UnavailableError("replica unreachable");
+  if (!Send(stream.get(), hello)) return absl::UnavailableError("replica unreachable");
   proto::ReplAck first;
   if (!stream->Read(&first)) {
     grpc::Status s = stream->Finish();
@@ -295,7 +336,7 @@ absl::Status Replicator::RunStream() {
     proto::ReplMessage m;
     m.mutable_hello()->set_epoch(options_.epoch);
     m.mutable_hello()->set_start_seq(next);
-    if (!stream->Write(m)) return absl::UnavailableError("stream broken");
+    if (!Send(stream.get(), m)) return absl::UnavailableError("stream broken");
   } else {
     LOG(INFO) << "replica " << options_.peer << " (epoch " << rh.epoch() << ", change "
               << rh.applied_seq() << ") gets a snapshot of epoch " << options_.epoch;
@@ -311,7 +352,7 @@ absl::Status Replicator::RunStream() {
   // Ships records as they come; an empty message every 100 ms is the
   // heartbeat that keeps the replica from claiming the epoch.
   for (;;) {
-    std::vector<std::shared_ptr<const proto::ReplRecord>> batch;
+    std::vector<std::shared_ptr<const std::string>> batch;
     {
       absl::MutexLock l(&mu_);
       auto ready = [this, next]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -331,14 +372,12 @@ absl::Status Replicator::RunStream() {
         for (size_t i = next - log_.front().seq; i < log_.size(); ++i) {
           if (bytes > 0 && bytes + log_[i].bytes > options_.max_message_bytes) break;
           bytes += log_[i].bytes;
-          batch.push_back(log_[i].record);
+          batch.push_back(log_[i].wire);
         }
       }
       pinned_ = next;
     }
-    proto::ReplMessage m;
-    for (const auto& r : batch) *m.add_records() = *r;
-    m.set_sent_ns(MonoNanos());
+    grpc::ByteBuffer m = RecordsMessage(batch, MonoNanos());
     if (!stream->Write(m)) {
       result = absl::UnavailableError("stream to the replica broken");
       break;
@@ -384,14 +423,14 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   m.mutable_hello()->set_start_seq(*start_seq);
   m.mutable_hello()->set_chunk_size(options_.chunk_size);
   m.mutable_hello()->set_capacity_bytes(options_.capacity_bytes);
-  if (!stream->Write(m)) return absl::UnavailableError("stream broken");
+  if (!Send(stream, m)) return absl::UnavailableError("stream broken");
   uint64_t files = 0, bytes = 0;
   proto::ReplMessage batch;
   uint64_t batch_bytes = 0;
   auto flush = [&]() {
     if (batch.snapshot_size() == 0) return true;
     batch.set_sent_ns(MonoNanos());
-    bool ok = stream->Write(batch);
+    bool ok = Send(stream, batch);
     batch.Clear();
     batch_bytes = 0;
     return ok;
@@ -422,7 +461,7 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   proto::ReplMessage done;
   done.set_snapshot_done(true);
   done.set_sent_ns(MonoNanos());
-  if (!stream->Write(done)) return absl::UnavailableError("stream broken");
+  if (!Send(stream, done)) return absl::UnavailableError("stream broken");
   LOG(INFO) << "snapshot for " << options_.peer << ": " << files << " files, " << bytes
             << " bytes in " << absl::Now() - began << "; log follows from change " << *start_seq;
   return absl::OkStatus();

@@ -30,6 +30,7 @@
 #define GRANTFS_CHECKPOINT_REPLICATOR_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
 
 #include <cstdint>
 #include <deque>
@@ -109,17 +110,19 @@ class Replicator : public ChangeSink, public ServerRole {
   enum class State { kConnecting, kSyncing, kInSync, kDegraded };
   struct Entry {
     uint64_t seq;
-    std::shared_ptr<const proto::ReplRecord> record;
+    // The record in its wire form (with its seq), serialized once by
+    // Append and sent by reference (common/wire.h).
+    std::shared_ptr<const std::string> wire;
     uint64_t bytes;
   };
+  // The stream's writes are hand-built ByteBuffers (records by reference).
+  using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, proto::ReplAck>;
 
   void StreamLoop();
   // One stream to the replica, from connect to break.
   absl::Status RunStream();
-  absl::Status SendSnapshot(grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>* stream,
-                            uint64_t* start_seq);
-  void AckLoop(grpc::ClientReaderWriter<proto::ReplMessage, proto::ReplAck>* stream,
-               uint64_t stream_id);
+  absl::Status SendSnapshot(Stream* stream, uint64_t* start_seq);
+  void AckLoop(Stream* stream, uint64_t stream_id);
   void WitnessLoop();
   // Asks the witness; handles a fencing answer. Returns the reply.
   absl::StatusOr<proto::WitnessReply> AskWitness(proto::WitnessRequest::Op op);
@@ -134,7 +137,8 @@ class Replicator : public ChangeSink, public ServerRole {
   static const char* StateName(State s);
 
   const ReplicatorOptions options_;
-  std::unique_ptr<proto::Replication::Stub> stub_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::internal::RpcMethod> stream_method_;  // Replication.Stream on channel_
 
   absl::Mutex mu_;
   std::deque<Entry> log_ ABSL_GUARDED_BY(mu_);

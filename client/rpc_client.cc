@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/keepalive.h"
 #include "common/secret.h"
+#include "common/wire.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -16,18 +17,6 @@ std::string CodeName(const grpc::Status& s) {
 // The full name of GrantFs.Write (proto/grantfs.proto), as the generated
 // stub calls it.
 constexpr char kWriteMethod[] = "/grantfs.proto.GrantFs/Write";
-
-// Drops the reference a gRPC slice held on a Write's data.
-void DropData(void* ref) { delete static_cast<std::shared_ptr<const std::string>*>(ref); }
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
 }  // namespace
 
 RpcClient::RpcClient(const RpcClientOptions& options)
@@ -42,20 +31,13 @@ absl::Status RpcClient::Write(proto::WriteRequest* req, std::shared_ptr<const st
       "Write", req, reply,
       [this, &data](size_t index, grpc::ClientContext* ctx, const proto::WriteRequest& r,
                     proto::WriteReply* out) {
-        // The wire form of r (which has no data) followed by field
-        // `data`: its key and length, then its bytes in a slice of
-        // their own. Protobuf takes fields in any order, so the
-        // server parses one ordinary WriteRequest.
+        // The wire form of r (which has no data) followed by field `data`:
+        // its key and length, then its bytes in a slice of their own
+        // (common/wire.h). The server parses one ordinary WriteRequest.
         std::string head = r.SerializeAsString();
-        head.push_back(static_cast<char>((proto::WriteRequest::kDataFieldNumber << 3) | 2));
-        AppendVarint(data->size(), &head);
-        std::vector<grpc::Slice> slices;
-        slices.emplace_back(head);
-        if (!data->empty()) {
-          slices.emplace_back(const_cast<char*>(data->data()), data->size(), DropData,
-                              new std::shared_ptr<const std::string>(data));
-        }
-        grpc::ByteBuffer request(slices.data(), slices.size());
+        AppendBytesKey(proto::WriteRequest::kDataFieldNumber, data->size(), &head);
+        grpc::Slice slices[2] = {grpc::Slice(head), SharedSlice(data)};
+        grpc::ByteBuffer request(slices, data->empty() ? 1 : 2);
         return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, proto::WriteReply,
                                                  grpc::ByteBuffer, grpc::protobuf::MessageLite>(
             servers_[index].channel.get(), *servers_[index].write_method, ctx, request, out);
