@@ -12,7 +12,45 @@ constexpr uint64_t kMaxExtent = 8ull << 20;  // the server's largest write
 }  // namespace
 
 WriteCache::WriteCache(const WriteCacheOptions& options, GrantPool* pool, FlushRpc flush)
-    : options_(options), pool_(pool), flush_(std::move(flush)) {}
+    : options_(options),
+      pool_(pool),
+      flush_(std::move(flush)),
+      spares_(std::make_shared<Spares>()) {
+  spares_->buffer_bytes = std::min(options_.extent_bytes, kMaxExtent);
+  spares_->max_buffers =
+      std::min<uint64_t>(options_.dirty_limit / 8, 64ull << 20) / spares_->buffer_bytes;
+}
+
+std::shared_ptr<WriteCache::Extent> WriteCache::NewExtent(bool streaming) {
+  std::string buffer;
+  if (streaming) {
+    {
+      absl::MutexLock l(&spares_->mu);
+      if (!spares_->buffers.empty()) {
+        buffer = std::move(spares_->buffers.back());
+        spares_->buffers.pop_back();
+      }
+    }
+    if (buffer.capacity() < spares_->buffer_bytes) buffer.reserve(spares_->buffer_bytes);
+  }
+  Extent* e = new Extent;
+  e->data = std::move(buffer);
+  std::shared_ptr<Spares> spares = spares_;
+  return std::shared_ptr<Extent>(e, [spares](Extent* x) {
+    if (x->data.capacity() == spares->buffer_bytes) {
+      x->data.clear();  // keeps the capacity
+      absl::MutexLock l(&spares->mu);
+      if (spares->buffers.size() < spares->max_buffers)
+        spares->buffers.push_back(std::move(x->data));
+    }
+    delete x;
+  });
+}
+
+uint64_t WriteCache::spare_bytes() {
+  absl::MutexLock l(&spares_->mu);
+  return spares_->buffers.size() * spares_->buffer_bytes;
+}
 
 WriteCache::~WriteCache() { Stop(); }
 
@@ -104,9 +142,8 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     if (last->data.size() >= max_extent) last->sealed = true;
   } else {
     if (last && !last->flushing) last->sealed = true;
-    auto e = std::make_shared<Extent>();
+    std::shared_ptr<Extent> e = NewExtent(/*streaming=*/size >= 64 * 1024);
     e->offset = offset;
-    if (size >= 64 * 1024) e->data.reserve(max_extent);  // a streaming writer
     e->data.assign(data, size);
     e->debit = debit;
     e->born = options_.clock->Now();

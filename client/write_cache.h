@@ -105,6 +105,9 @@ class WriteCache {
   void PatchAttr(proto::Attr* attr);
 
   uint64_t dirty_bytes();
+  // Bytes of idle extent buffers kept for reuse (at most
+  // min(dirty_limit / 8, 64 MiB)).
+  uint64_t spare_bytes();
   // Most extents that were in flight at once.
   int peak_in_flight();
   size_t extent_count(uint64_t ino);
@@ -138,9 +141,23 @@ class WriteCache {
   bool Sendable(const Inode& inode, const Extent& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlusherLoop();
 
+  // Buffers of streaming extents, kept for the next extent after a flush:
+  // a buffer the allocator hands back to the kernel has to be faulted in
+  // and zeroed again, page by page. Shared with the extents (an extent may
+  // outlive the cache while gRPC holds its bytes).
+  struct Spares {
+    absl::Mutex mu;
+    std::vector<std::string> buffers ABSL_GUARDED_BY(mu);
+    size_t max_buffers = 0;
+    size_t buffer_bytes = 0;
+  };
+  // A new extent, whose buffer goes back to spares_ when it is destroyed.
+  std::shared_ptr<Extent> NewExtent(bool streaming);
+
   const WriteCacheOptions options_;
   GrantPool* const pool_;
   const FlushRpc flush_;
+  const std::shared_ptr<Spares> spares_;
 
   absl::Mutex mu_;
   std::map<uint64_t, Inode> inodes_ ABSL_GUARDED_BY(mu_);

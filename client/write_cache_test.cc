@@ -91,7 +91,7 @@ class FakeServer {
     return [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
       {
         absl::MutexLock l(&mu_);
-        held_.push_back({data, *data});
+        if (hold_) held_.push_back({data, *data});
       }
       return Flush(ino, offset, *data);
     };
@@ -127,8 +127,13 @@ class FakeServer {
     absl::MutexLock l(&mu_);
     return applied_.size();
   }
-  // True when every buffer handed to a flush (kept alive here, as gRPC may
-  // keep it) still holds the bytes it held when it was handed over.
+  // Keeps every buffer handed to a flush alive, as gRPC may.
+  void set_hold(bool hold) {
+    absl::MutexLock l(&mu_);
+    hold_ = hold;
+  }
+  // True when every buffer held (set_hold) still holds the bytes it held
+  // when it was handed over.
   bool held_buffers_unchanged() {
     absl::MutexLock l(&mu_);
     for (const auto& [buf, then] : held_) {
@@ -174,6 +179,7 @@ class FakeServer {
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<size_t> attempt_sizes_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> applied_ ABSL_GUARDED_BY(mu_);
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::pair<std::shared_ptr<const std::string>, std::string>> held_
       ABSL_GUARDED_BY(mu_);
 };
@@ -650,6 +656,7 @@ TEST(WriteCache, BytesHandedToAFailedFlushAreNeverChangedAfterwards) {
   // attempt turns the clock back, so nothing makes the flusher retry it at
   // once and the next writes find it idle.
   Harness h;
+  h.server.set_hold(true);
   const absl::Duration age = SmallCache().max_age;
   h.server.set_hook([&h, age](int index, uint64_t, uint64_t, const std::string&) {
     if (index > 0) return absl::OkStatus();
@@ -675,6 +682,29 @@ TEST(WriteCache, BytesHandedToAFailedFlushAreNeverChangedAfterwards) {
   want.replace(50 * kKiB, b.size(), b);
   want += c;
   EXPECT_TRUE(SameBytes(want, h.server.content(1)));
+}
+
+TEST(WriteCache, StreamingBuffersAreReusedWithinTheirBound) {
+  WriteCacheOptions o = SmallCache();
+  o.dirty_limit = 16 * kMiB;  // spares: at most 16 MiB / 8 = 2 buffers of 1 MiB
+  Harness h(o);
+  h.cache.Start();
+  std::mt19937_64 rng(11);
+  const std::string d = RandomBytes(&rng, 5 * kMiB);
+  ASSERT_TRUE(h.Write(1, 0, d));  // five full extents
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  EXPECT_TRUE(WaitFor([&h] { return h.cache.spare_bytes() == 2 * kMiB; })) << h.cache.spare_bytes();
+  // The next streaming extent takes a spare; small writes do not.
+  ASSERT_TRUE(h.Write(2, 0, std::string(100, 'x')));
+  EXPECT_EQ(h.cache.spare_bytes(), 2 * kMiB);
+  ASSERT_TRUE(h.Write(3, 0, d.substr(0, 256 * kKiB)));
+  EXPECT_EQ(h.cache.spare_bytes(), 1 * kMiB);
+  // A reused buffer holds only the new bytes.
+  ASSERT_TRUE(h.Write(3, 256 * kKiB, d.substr(kMiB, 100 * kKiB)));
+  ASSERT_TRUE(h.FlushAll().ok());
+  EXPECT_TRUE(SameBytes(d, h.server.content(1)));
+  EXPECT_TRUE(SameBytes(d.substr(0, 256 * kKiB) + d.substr(kMiB, 100 * kKiB), h.server.content(3)));
+  EXPECT_EQ(h.server.content(2), std::string(100, 'x'));
 }
 
 TEST(WriteCache, SnapshotAndApplyOverlayCachedBytes) {
