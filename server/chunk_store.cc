@@ -41,6 +41,21 @@ class Fd {
 // largest logical block size of the disks we meet).
 constexpr uint64_t kDirectAlign = 4096;
 
+// Writes all `n` bytes of `buf` at `offset` of `fd`. Returns 0, or the
+// errno of the call that failed (EIO for a write of 0 bytes); *done counts
+// the bytes written before.
+int PwriteAll(int fd, const char* buf, size_t n, uint64_t offset, size_t* done) {
+  *done = 0;
+  while (*done < n) {
+    ssize_t w = pwrite(fd, buf + *done, n - *done, offset + *done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
+    *done += w;
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(const ChunkStoreOptions& options) {
@@ -128,12 +143,10 @@ absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t withi
   }
   Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   if (fd.get() < 0) return IoError("open", path);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = pwrite(fd.get(), data + done, n - done, within + done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return IoError("pwrite", path);
-    done += w;
+  size_t done;
+  if (int err = PwriteAll(fd.get(), data, n, within, &done)) {
+    errno = err;
+    return IoError("pwrite", path);
   }
   // Durability: data must be on disk before the metadata that makes it
   // visible is acknowledged.
@@ -154,23 +167,17 @@ absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, c
   char* buf = TakeBuffer();
   if (buf == nullptr) return ErrnoStatus(ENOMEM, "direct write buffer");
   memcpy(buf, data, n);
-  size_t done = 0;
-  absl::Status status;
-  while (done < n) {
-    ssize_t w = pwrite(fd.get(), buf + done, n - done, within + done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EINVAL && done == 0) {
-      *refused = true;  // nothing written: the caller writes buffered
-      break;
-    }
-    if (w <= 0) {
-      status = IoError("pwrite (direct)", path);
-      break;
-    }
-    done += w;
-  }
+  size_t done;
+  const int err = PwriteAll(fd.get(), buf, n, within, &done);
   GiveBuffer(buf);
-  if (!status.ok() || *refused) return status;
+  if (err == EINVAL && done == 0) {
+    *refused = true;  // nothing written: the caller writes buffered
+    return absl::OkStatus();
+  }
+  if (err != 0) {
+    errno = err;
+    return IoError("pwrite (direct)", path);
+  }
   direct_writes_.fetch_add(1, std::memory_order_relaxed);
   // Durability as for a buffered write: the device cache and the block
   // allocation are only stable after fdatasync.
