@@ -343,13 +343,16 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
 
 // --- files -------------------------------------------------------------------------
 
-absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags) {
+absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags,
+                                             uint64_t* handle) {
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
   proto::OpenRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   req.set_flags(flags);
+  *handle = next_handle_.fetch_add(1) + 1;
+  req.set_handle(*handle);
   proto::OpenReply reply;
   absl::Status s = rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply);
   // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
@@ -365,10 +368,11 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   return reply.attr();
 }
 
-absl::Status FileSystem::Release(uint64_t ino) {
+absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   if (ra_) ra_->Released(ino);
   proto::ReleaseRequest req;
   req.set_ino(ino);
+  req.set_handle(handle);
   proto::ErrReply reply;
   return rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
 }

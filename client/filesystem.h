@@ -13,6 +13,7 @@
 #ifndef GRANTFS_CLIENT_FILESYSTEM_H_
 #define GRANTFS_CLIENT_FILESYSTEM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,8 +101,10 @@ class FileSystem {
   absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
                                               uint32_t max_entries);
 
-  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags);
-  absl::Status Release(uint64_t ino);
+  // `handle` gets this open's id, unique in the mount: Release names it, and
+  // the server counts a resent Open or Release with it once.
+  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags, uint64_t* handle);
+  absl::Status Release(uint64_t ino, uint64_t handle);
   absl::StatusOr<std::string> Read(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // Returns the bytes written (all of them, or an error).
   absl::StatusOr<size_t> Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
@@ -155,8 +158,9 @@ class FileSystem {
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
   InodeTable inodes_;
-  std::unique_ptr<GrantPool> pool_;    // fastwrite only
-  std::unique_ptr<WriteCache> cache_;  // fastwrite only
+  std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
+  std::unique_ptr<GrantPool> pool_;       // fastwrite only
+  std::unique_ptr<WriteCache> cache_;     // fastwrite only
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -262,15 +262,16 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
 // --- files -----------------------------------------------------------------------
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags);
+  uint64_t handle = 0;
+  auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags, &handle);
   if (!r.ok()) return ReplyError(req, r.status());
   // Close-to-open: pages cached from an earlier open are dropped, and the
   // kernel's attributes are marked stale (the server's push of a change made
   // elsewhere may still be in flight), so size and data come fresh.
   Adapter(req)->InvalidateInode(ino, /*data=*/false);
   fi->keep_cache = 0;
-  fi->fh = 0;
-  if (fuse_reply_open(req, fi) != 0) (void)Adapter(req)->fs()->Release(ino);
+  fi->fh = handle;
+  if (fuse_reply_open(req, fi) != 0) (void)Adapter(req)->fs()->Release(ino, handle);
 }
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -283,7 +284,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   proto::Attr attr = *made;
   // The name may have existed already (created on another node): open it
   // as open(2) would, O_TRUNC included (the server truncates in Open).
-  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL));
+  uint64_t handle = 0;
+  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL), &handle);
   if (!opened.ok()) return ReplyError(req, opened.status());
   attr = *opened;
   fuse_entry_param e;
@@ -293,11 +295,11 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   e.attr_timeout = a->options().attr_timeout_s;
   e.entry_timeout = a->options().entry_timeout_s;
   fi->keep_cache = 0;
-  fi->fh = 0;
+  fi->fh = handle;
   a->fs()->inodes().Ref(attr.ino());
   if (fuse_reply_create(req, &e, fi) != 0) {
     a->fs()->inodes().Forget(attr.ino(), 1);
-    (void)a->fs()->Release(attr.ino());
+    (void)a->fs()->Release(attr.ino(), handle);
   }
 }
 
@@ -338,7 +340,7 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     absl::Status s = a->fs()->SetLock(CredsOf(req), ino, fi->lock_owner, true, all, false, {});
     if (!s.ok()) LOG(WARNING) << "releasing flock of inode " << ino << ": " << s;
   }
-  absl::Status s = a->fs()->Release(ino);
+  absl::Status s = a->fs()->Release(ino, fi->fh);
   if (!s.ok()) LOG(WARNING) << "release of inode " << ino << ": " << s;
   fuse_reply_err(req, 0);
 }

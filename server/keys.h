@@ -6,10 +6,11 @@
 //   'E' parent cookie      -> DirentRecord+name  (readdir order, stable cookies)
 //   'X' ino name           -> xattr value
 //   'C' ino chunk_index    -> ChunkRecord        (allocated 4 KiB blocks)
-//   'O' ino                -> ""                 (unlinked but still open)
+//   'O' ino                -> OrphanRecord       (unlinked but still open)
 //   'G' ino                -> InodeRecord        (unlinked, chunks to free)
 //   'L' client_id          -> GrantRecord        (a session's space grant)
 //   'M' "counters"         -> Counters
+//   'P' ino                -> LockRecord         (file locks held on ino)
 //   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
 //   'R' "position"         -> epoch, seq         (a replica's copy: checkpoint/replica.cc)
 #ifndef GRANTFS_SERVER_KEYS_H_
@@ -54,6 +55,7 @@ inline std::string Chunk(uint64_t ino, uint64_t index) {
 inline std::string Orphan(uint64_t ino) { return Prefix('O', ino); }
 inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
 inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
+inline std::string Locks(uint64_t ino) { return Prefix('P', ino); }
 inline std::string Counters() { return "Mcounters"; }
 inline std::string Dedupe(uint64_t client_id, uint64_t seq) {
   std::string k = Prefix('Q', client_id);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <tuple>
 
 #include "common/errno_status.h"
 
@@ -79,14 +80,49 @@ void LockManager::ReleaseOwner(uint64_t ino, const LockOwner& owner, bool flock)
   if (it->second.empty()) locks_.erase(it);
 }
 
-void LockManager::ReleaseClient(uint64_t client_id) {
+void LockManager::ReleaseClient(uint64_t ino, uint64_t client_id) {
   absl::MutexLock l(&mu_);
-  for (auto it = locks_.begin(); it != locks_.end();) {
-    auto& v = it->second;
-    v.erase(std::remove_if(v.begin(), v.end(),
-                           [&](const FileLock& f) { return f.owner.client_id == client_id; }),
-            v.end());
-    it = v.empty() ? locks_.erase(it) : std::next(it);
+  auto it = locks_.find(ino);
+  if (it == locks_.end()) return;
+  auto& v = it->second;
+  v.erase(std::remove_if(v.begin(), v.end(),
+                         [&](const FileLock& f) { return f.owner.client_id == client_id; }),
+          v.end());
+  if (v.empty()) locks_.erase(it);
+}
+
+std::vector<uint64_t> LockManager::InodesOf(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [ino, v] : locks_) {
+    if (std::any_of(v.begin(), v.end(),
+                    [&](const FileLock& f) { return f.owner.client_id == client_id; })) {
+      out.push_back(ino);
+    }
+  }
+  return out;
+}
+
+std::vector<FileLock> LockManager::Get(uint64_t ino) {
+  std::vector<FileLock> out;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = locks_.find(ino);
+    if (it != locks_.end()) out = it->second;
+  }
+  std::sort(out.begin(), out.end(), [](const FileLock& a, const FileLock& b) {
+    return std::tie(a.flock, a.owner.client_id, a.owner.owner, a.start, a.end, a.type, a.pid) <
+           std::tie(b.flock, b.owner.client_id, b.owner.owner, b.start, b.end, b.type, b.pid);
+  });
+  return out;
+}
+
+void LockManager::Restore(uint64_t ino, std::vector<FileLock> locks) {
+  absl::MutexLock l(&mu_);
+  if (locks.empty()) {
+    locks_.erase(ino);
+  } else {
+    locks_[ino] = std::move(locks);
   }
 }
 

@@ -1,7 +1,9 @@
 // Cluster-wide file locks: POSIX record locks (fcntl) and BSD flock locks,
 // held by (client session, lock owner) pairs. The two kinds never conflict
-// with each other, as on Linux. Locks live in memory: a server restart or the
-// end of a client's session releases them.
+// with each other, as on Linux. This table lives in memory; Volume keeps a
+// durable, replicated copy of each inode's locks in the metadata store and
+// puts it back with Restore() when a server starts or takes over. The end of
+// a client's session releases its locks.
 //
 // Thread-safe.
 #ifndef GRANTFS_SERVER_LOCK_MANAGER_H_
@@ -20,9 +22,7 @@ namespace grantfs {
 struct LockOwner {
   uint64_t client_id = 0;
   uint64_t owner = 0;  // the client's lock owner (fuse lock_owner)
-  bool operator==(const LockOwner& o) const {
-    return client_id == o.client_id && owner == o.owner;
-  }
+  bool operator==(const LockOwner& o) const { return client_id == o.client_id && owner == o.owner; }
 };
 
 struct FileLock {
@@ -33,6 +33,10 @@ struct FileLock {
   uint32_t pid = 0;
   LockOwner owner;
   bool flock = false;  // BSD flock rather than a POSIX record lock
+  bool operator==(const FileLock& o) const {
+    return type == o.type && start == o.start && end == o.end && pid == o.pid && owner == o.owner &&
+           flock == o.flock;
+  }
 };
 
 class LockManager {
@@ -48,8 +52,16 @@ class LockManager {
   // Releases every lock of `owner` on `ino` of the given kind.
   void ReleaseOwner(uint64_t ino, const LockOwner& owner, bool flock);
 
-  // Releases every lock the client holds (its session ended).
-  void ReleaseClient(uint64_t client_id);
+  // Releases every lock the client holds on `ino` (its session ended).
+  void ReleaseClient(uint64_t ino, uint64_t client_id);
+  // The inodes on which the client holds locks.
+  std::vector<uint64_t> InodesOf(uint64_t client_id);
+
+  // The locks held on `ino`, in a fixed order (so two lists compare equal
+  // when they hold the same locks).
+  std::vector<FileLock> Get(uint64_t ino);
+  // Replaces the locks held on `ino` (a copy kept elsewhere).
+  void Restore(uint64_t ino, std::vector<FileLock> locks);
 
   // Locks held on `ino`, for tests and status.
   size_t CountLocks(uint64_t ino);

@@ -199,12 +199,45 @@ TEST(LockManagerTest, ReleaseClientDropsEveryOwnerOfThatClientOnEveryInode) {
   ASSERT_EQ(ToErrno(m.Set(1, Lock(FileLock::kWrite, 20, 29, b))), 0);
   ASSERT_EQ(ToErrno(m.Set(2, Lock(FileLock::kRead, 0, 9, a1, true))), 0);
   ASSERT_EQ(ToErrno(m.Set(3, Lock(FileLock::kRead, 0, 9, a2))), 0);
-  m.ReleaseClient(1);
+  EXPECT_EQ(m.InodesOf(1), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(m.InodesOf(2), (std::vector<uint64_t>{1}));
+  EXPECT_TRUE(m.InodesOf(7).empty());
+  for (uint64_t ino : m.InodesOf(1)) m.ReleaseClient(ino, 1);
+  m.ReleaseClient(99, 1);  // nothing held there: harmless
+  EXPECT_TRUE(m.InodesOf(1).empty());
   EXPECT_EQ(m.CountLocks(1), 1u);
   EXPECT_EQ(m.CountLocks(2), 0u);
   EXPECT_EQ(m.CountLocks(3), 0u);
   EXPECT_EQ(ToErrno(m.Set(1, Lock(FileLock::kWrite, 0, 19, LockOwner{3, 1}))), 0);
   EXPECT_EQ(ToErrno(m.Set(1, Lock(FileLock::kWrite, 25, 25, LockOwner{3, 1}))), EAGAIN);
+}
+
+TEST(LockManagerTest, GetListsInAFixedOrderAndRestorePutsTheLocksBack) {
+  LockManager m;
+  const LockOwner a{1, 1}, b{2, 1};
+  ASSERT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kRead, 50, 59, b))), 0);
+  ASSERT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kWrite, 0, 9, a))), 0);
+  ASSERT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kRead, 20, 29, a, /*flock=*/true))), 0);
+  std::vector<FileLock> first = m.Get(kIno);
+  ASSERT_EQ(first.size(), 3u);
+  // Re-taking a held lock reorders the table inside, not what Get returns.
+  ASSERT_EQ(ToErrno(m.Set(kIno, Lock(FileLock::kRead, 50, 59, b))), 0);
+  EXPECT_EQ(m.Get(kIno), first);
+  EXPECT_FALSE(first[0].flock);
+  EXPECT_TRUE(first[2].flock);
+  EXPECT_EQ(first[0].owner, a);
+  EXPECT_EQ(first[1].owner, b);
+
+  // A fresh table given the copy enforces the same locks.
+  LockManager other;
+  other.Restore(kIno, first);
+  EXPECT_EQ(other.Get(kIno), first);
+  EXPECT_EQ(ToErrno(other.Set(kIno, Lock(FileLock::kWrite, 5, 5, b))), EAGAIN);
+  EXPECT_EQ(ToErrno(other.Set(kIno, Lock(FileLock::kWrite, 55, 55, a))), EAGAIN);
+  EXPECT_EQ(ToErrno(other.Set(kIno, Lock(FileLock::kRead, 5, 5, a))), 0);  // a's own
+  other.Restore(kIno, {});
+  EXPECT_EQ(other.CountLocks(kIno), 0u);
+  EXPECT_EQ(ToErrno(other.Set(kIno, Lock(FileLock::kWrite, 0, 100, b))), 0);
 }
 
 TEST(LockManagerTest, TestReturnsTheConflictingLock) {

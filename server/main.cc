@@ -380,6 +380,10 @@ int main(int argc, char** argv) {
     ro.on_fenced = [] { ReexecSoon({}, absl::Milliseconds(300)); };
     replicator = std::make_unique<grantfs::Replicator>(ro);
     vo.change_sink = replicator.get();
+    vo.serving = [r = replicator.get()] {
+      std::string why;
+      return r->Serving(&why);
+    };
     so.server_role = replicator.get();
   }
   auto volume = grantfs::Volume::Open(vo);

@@ -627,7 +627,7 @@ absl::StatusOr<Removed> MetaStore::Remove(const Caller& caller, uint64_t parent,
     dir.set_ctime_ns(now);
     txn->PutInode(parent, dir);
     txn->PutInode(d->ino(), inode);
-    if (inode.nlink() == 0) txn->Put(keys::Orphan(d->ino()), "");
+    if (inode.nlink() == 0) txn->Put(keys::Orphan(d->ino()), OrphanValue(d->ino()));
     removed.ino = d->ino();
     removed.nlink = inode.nlink();
     return absl::OkStatus();
@@ -735,7 +735,7 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
         }
         dst_inode->set_ctime_ns(now);
         txn->PutInode(dst->ino(), *dst_inode);
-        if (dst_inode->nlink() == 0) txn->Put(keys::Orphan(dst->ino()), "");
+        if (dst_inode->nlink() == 0) txn->Put(keys::Orphan(dst->ino()), OrphanValue(dst->ino()));
         removed.ino = dst->ino();
         removed.nlink = dst_inode->nlink();
         txn->DeleteDirent(new_parent, new_name, *dst);
@@ -1093,23 +1093,101 @@ std::vector<uint64_t> MetaStore::GrantHolders() {
 
 // --- orphans and deferred deletion -----------------------------------------
 
+void MetaStore::SetOpenHolders(std::function<proto::OrphanRecord(uint64_t)> holders) {
+  open_holders_ = std::move(holders);
+}
+
+std::string MetaStore::OrphanValue(uint64_t ino) const {
+  return open_holders_ ? open_holders_(ino).SerializeAsString() : std::string();
+}
+
+absl::Status MetaStore::ReapIn(Txn* txn, uint64_t ino, const proto::InodeRecord& rec) {
+  txn->Delete(keys::Orphan(ino));
+  txn->Delete(keys::Inode(ino));
+  txn->Delete(keys::Locks(ino));
+  txn->Put(keys::Garbage(ino), rec.SerializeAsString());
+  const std::string prefix = keys::Prefix('X', ino);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    txn->Delete(it->key().ToString());
+  }
+  if (!it->status().ok()) return DbError(it->status(), "xattr scan");
+  counters_.set_inodes(counters_.inodes() - 1);
+  return absl::OkStatus();
+}
+
 absl::Status MetaStore::Reap(uint64_t ino) {
   return Mutate([&](Txn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
     if (!orphan) return absl::OkStatus();
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (rec.nlink() != 0) return absl::OkStatus();
-    txn->Delete(keys::Orphan(ino));
-    txn->Delete(keys::Inode(ino));
-    txn->Put(keys::Garbage(ino), rec.SerializeAsString());
-    const std::string prefix = keys::Prefix('X', ino);
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-      txn->Delete(it->key().ToString());
+    return ReapIn(txn, ino, rec);
+  });
+}
+
+absl::StatusOr<bool> MetaStore::SyncOrphan(uint64_t ino) {
+  bool reaped = false;
+  bool unchanged = false;
+  absl::Status s = Mutate([&](Txn* txn) -> absl::Status {
+    ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
+    if (!orphan) return ErrnoStatus(ENOENT, "not an orphan");
+    ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
+    if (rec.nlink() != 0) return ErrnoStatus(ENOENT, "not an orphan");
+    const std::string now = OrphanValue(ino);
+    proto::OrphanRecord holders;
+    if (!holders.ParseFromString(now)) return ErrnoStatus(EIO, "orphan record");
+    if (holders.holders_size() == 0) {
+      reaped = true;
+      return ReapIn(txn, ino, rec);
     }
-    counters_.set_inodes(counters_.inodes() - 1);
+    if (now == *orphan) {
+      unchanged = true;
+      return ErrnoStatus(EEXIST, "unchanged");
+    }
+    txn->Put(keys::Orphan(ino), now);
     return absl::OkStatus();
   });
+  // Nothing to write: not (or no longer) an orphan, or the same holders.
+  if (!s.ok() && (unchanged || ToErrno(s) == ENOENT)) return false;
+  RETURN_IF_ERROR(s);
+  return reaped;
+}
+
+template <typename Rec>
+absl::StatusOr<std::vector<std::pair<uint64_t, Rec>>> MetaStore::ListRecords(char kind) {
+  const std::string prefix(1, kind);
+  std::vector<std::pair<uint64_t, Rec>> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    if (it->key().size() != 9) continue;
+    Rec rec;
+    if (!rec.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return ErrnoStatus(EIO, absl::StrCat("corrupt record ", it->key().ToString(true)));
+    }
+    out.emplace_back(keys::GetBigEndian64(it->key().data() + 1), std::move(rec));
+  }
+  if (!it->status().ok()) return DbError(it->status(), "scan");
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<uint64_t, proto::OrphanRecord>>> MetaStore::ListOrphans() {
+  return ListRecords<proto::OrphanRecord>('O');
+}
+
+absl::Status MetaStore::PutLocks(uint64_t ino, const proto::LockRecord& locks) {
+  return Mutate([&](Txn* txn) -> absl::Status {
+    if (locks.locks_size() == 0) {
+      txn->Delete(keys::Locks(ino));
+    } else {
+      txn->Put(keys::Locks(ino), locks.SerializeAsString());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<std::pair<uint64_t, proto::LockRecord>>> MetaStore::ListLocks() {
+  return ListRecords<proto::LockRecord>('P');
 }
 
 absl::StatusOr<std::optional<proto::DedupeRecord>> MetaStore::FindDedupe(uint64_t client_id,

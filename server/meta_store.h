@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,9 +169,28 @@ class MetaStore {
   absl::Status WaitReplicatedAll();
 
   // --- orphans and deferred deletion ---------------------------------------
+  // An orphan is a file whose last link went away while it was open. Its
+  // record ('O') lists who has it open, written in the same batch as the
+  // removal and whenever that set changes, so a server that takes over or
+  // restarts keeps it for them. `holders` tells who has an inode open now;
+  // it is called under the store's mutex. Set it before the first change.
+  void SetOpenHolders(std::function<proto::OrphanRecord(uint64_t ino)> holders);
+  // Rewrites the orphan record of `ino` from `holders`, or turns the orphan
+  // into garbage (Reap) when nobody has it open any more. Returns whether
+  // it was reaped; false too when `ino` is not an orphan.
+  absl::StatusOr<bool> SyncOrphan(uint64_t ino);
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
   // the background deleter. A no-op when `ino` is not an orphan.
   absl::Status Reap(uint64_t ino);
+  // Every orphan and who had it open, as recorded.
+  absl::StatusOr<std::vector<std::pair<uint64_t, proto::OrphanRecord>>> ListOrphans();
+
+  // --- file locks ------------------------------------------------------------
+  // The file locks held on `ino` (server/lock_manager.h keeps them in
+  // memory; this is their durable, replicated copy). An empty record
+  // deletes the key.
+  absl::Status PutLocks(uint64_t ino, const proto::LockRecord& locks);
+  absl::StatusOr<std::vector<std::pair<uint64_t, proto::LockRecord>>> ListLocks();
   // Inodes whose chunks wait to be freed; every orphan when `orphans`.
   absl::StatusOr<std::vector<uint64_t>> ListGarbage(bool orphans = false);
   // The chunk indexes recorded for garbage inode `ino`, and the number of
@@ -200,6 +220,13 @@ class MetaStore {
   absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
   // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
   absl::StatusOr<bool> IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir);
+  // The record of the new orphan `ino`: who has it open now.
+  std::string OrphanValue(uint64_t ino) const;
+  // Turns orphan `ino` into garbage within `txn`. REQUIRES: mu_ held.
+  absl::Status ReapIn(Txn* txn, uint64_t ino, const proto::InodeRecord& rec);
+  // Scans every record of `kind` (one byte) into (id, parsed record) pairs.
+  template <typename Rec>
+  absl::StatusOr<std::vector<std::pair<uint64_t, Rec>>> ListRecords(char kind);
   // Free blocks: capacity - used - granted - reserved. REQUIRES: mu_ held.
   uint64_t FreeBlocks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs loudly if the ledger invariant is broken. REQUIRES: mu_ held.
@@ -214,7 +241,8 @@ class MetaStore {
   absl::Mutex mu_;
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
   uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, uint64_t> grants_ ABSL_GUARDED_BY(mu_);  // client id -> blocks
+  std::map<uint64_t, uint64_t> grants_ ABSL_GUARDED_BY(mu_);   // client id -> blocks
+  std::function<proto::OrphanRecord(uint64_t)> open_holders_;  // set before changes
 
   // Group commit of WAL fsyncs.
   std::atomic<uint64_t> applied_ticket_{0};  // batches applied to RocksDB

@@ -1,5 +1,7 @@
 #include "server/service.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <optional>
@@ -329,7 +331,11 @@ grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
                                   proto::OpenReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Open", req->ino(), reply);
-  auto r = volume_->Open(rc, req->ino(), req->flags());
+  GRANTFS_ONCE("Open", req, reply);
+  // A resent open(O_TRUNC) whose first attempt truncated must not cut what
+  // was written since; the open itself counts once by its handle.
+  const uint32_t flags = once.prior() ? req->flags() & ~O_TRUNC : req->flags();
+  auto r = volume_->Open(rc, req->ino(), flags, req->handle());
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("Open", r.status(), reply);
 }
@@ -338,7 +344,7 @@ grpc::Status GrantFsService::Release(Ctx* ctx, const proto::ReleaseRequest* req,
                                      proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("Release", req->ino(), reply);
-  return Done("Release", volume_->Release(rc, req->ino()), reply);
+  return Done("Release", volume_->Release(rc, req->ino(), req->handle()), reply);
 }
 
 grpc::Status GrantFsService::Read(Ctx* ctx, const proto::ReadRequest* req,
@@ -486,6 +492,11 @@ grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
                                      proto::ErrReply* reply) {
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("SetLock", req->ino(), reply);
+  // A resent lock or unlock is harmless to apply again, but one whose first
+  // attempt changed the locks must not be answered before that change is
+  // replicated.
+  GRANTFS_ONCE("SetLock", req, reply);
+  GRANTFS_PRIOR_OK("SetLock", reply);
   return Done("SetLock", volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id)), reply);
 }
 

@@ -1,5 +1,6 @@
 #include "server/session_table.h"
 
+#include <algorithm>
 #include <random>
 
 namespace grantfs {
@@ -28,21 +29,30 @@ void SessionTable::Touch(uint64_t client_id) {
   s.expires = clock_->Now() + lease_;
 }
 
-void SessionTable::ForgetOpens(const Session& s) {
-  for (const auto& [ino, n] : s.open) {
+void SessionTable::RenewAll() {
+  absl::MutexLock l(&mu_);
+  const absl::Time expires = clock_->Now() + lease_;
+  for (auto& [id, s] : sessions_) s.expires = std::max(s.expires, expires);
+}
+
+std::map<uint64_t, uint32_t> SessionTable::ForgetOpens(const Session& s) {
+  std::map<uint64_t, uint32_t> counts;
+  for (const auto& [ino, handles] : s.open) {
+    const uint32_t n = static_cast<uint32_t>(handles.size());
+    counts[ino] = n;
     auto it = open_total_.find(ino);
     if (it == open_total_.end()) continue;
     it->second -= std::min(it->second, n);
     if (it->second == 0) open_total_.erase(it);
   }
+  return counts;
 }
 
 std::map<uint64_t, uint32_t> SessionTable::Close(uint64_t client_id) {
   absl::MutexLock l(&mu_);
   auto it = sessions_.find(client_id);
   if (it == sessions_.end()) return {};
-  std::map<uint64_t, uint32_t> open = it->second.open;
-  ForgetOpens(it->second);
+  std::map<uint64_t, uint32_t> open = ForgetOpens(it->second);
   sessions_.erase(it);
   return open;
 }
@@ -56,33 +66,39 @@ std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> SessionTable::Exp
       ++it;
       continue;
     }
-    ForgetOpens(it->second);
-    gone.emplace_back(it->first, std::move(it->second.open));
+    gone.emplace_back(it->first, ForgetOpens(it->second));
     it = sessions_.erase(it);
   }
   return gone;
 }
 
-void SessionTable::OpenFile(uint64_t client_id, uint64_t ino) {
+void SessionTable::OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle) {
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
   if (s.name.empty()) {
     s.name = "(reconnected)";
     s.expires = clock_->Now() + lease_;
   }
-  ++s.open[ino];
+  std::vector<uint64_t>& handles = s.open[ino];
+  if (handle != 0 && std::find(handles.begin(), handles.end(), handle) != handles.end()) return;
+  handles.push_back(handle);
   ++open_total_[ino];
 }
 
-uint32_t SessionTable::CloseFile(uint64_t client_id, uint64_t ino) {
+uint32_t SessionTable::CloseFile(uint64_t client_id, uint64_t ino, uint64_t handle) {
   absl::MutexLock l(&mu_);
   auto sit = sessions_.find(client_id);
   if (sit != sessions_.end()) {
     auto oit = sit->second.open.find(ino);
     if (oit != sit->second.open.end()) {
-      if (--oit->second == 0) sit->second.open.erase(oit);
-      auto tit = open_total_.find(ino);
-      if (tit != open_total_.end() && --tit->second == 0) open_total_.erase(tit);
+      std::vector<uint64_t>& handles = oit->second;
+      auto h = std::find(handles.begin(), handles.end(), handle);
+      if (h != handles.end()) {
+        handles.erase(h);
+        if (handles.empty()) sit->second.open.erase(oit);
+        auto tit = open_total_.find(ino);
+        if (tit != open_total_.end() && --tit->second == 0) open_total_.erase(tit);
+      }
     }
   }
   auto tit = open_total_.find(ino);
@@ -100,7 +116,21 @@ uint32_t SessionTable::OpenCountBy(uint64_t client_id, uint64_t ino) {
   auto sit = sessions_.find(client_id);
   if (sit == sessions_.end()) return 0;
   auto oit = sit->second.open.find(ino);
-  return oit == sit->second.open.end() ? 0 : oit->second;
+  return oit == sit->second.open.end() ? 0 : static_cast<uint32_t>(oit->second.size());
+}
+
+proto::OrphanRecord SessionTable::Holders(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  proto::OrphanRecord out;
+  if (open_total_.count(ino) == 0) return out;
+  for (const auto& [id, s] : sessions_) {
+    auto oit = s.open.find(ino);
+    if (oit == s.open.end()) continue;
+    proto::OrphanRecord::Holder* h = out.add_holders();
+    h->set_client_id(id);
+    for (uint64_t handle : oit->second) h->add_handles(handle);
+  }
+  return out;
 }
 
 void SessionTable::Publish(uint64_t origin, const proto::Invalidation& inv) {
@@ -158,7 +188,7 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     info.set_client_name(s.name);
     info.set_lease_expires_ms(absl::ToUnixMillis(s.expires));
     uint64_t n = 0;
-    for (const auto& [ino, c] : s.open) n += c;
+    for (const auto& [ino, handles] : s.open) n += handles.size();
     info.set_open_files(n);
     info.set_recalls(s.recalls);
     out.push_back(info);

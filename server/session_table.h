@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
+#include "proto/store.pb.h"
 
 namespace grantfs {
 
@@ -38,6 +39,9 @@ class SessionTable {
   // forgot it (restart, expiry). No-op for 0.
   void Touch(uint64_t client_id);
 
+  // Gives every session a fresh lease (the server could not be reached).
+  void RenewAll();
+
   // Ends a session. Returns the (ino, count) of the files it had open.
   std::map<uint64_t, uint32_t> Close(uint64_t client_id);
 
@@ -45,13 +49,18 @@ class SessionTable {
   // id, the files they had open.
   std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> Expire();
 
-  // Open-file counts. OpenFile counts one more open of `ino` by the client;
-  // CloseFile one less, returning the total left over all clients.
-  void OpenFile(uint64_t client_id, uint64_t ino);
-  uint32_t CloseFile(uint64_t client_id, uint64_t ino);
+  // Open files. OpenFile records an open of `ino` by the client, CloseFile
+  // removes one, returning the opens left over all clients. `handle` is the
+  // client's id for the open: an OpenFile with a handle the client already
+  // has open, or a CloseFile with one it does not, changes nothing (a
+  // resent request). Handle 0 stands for opens without an id; each counts.
+  void OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
+  uint32_t CloseFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
   // Opens of `ino` over all sessions; `by_client` only that client's.
   uint32_t OpenCount(uint64_t ino);
   uint32_t OpenCountBy(uint64_t client_id, uint64_t ino);
+  // Who has `ino` open, with their handles, in client id order.
+  proto::OrphanRecord Holders(uint64_t ino);
 
   // Queues `inv` for every session except `origin`.
   void Publish(uint64_t origin, const proto::Invalidation& inv);
@@ -73,12 +82,13 @@ class SessionTable {
   struct Session {
     std::string name;
     absl::Time expires;
-    std::map<uint64_t, uint32_t> open;  // ino -> opens
+    std::map<uint64_t, std::vector<uint64_t>> open;  // ino -> handles, one per open
     std::deque<proto::Invalidation> queue;
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
   };
-  void ForgetOpens(const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the session's opens from open_total_ and returns them as counts.
+  std::map<uint64_t, uint32_t> ForgetOpens(const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration lease_;

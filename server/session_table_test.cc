@@ -160,6 +160,51 @@ TEST_F(SessionTableTest, OpenAndCloseFileCounts) {
   EXPECT_EQ(table_.List()[0].open_files() + table_.List()[1].open_files(), 0u);
 }
 
+TEST_F(SessionTableTest, HandlesMakeAResentOpenOrCloseCountOnce) {
+  const uint64_t a = table_.Open("a");
+  const uint64_t b = table_.Open("b");
+  table_.OpenFile(a, 7, 1);
+  table_.OpenFile(a, 7, 1);  // resent
+  table_.OpenFile(a, 7, 2);
+  table_.OpenFile(b, 7, 1);  // handles are per session
+  table_.OpenFile(b, 7, 0);
+  table_.OpenFile(b, 7, 0);  // opens without a handle each count
+  EXPECT_EQ(table_.OpenCount(7), 5u);
+  EXPECT_EQ(table_.OpenCountBy(a, 7), 2u);
+
+  proto::OrphanRecord holders = table_.Holders(7);
+  ASSERT_EQ(holders.holders_size(), 2);
+  const int ia = holders.holders(0).client_id() == a ? 0 : 1;
+  EXPECT_EQ(holders.holders(ia).client_id(), a);
+  EXPECT_EQ(std::vector<uint64_t>(holders.holders(ia).handles().begin(),
+                                  holders.holders(ia).handles().end()),
+            (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(std::vector<uint64_t>(holders.holders(1 - ia).handles().begin(),
+                                  holders.holders(1 - ia).handles().end()),
+            (std::vector<uint64_t>{1, 0, 0}));
+  EXPECT_EQ(table_.Holders(8).holders_size(), 0);
+
+  EXPECT_EQ(table_.CloseFile(a, 7, 1), 4u);
+  EXPECT_EQ(table_.CloseFile(a, 7, 1), 4u);  // resent: already closed
+  EXPECT_EQ(table_.CloseFile(a, 7, 3), 4u);  // never opened
+  EXPECT_EQ(table_.CloseFile(b, 7, 0), 3u);
+  EXPECT_EQ(table_.CloseFile(b, 7, 0), 2u);
+  EXPECT_EQ(table_.CloseFile(b, 7, 0), 2u);
+  EXPECT_EQ(table_.CloseFile(b, 7, 1), 1u);
+  EXPECT_EQ(table_.CloseFile(a, 7, 2), 0u);
+  EXPECT_EQ(table_.Holders(7).holders_size(), 0);
+}
+
+TEST_F(SessionTableTest, RenewAllGivesEverySessionAWholeLease) {
+  const uint64_t a = table_.Open("a");
+  clock_.Advance(kLease - absl::Seconds(1));
+  table_.RenewAll();
+  clock_.Advance(kLease - absl::Seconds(1));
+  EXPECT_TRUE(table_.Expire().empty());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{a});
+}
+
 TEST_F(SessionTableTest, OpenFileForAnUnknownClientCreatesItsSession) {
   table_.OpenFile(99, 3);
   EXPECT_EQ(table_.OpenCountBy(99, 3), 1u);

@@ -42,15 +42,53 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.change_sink = options.change_sink;
   ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
   std::unique_ptr<Volume> v(new Volume(options, std::move(meta), std::move(chunks)));
-  // Nobody has a file open right after a start: orphans left by the last
-  // run become garbage.
-  ASSIGN_OR_RETURN(std::vector<uint64_t> orphans, v->meta_->ListGarbage(true));
-  for (uint64_t ino : orphans) RETURN_IF_ERROR(v->meta_->Reap(ino));
-  // Grants outlive a restart; their sessions get a fresh lease to come back
-  // in, and give the space back when they do not.
-  for (uint64_t client_id : v->meta_->GrantHolders()) v->sessions_.Touch(client_id);
+  v->meta_->SetOpenHolders([p = v.get()](uint64_t ino) { return p->sessions_.Holders(ino); });
+  RETURN_IF_ERROR(v->Recover());
   if (options.background) v->background_ = std::thread([p = v.get()] { p->BackgroundLoop(); });
   return v;
+}
+
+absl::Status Volume::Recover() {
+  // Grants, open orphans and locks outlive a restart and a failover; their
+  // sessions get a fresh lease to come back in, and release what they held
+  // when they do not.
+  for (uint64_t client_id : meta_->GrantHolders()) sessions_.Touch(client_id);
+  ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
+  size_t kept = 0;
+  for (const auto& [ino, rec] : orphans) {
+    if (rec.holders_size() == 0) {  // nobody had it open (or written before holders were kept)
+      RETURN_IF_ERROR(meta_->Reap(ino));
+      continue;
+    }
+    ++kept;
+    for (const proto::OrphanRecord::Holder& h : rec.holders()) {
+      sessions_.Touch(h.client_id());
+      for (uint64_t handle : h.handles()) sessions_.OpenFile(h.client_id(), ino, handle);
+    }
+  }
+  ASSIGN_OR_RETURN(auto locks, meta_->ListLocks());
+  size_t lock_count = 0;
+  for (const auto& [ino, rec] : locks) {
+    std::vector<FileLock> list;
+    for (const proto::LockRecord::Lock& r : rec.locks()) {
+      FileLock l;
+      l.type = static_cast<FileLock::Type>(r.type());
+      l.start = r.start();
+      l.end = r.end();
+      l.pid = r.pid();
+      l.owner = {r.client_id(), r.owner()};
+      l.flock = r.flock();
+      sessions_.Touch(l.owner.client_id);
+      list.push_back(l);
+    }
+    lock_count += list.size();
+    locks_.Restore(ino, std::move(list));
+  }
+  if (kept + lock_count > 0) {
+    LOG(INFO) << "kept " << kept << " unlinked files that are still open and " << lock_count
+              << " file locks for their sessions";
+  }
+  return absl::OkStatus();
 }
 
 Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
@@ -139,7 +177,7 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const st
   ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir));
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
-  if (removed.nlink == 0) RETURN_IF_ERROR(MaybeReap(removed.ino));
+  if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino).status());
   return absl::OkStatus();
 }
 
@@ -150,7 +188,7 @@ absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameReques
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
     Publish(ctx, replaced.ino, 0, "");
-    if (replaced.nlink == 0) RETURN_IF_ERROR(MaybeReap(replaced.ino));
+    if (replaced.nlink == 0) RETURN_IF_ERROR(SyncOrphan(replaced.ino).status());
   }
   return absl::OkStatus();
 }
@@ -164,17 +202,19 @@ absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t c
   return meta_->ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
 }
 
-absl::Status Volume::MaybeReap(uint64_t ino) {
-  if (sessions_.OpenCount(ino) > 0) return absl::OkStatus();
-  RETURN_IF_ERROR(meta_->Reap(ino));
-  absl::MutexLock l(&bg_mu_);
-  garbage_waiting_ = true;
-  return absl::OkStatus();
+absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
+  ASSIGN_OR_RETURN(bool reaped, meta_->SyncOrphan(ino));
+  if (reaped) {
+    absl::MutexLock l(&bg_mu_);
+    garbage_waiting_ = true;
+  }
+  return reaped;
 }
 
 // --- files -----------------------------------------------------------------------
 
-absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags) {
+absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
+                                         uint64_t handle) {
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags));
   // A file removed elsewhere is gone, unless this client still holds it
   // open (a second open of an unlinked file on the same node).
@@ -190,15 +230,26 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
     cut.set_size(0);
     ASSIGN_OR_RETURN(attr, SetAttr(ctx, cut));
   }
-  sessions_.OpenFile(ctx.client_id, ino);
+  sessions_.OpenFile(ctx.client_id, ino, handle);
+  // The last link may have gone since the check above: then the orphan's
+  // record must name this open too, or, if it was reaped meanwhile, the
+  // open fails as if it had come after the removal.
+  absl::StatusOr<proto::InodeRecord> now = meta_->GetInode(ino);
+  absl::StatusOr<bool> reaped = false;
+  if (now.ok() && now->nlink() == 0) reaped = SyncOrphan(ino);
+  if (!now.ok() || !reaped.ok() || *reaped) {
+    sessions_.CloseFile(ctx.client_id, ino, handle);
+    if (!now.ok() || (reaped.ok() && *reaped)) return ErrnoStatus(ENOENT, "file was removed");
+    return reaped.status();
+  }
   return attr;
 }
 
-absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino) {
-  if (sessions_.CloseFile(ctx.client_id, ino) > 0) return absl::OkStatus();
+absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
+  sessions_.CloseFile(ctx.client_id, ino, handle);
   absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
   if (!rec.ok()) return absl::OkStatus();  // already gone
-  if (rec->nlink() == 0) return MaybeReap(ino);
+  if (rec->nlink() == 0) return SyncOrphan(ino).status();
   return absl::OkStatus();
 }
 
@@ -362,17 +413,45 @@ absl::StatusOr<FileLock> Volume::GetLock(const RequestContext& ctx, uint64_t ino
 absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want) {
   if (want.type == FileLock::kUnlock && want.start == 0 && want.end == UINT64_MAX) {
     // Releases at close must work even for a file removed meanwhile.
-    locks_.ReleaseOwner(ino, want.owner, want.flock);
-    return absl::OkStatus();
+    return ChangeLocks(ino, [&] {
+      locks_.ReleaseOwner(ino, want.owner, want.flock);
+      return absl::OkStatus();
+    });
   }
   RETURN_IF_ERROR(meta_->GetInode(ino).status());
-  return locks_.Set(ino, want);
+  return ChangeLocks(ino, [&] { return locks_.Set(ino, want); });
+}
+
+absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change) {
+  absl::MutexLock l(&FileLockMu(ino));
+  const std::vector<FileLock> before = locks_.Get(ino);
+  RETURN_IF_ERROR(change());
+  const std::vector<FileLock> after = locks_.Get(ino);
+  if (after == before) return absl::OkStatus();  // e.g. a resent lock request
+  proto::LockRecord rec;
+  for (const FileLock& f : after) {
+    proto::LockRecord::Lock* r = rec.add_locks();
+    r->set_type(f.type);
+    r->set_start(f.start);
+    r->set_end(f.end);
+    r->set_pid(f.pid);
+    r->set_client_id(f.owner.client_id);
+    r->set_owner(f.owner.owner);
+    r->set_flock(f.flock);
+  }
+  return meta_->PutLocks(ino, rec);
 }
 
 // --- sessions and background work -------------------------------------------------
 
 void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files) {
-  locks_.ReleaseClient(client_id);
+  for (uint64_t ino : locks_.InodesOf(client_id)) {
+    absl::Status s = ChangeLocks(ino, [&] {
+      locks_.ReleaseClient(ino, client_id);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) LOG(ERROR) << "releasing the locks of client " << client_id << ": " << s;
+  }
   flow_.Forget(client_id);
   if (absl::Status s = meta_->ReleaseGrant(client_id); !s.ok()) {
     LOG(ERROR) << "returning the grant of client " << client_id << ": " << s;
@@ -380,8 +459,8 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
   for (const auto& [ino, n] : open_files) {
     absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
     if (rec.ok() && rec->nlink() == 0) {
-      absl::Status s = MaybeReap(ino);
-      if (!s.ok()) LOG(WARNING) << "reaping " << ino << ": " << s;
+      absl::Status s = SyncOrphan(ino).status();
+      if (!s.ok()) LOG(WARNING) << "releasing orphan " << ino << ": " << s;
     }
   }
 }
@@ -392,6 +471,13 @@ absl::Status Volume::CloseSession(uint64_t client_id) {
 }
 
 absl::StatusOr<int> Volume::RunMaintenance() {
+  if (options_.serving && !options_.serving()) {
+    // Cut off from the replica and the witness: the clients cannot reach
+    // this server either. Their sessions wait for it (or for the server that
+    // takes over) instead of losing their locks, open files and grants.
+    sessions_.RenewAll();
+    return 0;
+  }
   for (auto& [client_id, open_files] : sessions_.Expire()) {
     LOG(WARNING) << "client " << client_id << ": lease expired; releasing its " << open_files.size()
                  << " open files and its locks";

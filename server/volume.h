@@ -12,12 +12,14 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -61,6 +63,11 @@ struct VolumeOptions {
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;
+  // Whether this server serves clients now (a primary whose lease lapsed
+  // does not: checkpoint/replicator.h). While it does not, no client can
+  // reach it, so their sessions are kept rather than expired. nullptr:
+  // always.
+  std::function<bool()> serving;
 };
 
 // Who sent a request: the session and the caller's credentials.
@@ -97,8 +104,11 @@ class Volume {
                        proto::ReadDirReply* reply);
 
   // --- files ---------------------------------------------------------------
-  absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags);
-  absl::Status Release(const RequestContext& ctx, uint64_t ino);
+  // `handle`: the client's id for this open (0: none); a resent Open or
+  // Release with the same handle counts once (SessionTable::OpenFile).
+  absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
+                                   uint64_t handle = 0);
+  absl::Status Release(const RequestContext& ctx, uint64_t ino, uint64_t handle = 0);
   absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                    uint32_t size);
   // With `from_grant`, newly allocated blocks come out of the session's
@@ -125,6 +135,9 @@ class Volume {
   absl::Status RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name);
 
   // --- locks -------------------------------------------------------------------
+  // Every change of an inode's locks is written to the metadata store (and
+  // so replicated) before SetLock returns; a server that starts or takes
+  // over puts them back, and gives their sessions a lease to come back in.
   absl::StatusOr<FileLock> GetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want);
   absl::Status SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want);
 
@@ -140,8 +153,16 @@ class Volume {
          std::unique_ptr<ChunkStore> chunks);
 
   absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
-  // Turns `ino` into garbage if it has no links and nobody has it open.
-  absl::Status MaybeReap(uint64_t ino);
+  absl::Mutex& FileLockMu(uint64_t ino) { return file_lock_mu_[ino % file_lock_mu_.size()]; }
+  // Puts back what the last run recorded: orphans kept for the sessions
+  // that hold them open (the others are reaped) and file locks.
+  absl::Status Recover();
+  // After the open set of orphan `ino` changed: records who holds it now,
+  // or turns it into garbage when nobody does. Returns whether it was reaped.
+  absl::StatusOr<bool> SyncOrphan(uint64_t ino);
+  // Applies `change` to the locks of `ino` and writes the result to the
+  // metadata store when it changed anything.
+  absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change);
   void ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files);
   void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
                bool data_changed = false);
@@ -163,6 +184,10 @@ class Volume {
 
   // Reader lock: reads and writes of file data; writer lock: truncation.
   std::array<absl::Mutex, 1024> data_locks_;
+  // Held while an inode's locks change and are written, so that the
+  // writes of one inode's lock lists land in the order of the changes.
+  // Lock order: before the LockManager's and the MetaStore's mutexes.
+  std::array<absl::Mutex, 64> file_lock_mu_;
   LockManager locks_;
   SessionTable sessions_;
   FlowControl flow_;

@@ -57,8 +57,10 @@ class VolumeTest : public ::testing::Test {
     std::filesystem::remove_all(root_dir_, ec);
   }
 
-  // (Re)opens the volume in the same directory with `capacity` bytes.
-  void OpenVolume(uint64_t capacity) {
+  // (Re)opens the volume in the same directory with `capacity` bytes. With
+  // `same_clients`, a_ and b_ keep their session ids (clients that come
+  // back after a restart or a failover); otherwise they get new sessions.
+  void OpenVolume(uint64_t capacity, bool same_clients = false) {
     volume_.reset();
     VolumeOptions options;
     options.dir = root_dir_ + "/vol";
@@ -66,9 +68,11 @@ class VolumeTest : public ::testing::Test {
     options.lease = kLease;
     options.clock = &clock_;
     options.background = false;
+    options.serving = [this] { return serving_; };
     auto v = Volume::Open(options);
     ASSERT_TRUE(v.ok()) << v.status();
     volume_ = *std::move(v);
+    if (same_clients) return;
     a_.client_id = volume_->sessions().Open("a");
     b_.client_id = volume_->sessions().Open("b");
   }
@@ -108,6 +112,7 @@ class VolumeTest : public ::testing::Test {
   uint64_t Used() { return volume_->Space().used_bytes; }
 
   FakeClock clock_;
+  bool serving_ = true;
   std::string root_dir_;
   std::unique_ptr<Volume> volume_;
   RequestContext a_;  // two clients, both root
@@ -368,17 +373,135 @@ TEST_F(VolumeTest, RenameOverAnOpenFileKeepsItUntilRelease) {
   EXPECT_EQ(Used(), 0u);
 }
 
-TEST_F(VolumeTest, OrphansOfAPreviousRunAreReapedAtOpen) {
+TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
-  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
-  ASSERT_OK(volume_->Write(a_, f.ino(), 0, std::string(100, 'o'), false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, CreateFile(a_, "g"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, /*handle=*/7));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY, /*handle=*/8));
+  ASSERT_OK(volume_->Open(b_, g.ino(), O_RDWR, /*handle=*/7));
+  const std::string data = Pattern(100, 9);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, data, false));
+  ASSERT_OK(volume_->Write(b_, g.ino(), 0, data, false));
   ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
-  EXPECT_EQ(Used(), kBlockSize);
-  OpenVolume(kMiB);  // a restart: nobody has anything open
+  // g goes by being renamed over; b opened it, a did the rename.
+  ASSERT_OK_AND_ASSIGN(proto::Attr h, CreateFile(a_, "h"));
+  proto::RenameRequest mv;
+  mv.set_parent(kRootIno);
+  mv.set_name("h");
+  mv.set_new_parent(kRootIno);
+  mv.set_new_name("g");
+  ASSERT_OK(volume_->Rename(a_, mv));
+  EXPECT_EQ(Used(), 2 * kBlockSize);
+
+  OpenVolume(kMiB, /*same_clients=*/true);  // a restart or a failover
+  // Both orphans are still there for the sessions that had them open.
+  EXPECT_EQ(ReadAll(a_, f.ino()), data);
+  EXPECT_EQ(ReadAll(b_, g.ino()), data);
+  EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 2u);
+  EXPECT_EQ(volume_->sessions().OpenCountBy(b_.client_id, g.ino()), 1u);
+  EXPECT_EQ(volume_->sessions().List().size(), 2u);  // given a lease to come back in
+  // The holder can still open it; nobody else can.
+  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY, 1)), ENOENT);
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY, 9));
+  ASSERT_OK(volume_->Release(a_, f.ino(), 9));
+
+  // a comes back and closes both of its opens; a resent release counts once.
+  ASSERT_OK(volume_->Release(a_, f.ino(), 7));
+  ASSERT_OK(volume_->Release(a_, f.ino(), 7));
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  ASSERT_OK(volume_->Release(a_, f.ino(), 8));
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
   EXPECT_EQ(Err(volume_->GetAttr(a_, f.ino())), ENOENT);
+
+  // b keeps g through one more restart, then never comes back: its lease
+  // runs out and g goes.
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(ReadAll(b_, g.ino()), data);
+  clock_.Advance(kLease / 2);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  clock_.Advance(kLease / 2);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(Err(volume_->GetAttr(b_, g.ino())), ENOENT);
+  EXPECT_TRUE(volume_->sessions().List().empty());
+}
+
+TEST_F(VolumeTest, AResentOpenCountsOnceByItsHandle) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, 5));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, 5));  // the reply was lost; sent again
+  EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 1u);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  ASSERT_OK(volume_->Release(a_, f.ino(), 5));
   ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
   EXPECT_EQ(freed, 1);
   EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(VolumeTest, LocksSurviveARestartAndGoWithTheirSession) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, CreateFile(a_, "g"));
+  ASSERT_OK(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1, 0, 99)));
+  FileLock shared = WriteLock(b_.client_id, 4, 200, 299);
+  shared.type = FileLock::kRead;
+  ASSERT_OK(volume_->SetLock(b_, f.ino(), shared));
+  FileLock flock = WriteLock(b_.client_id, 4);
+  flock.flock = true;
+  ASSERT_OK(volume_->SetLock(b_, g.ino(), flock));
+  // Taken and given back before the restart: not there afterwards.
+  ASSERT_OK(volume_->SetLock(a_, g.ino(), WriteLock(a_.client_id, 2, 10, 10)));
+  FileLock unlock = WriteLock(a_.client_id, 2, 10, 10);
+  unlock.type = FileLock::kUnlock;
+  ASSERT_OK(volume_->SetLock(a_, g.ino(), unlock));
+
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(Err(volume_->SetLock(b_, f.ino(), WriteLock(b_.client_id, 4, 50, 50))), EAGAIN);
+  EXPECT_EQ(Err(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1, 250, 250))), EAGAIN);
+  FileLock f2 = WriteLock(a_.client_id, 9);
+  f2.flock = true;
+  EXPECT_EQ(Err(volume_->SetLock(a_, g.ino(), f2)), EAGAIN);
+  EXPECT_EQ(Err(volume_->SetLock(a_, g.ino(), WriteLock(a_.client_id, 2, 10, 10))), 0);
+  ASSERT_OK_AND_ASSIGN(FileLock held, volume_->GetLock(b_, f.ino(), WriteLock(b_.client_id, 4)));
+  EXPECT_EQ(held.type, FileLock::kWrite);
+  EXPECT_EQ(held.end, 99u);
+  EXPECT_EQ(held.owner.client_id, a_.client_id);
+
+  // a comes back and unlocks at close; b does not come back at all.
+  FileLock all = WriteLock(a_.client_id, 1);
+  all.type = FileLock::kUnlock;
+  ASSERT_OK(volume_->SetLock(a_, f.ino(), all));
+  clock_.Advance(kLease);
+  volume_->sessions().Touch(a_.client_id);
+  ASSERT_OK(volume_->RunMaintenance().status());
+  OpenVolume(kMiB, /*same_clients=*/true);  // what is left is what was written
+  EXPECT_EQ(Err(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1))), 0);
+  EXPECT_EQ(Err(volume_->SetLock(a_, g.ino(), f2)), 0);
+  EXPECT_EQ(Err(volume_->SetLock(b_, g.ino(), WriteLock(b_.client_id, 3, 10, 10))), EAGAIN);
+}
+
+TEST_F(VolumeTest, SessionsAreKeptWhileTheServerIsNotServing) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->SetLock(a_, f.ino(), WriteLock(a_.client_id, 1)));
+  serving_ = false;  // cut off: no client can reach this server
+  clock_.Advance(3 * kLease);
+  ASSERT_OK(volume_->RunMaintenance().status());
+  EXPECT_EQ(volume_->sessions().List().size(), 2u);
+  serving_ = true;  // back: every session has a whole lease to come back in
+  clock_.Advance(kLease / 2);
+  ASSERT_OK(volume_->RunMaintenance().status());
+  EXPECT_EQ(volume_->sessions().List().size(), 2u);
+  EXPECT_EQ(Err(volume_->SetLock(b_, f.ino(), WriteLock(b_.client_id, 1))), EAGAIN);
+  volume_->sessions().Touch(b_.client_id);
+  clock_.Advance(kLease / 2);
+  ASSERT_OK(volume_->RunMaintenance().status());
+  ASSERT_EQ(volume_->sessions().List().size(), 1u);  // a never came back
+  EXPECT_EQ(Err(volume_->SetLock(b_, f.ino(), WriteLock(b_.client_id, 1))), 0);
 }
 
 // --- fallocate ---------------------------------------------------------------------
