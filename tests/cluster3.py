@@ -255,7 +255,8 @@ class Trio:
         return m
 
     def spawn(self, argv, **kw):
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **kw)
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(argv, **kw)
         self.workers.append(p)
         return p
 

@@ -17,12 +17,17 @@ in /tmp/grantfs-failover-logs/<test>-<time>/ and prints the end of each
 server log.
 """
 
+import errno
+import fcntl
 import hashlib
 import os
+import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -310,6 +315,128 @@ def test_kill9_of_the_primary_during_a_metadata_workload_on_two_mounts(trio):
     fresh = fresh_look(t, "node3")
     for ld in loads:
         check_load(ld, [t.n1, t.n2, fresh], f"after the failover to {k.heir}")
+
+
+# --- b2. locks and unlinked open files across a failover ------------------------------------
+
+# Holds, on one mount: a POSIX write lock on bytes 0-99 of argv[1], a flock on
+# argv[2], and argv[3] open and unlinked. Then obeys stdin: "check" (prints the
+# sha256 of the unlinked file read through its fd, after appending argv[4]'s
+# bytes and fsyncing, and the sha256 of what was there before), "unlock",
+# "close".
+KEEPER = r"""
+import fcntl, hashlib, os, struct, sys
+lock_path, flock_path, gone_path, extra = sys.argv[1:5]
+lk = os.open(lock_path, os.O_RDWR)
+fcntl.fcntl(lk, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 100, 0))
+fl = os.open(flock_path, os.O_RDWR)
+fcntl.flock(fl, fcntl.LOCK_EX | fcntl.LOCK_NB)
+gone = os.open(gone_path, os.O_RDWR)
+os.unlink(gone_path)
+print("ready", flush=True)
+for line in sys.stdin:
+    c = line.strip()
+    if c == "check":
+        before = hashlib.sha256(os.pread(gone, 64 << 20, 0)).hexdigest()
+        os.pwrite(gone, extra.encode(), os.fstat(gone).st_size)
+        os.fsync(gone)
+        after = hashlib.sha256(os.pread(gone, 64 << 20, 0)).hexdigest()
+        print(before, after, flush=True)
+    elif c == "unlock":
+        fcntl.fcntl(lk, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_UNLCK, 0, 0, 100, 0))
+        fcntl.flock(fl, fcntl.LOCK_UN)
+        print("unlocked", flush=True)
+    elif c == "close":
+        os.close(gone)
+        print("closed", flush=True)
+"""
+
+
+def _lock_state(path):
+    """What another process on another mount gets: (posix write lock on byte
+    50 taken?, flock taken?). Whatever it takes it gives back at once."""
+    fd = os.open(path[0], os.O_RDWR)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 50, 1, 0))
+        posix = True
+    except OSError as e:
+        assert e.errno in (errno.EAGAIN, errno.EACCES), f"F_SETLK: {e}"
+        posix = False
+    finally:
+        os.close(fd)  # drops the lock if taken
+    fd = os.open(path[1], os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fl = True
+    except OSError as e:
+        assert e.errno == errno.EWOULDBLOCK, f"flock: {e}"
+        fl = False
+    finally:
+        os.close(fd)
+    return posix, fl
+
+
+def _used(t, name):
+    """Bytes the server `name` says are used (its `used:` status line)."""
+    st = t.status(name) or {}
+    m = re.search(r"\((\d+) bytes\)", str(st.get("used", "")))
+    return int(m.group(1)) if m else None
+
+
+def test_locks_and_an_unlinked_open_file_survive_a_kill9_of_the_primary(trio):
+    """A process on node1 holds a POSIX lock, a flock and an unlinked file
+    open; the primary is killed. On the new primary node2 still cannot take
+    either lock, the holder still reads and writes the unlinked file through
+    its fd; once it unlocks node2 can lock, and once it closes the file its
+    space is freed."""
+    t = trio
+    data = os.urandom(3 * MiB + 123)
+    for name, body in (("lock", b"l" * 4096), ("flock", b"f"), ("gone", data)):
+        with open(os.path.join(t.n1, name), "wb") as f:
+            f.write(body)
+    extra = "written after the failover"
+    keeper = t.spawn([sys.executable, "-c", KEEPER] +
+                     [os.path.join(t.n1, n) for n in ("lock", "flock", "gone")] + [extra],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    on_n2 = (os.path.join(t.n2, "lock"), os.path.join(t.n2, "flock"))
+
+    def ask(cmd, timeout=60):
+        if cmd:
+            keeper.stdin.write(cmd + "\n")
+            keeper.stdin.flush()
+        got = []
+        th = threading.Thread(target=lambda: got.append(keeper.stdout.readline()))
+        th.start()
+        th.join(timeout)
+        assert got and got[0], f"the lock keeper did not answer {cmd or 'at start'!r}"
+        return got[0].strip()
+
+    try:
+        assert ask("") == "ready"
+        assert _lock_state(on_n2) == (False, False), "the keeper's locks do not hold on node2"
+
+        k = kill_primary_and_wait(t)
+        assert _lock_state(on_n2) == (False, False), (
+            f"after the failover to {k.heir}, node2 took a lock the keeper still holds")
+        before, after = ask("check").split()
+        assert before == hashlib.sha256(data).hexdigest(), (
+            "the unlinked open file changed or vanished in the failover")
+        assert after == hashlib.sha256(data + extra.encode()).hexdigest()
+        assert not os.path.exists(os.path.join(t.n2, "gone"))
+
+        assert ask("unlock") == "unlocked"
+        assert _lock_state(on_n2) == (True, True), "unlocked on node1, still refused on node2"
+        used_open = _used(t, k.heir)
+        assert used_open is not None and used_open >= len(data), f"used {used_open}"
+        assert ask("close") == "closed"
+        # The new primary frees the orphan's blocks once it is closed.
+        wait_for(lambda: (_used(t, k.heir) or used_open) <= used_open - len(data), 30,
+                 f"the closed unlinked file's {len(data)} bytes to be freed "
+                 f"(used {used_open} before the close)")
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.wait(timeout=30)
 
 
 # --- c. three failovers in a row -------------------------------------------------------------
