@@ -178,10 +178,17 @@ int ServeUntilSignal(grpc::ServerBuilder* builder, const sigset_t& stop_signals,
     int sig = 0;
     sigwait(&stop_signals, &sig);
     LOG(INFO) << "signal " << sig << ": shutting down";
-    {
-      absl::MutexLock l(&g_reexec_mu);
-      g_stopping = true;
+    if (!g_reexec_mu.TryLock()) {
+      // A role change is re-executing the process at this moment. The
+      // signal goes to the new image: raised again, it stays pending (it is
+      // blocked in every thread), a pending signal survives execv, and the
+      // new image takes it as soon as it serves, and stops.
+      LOG(INFO) << "signal " << sig << " came during a re-execution: passing it on";
+      kill(getpid(), sig);
+      g_reexec_mu.Lock();  // execv replaces the process first
     }
+    g_stopping = true;
+    g_reexec_mu.Unlock();
     on_stop();
     g_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }).detach();
