@@ -18,9 +18,9 @@ command line and must come back as the in-sync replica before the next run,
 which kills the other server. At the end: median and max over the runs.
 
 --mode compare measures what the replica costs, in the same run: the same
-write + fsync (MB/s) and --creates empty-file creates (per s) on a mount of
-the trio (replica in sync) and on a mount of a standalone server, interleaved,
-median (min-max) of --compare-runs.
+write + fsync (MB/s), --creates empty-file creates (per s) and as many POSIX
+lock + unlock pairs (per s) on a mount of the trio (replica in sync) and on a
+mount of a standalone server, interleaved, median (min-max) of --compare-runs.
 
 Exit status: 0 every run kept every byte with no error, 1 a run lost bytes,
 saw an error or did not recover (the logs are kept and their place printed),
@@ -129,7 +129,8 @@ def main(argv):
                    help="fraction of the file written when the primary is killed")
     p.add_argument("--mode", choices=("drill", "compare", "both"), default="drill")
     p.add_argument("--compare-runs", type=int, default=3)
-    p.add_argument("--creates", type=int, default=2000, help="compare: files created per run")
+    p.add_argument("--creates", type=int, default=2000,
+                   help="compare: files created (and lock + unlock pairs) per run")
     p.add_argument("--capacity", default="16G", help="each server's --capacity")
     p.add_argument("--workdir", default="/var/tmp", help="scratch space")
     p.add_argument("--keep-logs", action="store_true",
@@ -167,8 +168,9 @@ def main(argv):
         if a.mode in ("compare", "both"):
             s = compare(h, progress, a.compare_runs, a.size_mb, a.creates, a.capacity)
             print(f"\nreplica in sync vs no replica, median (min-max) of {a.compare_runs}: "
-                  f"{a.size_mb} MiB in 512 KiB writes + fsync, and {a.creates} creates")
-            for m, unit in (("dd", "MB/s"), ("creates", "creates/s")):
+                  f"{a.size_mb} MiB in 512 KiB writes + fsync, {a.creates} creates, "
+                  f"{a.creates} lock + unlock pairs")
+            for m, unit in (("dd", "MB/s"), ("creates", "creates/s"), ("locks", "pairs/s")):
                 rs, ss = s[(drill.IN_SYNC, m)], s[(drill.STANDALONE, m)]
                 print(f"  {m:8s} {unit:10s} in sync {fmt_summary(rs):>22s}   standalone "
                       f"{fmt_summary(ss):>22s}   in sync / standalone "

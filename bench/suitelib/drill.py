@@ -21,9 +21,11 @@ Used by bench/drill.py (the command anyone can repeat) and by section 8 of
 the suite; tests/ use parse_status() and role_support().
 """
 
+import fcntl
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -431,19 +433,43 @@ def creates_per_s(d, n):
     return n / secs
 
 
+def lock_pairs_per_s(d, n):
+    """n POSIX write-lock + unlock pairs (F_SETLK) on byte 0 of one file; per s.
+    Each lock change is written to the metadata store (and replicated)."""
+    path = os.path.join(d, f"locks-{time.monotonic_ns()}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+    unlock = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+    try:
+        t0 = time.monotonic()
+        for _ in range(n):
+            fcntl.fcntl(fd, fcntl.F_SETLK, lock)
+            fcntl.fcntl(fd, fcntl.F_SETLK, unlock)
+        secs = time.monotonic() - t0
+    finally:
+        os.close(fd)
+    os.unlink(path)
+    return n / secs
+
+
 IN_SYNC = "replica in sync"
 STANDALONE = "no replica (standalone)"
+# What replica_cost measures: (key, figure, unit).
+COST_MEASURES = ("dd", "creates", "locks")
+COST_FIGURES = {"dd": ("write+fsync MB/s", "MB/s"), "creates": ("creates/s", "ops/s"),
+                "locks": ("lock+unlock pairs/s", "ops/s")}
 
 
 def replica_cost(trio, trio_dir, solo_dir, data, creates, runs, progress, label=""):
-    """What the replica costs: write + fsync MB/s of `data` and `creates`
-    creates/s, on a mount of the trio (checked in sync before each run) and
-    on one of a standalone server, interleaved. {(target, "dd" | "creates"):
-    [value per run]} with target IN_SYNC or STANDALONE."""
+    """What the replica costs: write + fsync MB/s of `data`, `creates`
+    creates/s and `creates` lock + unlock pairs/s, on a mount of the trio
+    (checked in sync before each run) and on one of a standalone server,
+    interleaved. {(target, "dd" | "creates" | "locks"): [value per run]} with
+    target IN_SYNC or STANDALONE."""
     dirs = ((IN_SYNC, trio_dir), (STANDALONE, solo_dir))
-    got = {(t, m): [] for t, _ in dirs for m in ("dd", "creates")}
+    got = {(t, m): [] for t, _ in dirs for m in COST_MEASURES}
     for run in range(1, runs + 1):
-        for what in ("dd", "creates"):
+        for what in COST_MEASURES:
             for target, d in dirs:
                 if target == IN_SYNC:
                     primary = trio.primary()[0]
@@ -454,6 +480,11 @@ def replica_cost(trio, trio_dir, solo_dir, data, creates, runs, progress, label=
                                   f"run {run}/{runs}")
                     v = dd_mbps(d, data)
                     progress.done(f"{v:.0f} MB/s")
+                elif what == "locks":
+                    progress.step(f"{label}{creates} lock + unlock pairs on {target}, "
+                                  f"run {run}/{runs}")
+                    v = lock_pairs_per_s(d, creates)
+                    progress.done(f"{v:.0f}/s")
                 else:
                     progress.step(f"{label}{creates} creates on {target}, run {run}/{runs}")
                     v = creates_per_s(d, creates)

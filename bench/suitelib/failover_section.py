@@ -72,7 +72,7 @@ acknowledged before the kill that cannot be read back) needs a witness and a rep
         h.unmount(m2)
         h.stop(solo)
     for (target, what), values in cost.items():
-        metric, unit = ("write+fsync MB/s", "MB/s") if what == "dd" else ("creates/s", "ops/s")
+        metric, unit = drill.COST_FIGURES[what]
         for v in values:
             res.record(COST, (("target", target),), metric, unit, v)
 
@@ -103,13 +103,14 @@ other server (roles alternate). {runs} drill(s); median (min–max). Repeat with
                 fmt(r["longest_write_ms"]), r["bytes_lost"]] for r in results])
     sec.csv(DRILL)
     sec.text(f"""
-What the replica costs, same run, interleaved: {cost_mib} MiB in 512 KiB writes + fsync, and
-{creates} empty-file creates in a new directory, on a mount of the trio (every change is
+What the replica costs, same run, interleaved: {cost_mib} MiB in 512 KiB writes + fsync,
+{creates} empty-file creates in a new directory, and {creates} POSIX write lock + unlock pairs
+on one file, on a mount of the trio (every change is
 acknowledged only once the replica has it durably) and on a mount of a standalone server.
 Median (min–max) of {cost_runs} run(s).
 """)
     rows = []
-    for metric in ("write+fsync MB/s", "creates/s"):
+    for metric, _ in (drill.COST_FIGURES[w] for w in drill.COST_MEASURES):
         a = res.get(COST, (("target", drill.IN_SYNC),), metric)
         b = res.get(COST, (("target", drill.STANDALONE),), metric)
         rows.append([metric, fmt_summary(a), fmt_summary(b), fmt_ratio(a, b)])
