@@ -78,6 +78,7 @@ absl::Status Volume::Recover() {
       l.pid = r.pid();
       l.owner = {r.client_id(), r.owner()};
       l.flock = r.flock();
+      if (l.owner.client_id == 0) continue;  // no session could ever release it
       sessions_.Touch(l.owner.client_id);
       list.push_back(l);
     }
@@ -231,26 +232,24 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
     ASSIGN_OR_RETURN(attr, SetAttr(ctx, cut));
   }
   sessions_.OpenFile(ctx.client_id, ino, handle);
-  // The last link may have gone since the check above: then the orphan's
-  // record must name this open too, or, if it was reaped meanwhile, the
-  // open fails as if it had come after the removal.
-  absl::StatusOr<proto::InodeRecord> now = meta_->GetInode(ino);
-  absl::StatusOr<bool> reaped = false;
-  if (now.ok() && now->nlink() == 0) reaped = SyncOrphan(ino);
-  if (!now.ok() || !reaped.ok() || *reaped) {
+  // The last link may have gone since the check above. The orphan's record
+  // is brought up to date under the metadata store's mutex, so it names
+  // this open before the open is answered whichever way the two interleave
+  // (a removal computes the holders under that mutex too). An error leaves
+  // the open counted: the record may already name it, and a resend with the
+  // same handle counts once.
+  RETURN_IF_ERROR(SyncOrphan(ino).status());
+  if (!meta_->GetInode(ino).ok()) {  // reaped before this open was counted
     sessions_.CloseFile(ctx.client_id, ino, handle);
-    if (!now.ok() || (reaped.ok() && *reaped)) return ErrnoStatus(ENOENT, "file was removed");
-    return reaped.status();
+    return ErrnoStatus(ENOENT, "file was removed");
   }
   return attr;
 }
 
 absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
   sessions_.CloseFile(ctx.client_id, ino, handle);
-  absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
-  if (!rec.ok()) return absl::OkStatus();  // already gone
-  if (rec->nlink() == 0) return SyncOrphan(ino).status();
-  return absl::OkStatus();
+  // As in Open: an orphan's record drops this open before the reply.
+  return SyncOrphan(ino).status();
 }
 
 absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
@@ -439,7 +438,11 @@ absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()>
     r->set_owner(f.owner.owner);
     r->set_flock(f.flock);
   }
-  return meta_->PutLocks(ino, rec);
+  absl::Status s = meta_->PutLocks(ino, rec);
+  // UNAVAILABLE: applied here, not known to be replicated; the resend finds
+  // its dedupe record and waits for it. Any other error: not applied.
+  if (!s.ok() && !absl::IsUnavailable(s)) locks_.Restore(ino, before);
+  return s;
 }
 
 // --- sessions and background work -------------------------------------------------
@@ -482,6 +485,14 @@ absl::StatusOr<int> Volume::RunMaintenance() {
     LOG(WARNING) << "client " << client_id << ": lease expired; releasing its " << open_files.size()
                  << " open files and its locks";
     ForgetClient(client_id, open_files);
+  }
+  // Every orphan record brought up to date (an unchanged one costs no
+  // write): one whose update failed after a removal or a release (the
+  // replica did not answer) is reaped or corrected here.
+  ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
+  for (const auto& [ino, rec] : orphans) {
+    absl::Status s = SyncOrphan(ino).status();
+    if (!s.ok()) LOG(WARNING) << "orphan " << ino << ": " << s;
   }
   if (options_.clock->Now() - last_dedupe_expiry_ >= absl::Minutes(1)) {
     last_dedupe_expiry_ = options_.clock->Now();

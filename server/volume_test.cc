@@ -431,6 +431,21 @@ TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   EXPECT_TRUE(volume_->sessions().List().empty());
 }
 
+TEST_F(VolumeTest, MaintenanceReapsAnOrphanWhoseRecordMissedTheLastRelease) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, 4));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  // As if Release's record update had failed (the replica did not answer):
+  // the open is gone, the record still names it.
+  volume_->sessions().CloseFile(a_.client_id, f.ino(), 4);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(Err(volume_->GetAttr(a_, f.ino())), ENOENT);
+}
+
 TEST_F(VolumeTest, AResentOpenCountsOnceByItsHandle) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, 5));
