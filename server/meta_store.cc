@@ -1228,8 +1228,8 @@ absl::StatusOr<int> MetaStore::ExpireDedupe(absl::Duration retention) {
   return n;
 }
 
-absl::StatusOr<std::vector<uint64_t>> MetaStore::ListGarbage(bool orphans) {
-  const std::string prefix(1, orphans ? 'O' : 'G');
+absl::StatusOr<std::vector<uint64_t>> MetaStore::ListGarbage() {
+  const std::string prefix(1, 'G');
   std::vector<uint64_t> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {

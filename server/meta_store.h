@@ -191,8 +191,8 @@ class MetaStore {
   // deletes the key.
   absl::Status PutLocks(uint64_t ino, const proto::LockRecord& locks);
   absl::StatusOr<std::vector<std::pair<uint64_t, proto::LockRecord>>> ListLocks();
-  // Inodes whose chunks wait to be freed; every orphan when `orphans`.
-  absl::StatusOr<std::vector<uint64_t>> ListGarbage(bool orphans = false);
+  // Inodes whose chunks wait to be freed.
+  absl::StatusOr<std::vector<uint64_t>> ListGarbage();
   // The chunk indexes recorded for garbage inode `ino`, and the number of
   // chunks its size spans (chunk files may exist without a record).
   absl::StatusOr<uint64_t> GarbageChunkSpan(uint64_t ino);

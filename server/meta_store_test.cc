@@ -112,10 +112,14 @@ class MetaStoreTest : public ::testing::Test {
     return a.ok() ? a->ino() : 0;
   }
   std::vector<uint64_t> Orphans() {
-    return store_->ListGarbage(true).value_or(std::vector<uint64_t>{999999});
+    auto orphans = store_->ListOrphans();
+    if (!orphans.ok()) return {999999};
+    std::vector<uint64_t> ids;
+    for (const auto& [ino, rec] : *orphans) ids.push_back(ino);
+    return ids;
   }
   std::vector<uint64_t> Garbage() {
-    return store_->ListGarbage(false).value_or(std::vector<uint64_t>{999999});
+    return store_->ListGarbage().value_or(std::vector<uint64_t>{999999});
   }
   // Every entry of `dir` as name -> cookie, read in one go.
   std::map<std::string, uint64_t> ListAll(uint64_t dir) {

@@ -15,6 +15,41 @@
 
 namespace grantfs {
 
+namespace {
+
+// A lock list as the metadata store keeps it ('P' records), and back.
+proto::LockRecord ToLockRecord(const std::vector<FileLock>& locks) {
+  proto::LockRecord rec;
+  for (const FileLock& f : locks) {
+    proto::LockRecord::Lock* r = rec.add_locks();
+    r->set_type(f.type);
+    r->set_start(f.start);
+    r->set_end(f.end);
+    r->set_pid(f.pid);
+    r->set_client_id(f.owner.client_id);
+    r->set_owner(f.owner.owner);
+    r->set_flock(f.flock);
+  }
+  return rec;
+}
+
+std::vector<FileLock> FromLockRecord(const proto::LockRecord& rec) {
+  std::vector<FileLock> out;
+  for (const proto::LockRecord::Lock& r : rec.locks()) {
+    FileLock l;
+    l.type = static_cast<FileLock::Type>(r.type());
+    l.start = r.start();
+    l.end = r.end();
+    l.pid = r.pid();
+    l.owner = {r.client_id(), r.owner()};
+    l.flock = r.flock();
+    out.push_back(l);
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("data dir is empty");
   if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -70,14 +105,7 @@ absl::Status Volume::Recover() {
   size_t lock_count = 0;
   for (const auto& [ino, rec] : locks) {
     std::vector<FileLock> list;
-    for (const proto::LockRecord::Lock& r : rec.locks()) {
-      FileLock l;
-      l.type = static_cast<FileLock::Type>(r.type());
-      l.start = r.start();
-      l.end = r.end();
-      l.pid = r.pid();
-      l.owner = {r.client_id(), r.owner()};
-      l.flock = r.flock();
+    for (const FileLock& l : FromLockRecord(rec)) {
       if (l.owner.client_id == 0) continue;  // no session could ever release it
       sessions_.Touch(l.owner.client_id);
       list.push_back(l);
@@ -427,18 +455,7 @@ absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()>
   RETURN_IF_ERROR(change());
   const std::vector<FileLock> after = locks_.Get(ino);
   if (after == before) return absl::OkStatus();  // e.g. a resent lock request
-  proto::LockRecord rec;
-  for (const FileLock& f : after) {
-    proto::LockRecord::Lock* r = rec.add_locks();
-    r->set_type(f.type);
-    r->set_start(f.start);
-    r->set_end(f.end);
-    r->set_pid(f.pid);
-    r->set_client_id(f.owner.client_id);
-    r->set_owner(f.owner.owner);
-    r->set_flock(f.flock);
-  }
-  absl::Status s = meta_->PutLocks(ino, rec);
+  absl::Status s = meta_->PutLocks(ino, ToLockRecord(after));
   // UNAVAILABLE: applied here, not known to be replicated; the resend finds
   // its dedupe record and waits for it. Any other error: not applied.
   if (!s.ok() && !absl::IsUnavailable(s)) locks_.Restore(ino, before);
