@@ -13,6 +13,7 @@
 //   'P' ino                -> LockRecord         (file locks held on ino)
 //   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
 //   'R' "position"         -> epoch, seq         (a replica's copy: checkpoint/replica.cc)
+//   'S' client_id          -> SessionRecord      (open client sessions)
 #ifndef GRANTFS_SERVER_KEYS_H_
 #define GRANTFS_SERVER_KEYS_H_
 
@@ -56,6 +57,7 @@ inline std::string Orphan(uint64_t ino) { return Prefix('O', ino); }
 inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
 inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
 inline std::string Locks(uint64_t ino) { return Prefix('P', ino); }
+inline std::string Session(uint64_t client_id) { return Prefix('S', client_id); }
 inline std::string Counters() { return "Mcounters"; }
 inline std::string Dedupe(uint64_t client_id, uint64_t seq) {
   std::string k = Prefix('Q', client_id);

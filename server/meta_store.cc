@@ -1067,13 +1067,21 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
   return total;
 }
 
-absl::Status MetaStore::ReleaseGrant(uint64_t client_id) {
+absl::Status MetaStore::EndSession(uint64_t client_id) {
   return Mutate([&](Txn* txn) -> absl::Status {
+    txn->Delete(keys::Session(client_id));
     auto it = grants_.find(client_id);
     if (it == grants_.end()) return absl::OkStatus();
     counters_.set_granted_blocks(counters_.granted_blocks() - it->second);
     grants_.erase(it);
     txn->Delete(keys::Grant(client_id));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status MetaStore::PutSession(uint64_t client_id, const proto::SessionRecord& rec) {
+  return Mutate([&](Txn* txn) -> absl::Status {
+    txn->Put(keys::Session(client_id), rec.SerializeAsString());
     return absl::OkStatus();
   });
 }
@@ -1126,7 +1134,7 @@ absl::Status MetaStore::Reap(uint64_t ino) {
   });
 }
 
-absl::StatusOr<bool> MetaStore::SyncOrphan(uint64_t ino) {
+absl::StatusOr<bool> MetaStore::SyncOrphan(uint64_t ino, bool keep_unheld) {
   bool reaped = false;
   bool unchanged = false;
   absl::Status s = Mutate([&](Txn* txn) -> absl::Status {
@@ -1137,7 +1145,7 @@ absl::StatusOr<bool> MetaStore::SyncOrphan(uint64_t ino) {
     const std::string now = OrphanValue(ino);
     proto::OrphanRecord holders;
     if (!holders.ParseFromString(now)) return ErrnoStatus(EIO, "orphan record");
-    if (holders.holders_size() == 0) {
+    if (holders.holders_size() == 0 && !keep_unheld) {
       reaped = true;
       return ReapIn(txn, ino, rec);
     }
@@ -1173,6 +1181,10 @@ absl::StatusOr<std::vector<std::pair<uint64_t, Rec>>> MetaStore::ListRecords(cha
 
 absl::StatusOr<std::vector<std::pair<uint64_t, proto::OrphanRecord>>> MetaStore::ListOrphans() {
   return ListRecords<proto::OrphanRecord>('O');
+}
+
+absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> MetaStore::ListSessions() {
+  return ListRecords<proto::SessionRecord>('S');
 }
 
 absl::Status MetaStore::PutLocks(uint64_t ino, const proto::LockRecord& locks) {

@@ -147,11 +147,18 @@ class MetaStore {
   // gets what this call granted.
   absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks, uint64_t return_blocks,
                                  uint64_t* added);
-  // The session's grant goes back to free space (session ended).
-  absl::Status ReleaseGrant(uint64_t client_id);
+  // A session ended: its grant goes back to free space and its record
+  // (PutSession) is deleted, in one batch.
+  absl::Status EndSession(uint64_t client_id);
   uint64_t GrantOf(uint64_t client_id);
   // Sessions that hold a grant (persisted; they survive a restart).
   std::vector<uint64_t> GrantHolders();
+
+  // --- sessions ----------------------------------------------------------------
+  // The durable record of an open session ('S'), so that a server that
+  // takes over or restarts knows which clients may come back to reclaim.
+  absl::Status PutSession(uint64_t client_id, const proto::SessionRecord& rec);
+  absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> ListSessions();
 
   // Exactly-once (server/dedupe.h): the record of request (client_id, seq),
   // if it was applied; and deletion of records older than `retention`.
@@ -176,9 +183,10 @@ class MetaStore {
   // it is called under the store's mutex. Set it before the first change.
   void SetOpenHolders(std::function<proto::OrphanRecord(uint64_t ino)> holders);
   // Rewrites the orphan record of `ino` from `holders`, or turns the orphan
-  // into garbage (Reap) when nobody has it open any more. Returns whether
-  // it was reaped; false too when `ino` is not an orphan.
-  absl::StatusOr<bool> SyncOrphan(uint64_t ino);
+  // into garbage (Reap) when nobody has it open any more, unless
+  // `keep_unheld` (then the record lists no holder and the file stays).
+  // Returns whether it was reaped; false too when `ino` is not an orphan.
+  absl::StatusOr<bool> SyncOrphan(uint64_t ino, bool keep_unheld = false);
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
   // the background deleter. A no-op when `ino` is not an orphan.
   absl::Status Reap(uint64_t ino);

@@ -182,15 +182,18 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   rc->caller.uid = header.creds().uid();
   rc->caller.gid = header.creds().gid();
   rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
-  volume_->sessions().Touch(rc->client_id);
+  volume_->Touch(rc->client_id);
   return grpc::Status::OK;
 }
 
 grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionRequest* req,
                                          proto::OpenSessionReply* reply) {
   GRANTFS_BEGIN(req);
-  reply->set_client_id(volume_->sessions().Open(req->client_name()));
+  absl::StatusOr<uint64_t> id = volume_->OpenSession(req->client_name());
+  if (!id.ok()) return Done("OpenSession", id.status(), reply);
+  reply->set_client_id(*id);
   reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
+  reply->set_incarnation(volume_->incarnation());
   LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
             << "' from " << ctx->peer();
   return grpc::Status::OK;
@@ -199,7 +202,24 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
 grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* req,
                                        proto::HeartbeatReply* reply) {
   GRANTFS_BEGIN(req);
+  reply->set_incarnation(volume_->incarnation());
   return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Reclaim(Ctx* ctx, const proto::ReclaimRequest* req,
+                                     proto::ReclaimReply* reply) {
+  GRANTFS_BEGIN(req);
+  if (rc.client_id == 0)
+    return Done("Reclaim", ErrnoStatus(EINVAL, "reclaim needs a session"), reply);
+  std::vector<std::pair<uint64_t, uint64_t>> opens;
+  opens.reserve(req->opens_size());
+  for (const proto::ReclaimRequest::Open& o : req->opens()) {
+    if (!ValidIno(o.ino())) return Done("Reclaim", ErrnoStatus(EINVAL, "inode 0"), reply);
+    opens.emplace_back(o.ino(), o.handle());
+  }
+  auto r = volume_->Reclaim(rc, opens);
+  if (r.ok()) reply->mutable_lost()->Add(r->begin(), r->end());
+  return Done("Reclaim", r.status(), reply);
 }
 
 grpc::Status GrantFsService::CloseSession(Ctx* ctx, const proto::CloseSessionRequest* req,

@@ -34,6 +34,7 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*,
                            proto::OpenSessionReply*) override;
   grpc::Status Heartbeat(Ctx*, const proto::HeartbeatRequest*, proto::HeartbeatReply*) override;
+  grpc::Status Reclaim(Ctx*, const proto::ReclaimRequest*, proto::ReclaimReply*) override;
   grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*,
                             proto::CloseSessionReply*) override;
   grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*,

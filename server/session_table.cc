@@ -21,12 +21,46 @@ uint64_t SessionTable::Open(const std::string& client_name) {
   return id;
 }
 
-void SessionTable::Touch(uint64_t client_id) {
+bool SessionTable::Touch(uint64_t client_id) {
+  if (client_id == 0) return false;
+  absl::MutexLock l(&mu_);
+  auto ended = [this, client_id]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return forgetting_.count(client_id) == 0; };
+  if (!ended()) mu_.AwaitWithTimeout(absl::Condition(&ended), lease_);
+  auto [it, created] = sessions_.try_emplace(client_id);
+  if (created) it->second.name = "(reconnected)";
+  it->second.expires = clock_->Now() + lease_;
+  return created;
+}
+
+void SessionTable::Restore(uint64_t client_id, const std::string& client_name) {
   if (client_id == 0) return;
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
-  if (s.name.empty()) s.name = "(reconnected)";
-  s.expires = clock_->Now() + lease_;
+  if (s.name.empty() || s.name == "(reconnected)") s.name = client_name;
+  s.expires = std::max(s.expires, clock_->Now() + lease_);
+}
+
+void SessionTable::StartGrace() {
+  absl::MutexLock l(&mu_);
+  for (auto& [id, s] : sessions_) {
+    if (s.reclaiming) continue;
+    s.reclaiming = true;
+    reclaiming_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+bool SessionTable::Reclaimed(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end() || !it->second.reclaiming) return false;
+  it->second.reclaiming = false;
+  return reclaiming_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+void SessionTable::Forgotten(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  forgetting_.erase(client_id);
 }
 
 void SessionTable::RenewAll() {
@@ -35,7 +69,9 @@ void SessionTable::RenewAll() {
   for (auto& [id, s] : sessions_) s.expires = std::max(s.expires, expires);
 }
 
-std::map<uint64_t, uint32_t> SessionTable::ForgetOpens(const Session& s) {
+std::map<uint64_t, uint32_t> SessionTable::ForgetOpens(uint64_t client_id, const Session& s) {
+  forgetting_.insert(client_id);
+  if (s.reclaiming) reclaiming_.fetch_sub(1, std::memory_order_acq_rel);
   std::map<uint64_t, uint32_t> counts;
   for (const auto& [ino, handles] : s.open) {
     const uint32_t n = static_cast<uint32_t>(handles.size());
@@ -52,7 +88,7 @@ std::map<uint64_t, uint32_t> SessionTable::Close(uint64_t client_id) {
   absl::MutexLock l(&mu_);
   auto it = sessions_.find(client_id);
   if (it == sessions_.end()) return {};
-  std::map<uint64_t, uint32_t> open = ForgetOpens(it->second);
+  std::map<uint64_t, uint32_t> open = ForgetOpens(it->first, it->second);
   sessions_.erase(it);
   return open;
 }
@@ -66,7 +102,7 @@ std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> SessionTable::Exp
       ++it;
       continue;
     }
-    gone.emplace_back(it->first, ForgetOpens(it->second));
+    gone.emplace_back(it->first, ForgetOpens(it->first, it->second));
     it = sessions_.erase(it);
   }
   return gone;
@@ -191,6 +227,7 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     for (const auto& [ino, handles] : s.open) n += handles.size();
     info.set_open_files(n);
     info.set_recalls(s.recalls);
+    info.set_reclaiming(s.reclaiming);
     out.push_back(info);
   }
   return out;

@@ -8,9 +8,11 @@
 #ifndef GRANTFS_SERVER_SESSION_TABLE_H_
 #define GRANTFS_SERVER_SESSION_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,18 +38,38 @@ class SessionTable {
   uint64_t Open(const std::string& client_name);
 
   // Renews the lease of `client_id`, re-creating the session if the server
-  // forgot it (restart, expiry). No-op for 0.
-  void Touch(uint64_t client_id);
+  // forgot it (restart, expiry); returns whether it did. A session that is
+  // being ended (Close, Expire) is re-created only once its owner called
+  // Forgotten(), so that what the new session takes is not released with
+  // the old one's; the wait gives up after `lease`. No-op for 0.
+  bool Touch(uint64_t client_id);
 
   // Gives every session a fresh lease (the server could not be reached).
   void RenewAll();
 
-  // Ends a session. Returns the (ino, count) of the files it had open.
+  // Recovery after a restart or a failover. Restore puts back a session
+  // the last run had (a fresh lease, named `client_name` unless it has a
+  // name). StartGrace marks every session there is as reclaiming: its
+  // client may still have files open that this server does not know of.
+  // A session stops reclaiming when Reclaimed() is called for it or when it
+  // ends.
+  void Restore(uint64_t client_id, const std::string& client_name);
+  void StartGrace();
+  // Returns true when that was the last reclaiming session.
+  bool Reclaimed(uint64_t client_id);
+  // Sessions still reclaiming. Lock-free.
+  size_t reclaiming() const { return reclaiming_.load(std::memory_order_acquire); }
+
+  // Ends a session. Returns the (ino, count) of the files it had open. The
+  // caller releases what the session held, then calls Forgotten().
   std::map<uint64_t, uint32_t> Close(uint64_t client_id);
 
   // Ends every session whose lease has run out; returns their ids and, per
-  // id, the files they had open.
+  // id, the files they had open. As after Close, Forgotten() for each.
   std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> Expire();
+  // What the ended session `client_id` held is released: a request from
+  // its client may re-create it (Touch).
+  void Forgotten(uint64_t client_id);
 
   // Open files. OpenFile records an open of `ino` by the client, CloseFile
   // removes one, returning the opens left over all clients. `handle` is the
@@ -86,9 +108,12 @@ class SessionTable {
     std::deque<proto::Invalidation> queue;
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
+    bool reclaiming = false;    // StartGrace() .. Reclaimed()
   };
-  // Drops the session's opens from open_total_ and returns them as counts.
-  std::map<uint64_t, uint32_t> ForgetOpens(const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the session's opens from open_total_ and returns them as counts;
+  // the session is being ended (forgetting_).
+  std::map<uint64_t, uint32_t> ForgetOpens(uint64_t client_id, const Session& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration lease_;
@@ -97,6 +122,10 @@ class SessionTable {
   absl::Mutex mu_;
   std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint32_t> open_total_ ABSL_GUARDED_BY(mu_);
+  // Sessions ended whose holdings are being released (Close, Expire ..
+  // Forgotten).
+  std::set<uint64_t> forgetting_ ABSL_GUARDED_BY(mu_);
+  std::atomic<size_t> reclaiming_{0};  // sessions with `reclaiming`
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

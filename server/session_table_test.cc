@@ -1,13 +1,17 @@
 #include "server/session_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 
@@ -103,6 +107,70 @@ TEST_F(SessionTableTest, TouchRecreatesAForgottenSession) {
   EXPECT_EQ(list[0].client_name(), "(reconnected)");
   clock_.Advance(kLease);
   EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{777});
+}
+
+TEST_F(SessionTableTest, TouchOfAnEndingSessionWaitsUntilItIsForgotten) {
+  const uint64_t id = table_.Open("a");
+  table_.OpenFile(id, 5, 1);
+  clock_.Advance(kLease);
+  ASSERT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{id});
+  // A request from the client comes in while its old session's locks and
+  // opens are being released: its new session starts after that.
+  std::atomic<bool> touched{false};
+  bool created = false;
+  std::thread request([&] {
+    created = table_.Touch(id);
+    touched = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(touched.load());
+  EXPECT_TRUE(table_.List().empty());
+  table_.Forgotten(id);
+  request.join();
+  EXPECT_TRUE(created);
+  EXPECT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.OpenCountBy(id, 5), 0u);
+  // Once forgotten, an ended session is re-created without a wait.
+  table_.Close(id);
+  table_.Forgotten(id);
+  EXPECT_TRUE(table_.Touch(id));
+  EXPECT_FALSE(table_.Touch(id));
+}
+
+TEST_F(SessionTableTest, GraceLastsUntilEveryRestoredSessionReclaimedOrEnded) {
+  table_.Restore(1, "host1:/mnt");
+  table_.Restore(2, "host2:/mnt");
+  table_.Restore(3, "host3:/mnt");
+  EXPECT_EQ(table_.reclaiming(), 0u);
+  table_.StartGrace();
+  EXPECT_EQ(table_.reclaiming(), 3u);
+  table_.StartGrace();  // idempotent
+  EXPECT_EQ(table_.reclaiming(), 3u);
+  for (const proto::SessionInfo& info : table_.List()) {
+    EXPECT_TRUE(info.reclaiming());
+    EXPECT_EQ(info.client_name(), absl::StrCat("host", info.client_id(), ":/mnt"));
+  }
+  const uint64_t fresh = table_.Open("new");  // mounted after the restart
+  EXPECT_EQ(table_.reclaiming(), 3u);
+  EXPECT_FALSE(table_.Reclaimed(fresh));
+  EXPECT_FALSE(table_.Reclaimed(1));
+  EXPECT_FALSE(table_.Reclaimed(1));  // a resent reclaim
+  EXPECT_EQ(table_.reclaiming(), 2u);
+  table_.Close(2);  // unmounted without reclaiming
+  table_.Forgotten(2);
+  EXPECT_EQ(table_.reclaiming(), 1u);
+  clock_.Advance(kLease);  // 3 never comes back (nor do the others call)
+  EXPECT_EQ(Ids(table_.Expire()), Sorted({1, 3, fresh}));
+  EXPECT_EQ(table_.reclaiming(), 0u);
+}
+
+TEST_F(SessionTableTest, ReclaimedSaysWhenTheLastSessionReclaimed) {
+  table_.Restore(1, "a");
+  table_.Restore(2, "b");
+  table_.StartGrace();
+  EXPECT_FALSE(table_.Reclaimed(2));
+  EXPECT_TRUE(table_.Reclaimed(1));
+  EXPECT_EQ(table_.reclaiming(), 0u);
 }
 
 TEST_F(SessionTableTest, ExpireReturnsExactlyTheExpiredSessionsAndTheirOpenFiles) {

@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
@@ -48,6 +49,13 @@ std::vector<FileLock> FromLockRecord(const proto::LockRecord& rec) {
   return out;
 }
 
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (static_cast<uint64_t>(rd()) << 32) | rd();
+  return id;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& options) {
@@ -84,20 +92,16 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
 }
 
 absl::Status Volume::Recover() {
-  // Grants, open orphans and locks outlive a restart and a failover; their
-  // sessions get a fresh lease to come back in, and release what they held
-  // when they do not.
-  for (uint64_t client_id : meta_->GrantHolders()) sessions_.Touch(client_id);
+  // Sessions, grants, open orphans and locks outlive a restart and a
+  // failover. The sessions get a fresh lease to come back in; those that do
+  // not release what they held when it runs out.
+  ASSIGN_OR_RETURN(auto sessions, meta_->ListSessions());
+  for (const auto& [client_id, rec] : sessions) sessions_.Restore(client_id, rec.client_name());
+  for (uint64_t client_id : meta_->GrantHolders()) sessions_.Restore(client_id, "(restored)");
   ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
-  size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
-    if (rec.holders_size() == 0) {  // nobody had it open (or written before holders were kept)
-      RETURN_IF_ERROR(meta_->Reap(ino));
-      continue;
-    }
-    ++kept;
     for (const proto::OrphanRecord::Holder& h : rec.holders()) {
-      sessions_.Touch(h.client_id());
+      sessions_.Restore(h.client_id(), "(restored)");
       for (uint64_t handle : h.handles()) sessions_.OpenFile(h.client_id(), ino, handle);
     }
   }
@@ -107,15 +111,24 @@ absl::Status Volume::Recover() {
     std::vector<FileLock> list;
     for (const FileLock& l : FromLockRecord(rec)) {
       if (l.owner.client_id == 0) continue;  // no session could ever release it
-      sessions_.Touch(l.owner.client_id);
+      sessions_.Restore(l.owner.client_id, "(restored)");
       list.push_back(l);
     }
     lock_count += list.size();
     locks_.Restore(ino, std::move(list));
   }
-  if (kept + lock_count > 0) {
-    LOG(INFO) << "kept " << kept << " unlinked files that are still open and " << lock_count
-              << " file locks for their sessions";
+  // Each of these clients may have files open that no record names (opens
+  // of files that still had a name): unlinked files are kept until they
+  // have said which (Reclaim) or their lease ran out.
+  sessions_.StartGrace();
+  size_t kept = 0;
+  for (const auto& [ino, rec] : orphans) {
+    ASSIGN_OR_RETURN(bool reaped, SyncOrphan(ino));
+    if (!reaped) ++kept;
+  }
+  if (sessions_.reclaiming() + kept + lock_count > 0) {
+    LOG(INFO) << sessions_.reclaiming() << " sessions of the last run may come back to reclaim;"
+              << " kept " << kept << " unlinked files and " << lock_count << " file locks";
   }
   return absl::OkStatus();
 }
@@ -123,6 +136,7 @@ absl::Status Volume::Recover() {
 Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
                std::unique_ptr<ChunkStore> chunks)
     : options_(options),
+      incarnation_(NewIncarnation()),
       meta_(std::move(meta)),
       chunks_(std::move(chunks)),
       sessions_(options.clock, options.lease),
@@ -232,7 +246,7 @@ absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t c
 }
 
 absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
-  ASSIGN_OR_RETURN(bool reaped, meta_->SyncOrphan(ino));
+  ASSIGN_OR_RETURN(bool reaped, meta_->SyncOrphan(ino, /*keep_unheld=*/sessions_.reclaiming() > 0));
   if (reaped) {
     absl::MutexLock l(&bg_mu_);
     garbage_waiting_ = true;
@@ -473,8 +487,8 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
     if (!s.ok()) LOG(ERROR) << "releasing the locks of client " << client_id << ": " << s;
   }
   flow_.Forget(client_id);
-  if (absl::Status s = meta_->ReleaseGrant(client_id); !s.ok()) {
-    LOG(ERROR) << "returning the grant of client " << client_id << ": " << s;
+  if (absl::Status s = meta_->EndSession(client_id); !s.ok()) {
+    LOG(ERROR) << "ending session " << client_id << " (its record and grant): " << s;
   }
   for (const auto& [ino, n] : open_files) {
     absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
@@ -483,11 +497,56 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
       if (!s.ok()) LOG(WARNING) << "releasing orphan " << ino << ": " << s;
     }
   }
+  sessions_.Forgotten(client_id);
+}
+
+absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name) {
+  const uint64_t client_id = sessions_.Open(client_name);
+  proto::SessionRecord rec;
+  rec.set_client_name(client_name);
+  if (absl::Status s = meta_->PutSession(client_id, rec); !s.ok()) {
+    ForgetClient(client_id, sessions_.Close(client_id));
+    return s;
+  }
+  return client_id;
+}
+
+void Volume::Touch(uint64_t client_id) {
+  if (!sessions_.Touch(client_id)) return;
+  proto::SessionRecord rec;
+  rec.set_client_name("(reconnected)");
+  // Without the record, a server taking over would not wait for this
+  // client's reclaim; the session itself works.
+  if (absl::Status s = meta_->PutSession(client_id, rec); !s.ok()) {
+    LOG(WARNING) << "recording re-created session " << client_id << ": " << s;
+  }
 }
 
 absl::Status Volume::CloseSession(uint64_t client_id) {
   ForgetClient(client_id, sessions_.Close(client_id));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> Volume::Reclaim(
+    const RequestContext& ctx, const std::vector<std::pair<uint64_t, uint64_t>>& opens) {
+  std::vector<uint64_t> lost;
+  for (const auto& [ino, handle] : opens) {
+    absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
+    if (!rec.ok()) {
+      if (ToErrno(rec.status()) != ENOENT) return rec.status();
+      lost.push_back(ino);
+      continue;
+    }
+    sessions_.OpenFile(ctx.client_id, ino, handle);
+    // As in Open: an orphan's record names this open before the reply.
+    if (rec->nlink() == 0) RETURN_IF_ERROR(SyncOrphan(ino).status());
+  }
+  LOG(INFO) << "client " << ctx.client_id << " reclaimed " << opens.size() - lost.size()
+            << " open files" << (lost.empty() ? "" : absl::StrCat(", ", lost.size(), " gone"));
+  if (sessions_.Reclaimed(ctx.client_id)) {
+    LOG(INFO) << "every session of the last run has reclaimed: unlinked files are freed again";
+  }
+  return lost;
 }
 
 absl::StatusOr<int> Volume::RunMaintenance() {
@@ -503,6 +562,9 @@ absl::StatusOr<int> Volume::RunMaintenance() {
                  << " open files and its locks";
     ForgetClient(client_id, open_files);
   }
+  const bool in_grace = sessions_.reclaiming() > 0;
+  if (in_grace_ && !in_grace) LOG(INFO) << "grace over: unlinked files are freed again";
+  in_grace_ = in_grace;
   // Every orphan record brought up to date (an unchanged one costs no
   // write): one whose update failed after a removal or a release (the
   // replica did not answer) is reaped or corrected here.

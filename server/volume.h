@@ -142,7 +142,24 @@ class Volume {
   absl::Status SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want);
 
   // --- sessions ----------------------------------------------------------------
+  // A new session, recorded durably (and so replicated) before it is
+  // returned. Returns the client id.
+  absl::StatusOr<uint64_t> OpenSession(const std::string& client_name);
+  // Renews the lease of `client_id` (every request does); a session the
+  // server had forgotten is re-created and recorded again.
+  void Touch(uint64_t client_id);
   absl::Status CloseSession(uint64_t client_id);
+  // This volume's serving incarnation: random and never 0. Clients that see
+  // it change reclaim their open files (Reclaim).
+  uint64_t incarnation() const { return incarnation_; }
+  // A client that was connected to the server before (the last run of this
+  // one, or the primary this one took over from) names the files it has
+  // open, (ino, handle) pairs. Each is counted as if opened here again (a
+  // pair already counted counts once); those whose inode no longer exists
+  // are returned. Ends the client's grace (SessionTable::StartGrace): once
+  // no session is in grace, unlinked files nobody holds are freed again.
+  absl::StatusOr<std::vector<uint64_t>> Reclaim(
+      const RequestContext& ctx, const std::vector<std::pair<uint64_t, uint64_t>>& opens);
 
   // One round of background work: expire leases, free deleted chunks.
   // Returns the number of garbage inodes freed.
@@ -154,11 +171,14 @@ class Volume {
 
   absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
   absl::Mutex& FileLockMu(uint64_t ino) { return file_lock_mu_[ino % file_lock_mu_.size()]; }
-  // Puts back what the last run recorded: orphans kept for the sessions
-  // that hold them open (the others are reaped) and file locks.
+  // Puts back what the last run recorded: the sessions, orphans kept for
+  // the sessions that hold them open and file locks. The sessions are in
+  // grace until they reclaim or expire; without any, orphans nobody holds
+  // are reaped.
   absl::Status Recover();
   // After the open set of orphan `ino` changed: records who holds it now,
-  // or turns it into garbage when nobody does. Returns whether it was reaped.
+  // or turns it into garbage when nobody does and no session is in grace
+  // (one may still have it open). Returns whether it was reaped.
   absl::StatusOr<bool> SyncOrphan(uint64_t ino);
   // Applies `change` to the locks of `ino` and writes the result to the
   // metadata store when it changed anything.
@@ -179,6 +199,7 @@ class Volume {
 
   // Constant after construction.
   const VolumeOptions options_;
+  const uint64_t incarnation_;
   const std::unique_ptr<MetaStore> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
 
@@ -199,8 +220,9 @@ class Volume {
   absl::Mutex bg_mu_;
   bool stopping_ ABSL_GUARDED_BY(bg_mu_) = false;
   bool garbage_waiting_ ABSL_GUARDED_BY(bg_mu_) = false;
-  // Only RunMaintenance (one caller at a time) uses it.
+  // Only RunMaintenance (one caller at a time) uses them.
   absl::Time last_dedupe_expiry_ = absl::InfinitePast();
+  bool in_grace_ = false;  // as of the last round
   std::thread background_;
 };
 

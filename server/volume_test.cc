@@ -59,8 +59,13 @@ class VolumeTest : public ::testing::Test {
 
   // (Re)opens the volume in the same directory with `capacity` bytes. With
   // `same_clients`, a_ and b_ keep their session ids (clients that come
-  // back after a restart or a failover); otherwise they get new sessions.
+  // back after a restart or a failover: they are in grace until they
+  // Reclaim); otherwise they close their sessions first and get new ones.
   void OpenVolume(uint64_t capacity, bool same_clients = false) {
+    if (volume_ && !same_clients) {  // the clients unmount first
+      ASSERT_OK(volume_->CloseSession(a_.client_id));
+      ASSERT_OK(volume_->CloseSession(b_.client_id));
+    }
     volume_.reset();
     VolumeOptions options;
     options.dir = root_dir_ + "/vol";
@@ -73,8 +78,16 @@ class VolumeTest : public ::testing::Test {
     ASSERT_TRUE(v.ok()) << v.status();
     volume_ = *std::move(v);
     if (same_clients) return;
-    a_.client_id = volume_->sessions().Open("a");
-    b_.client_id = volume_->sessions().Open("b");
+    ASSERT_OK_AND_ASSIGN(a_.client_id, volume_->OpenSession("a"));
+    ASSERT_OK_AND_ASSIGN(b_.client_id, volume_->OpenSession("b"));
+  }
+  // `ctx` comes back after a restart with the (ino, handle) opens given.
+  // Returns the inodes that were gone.
+  std::vector<uint64_t> Reclaim(const RequestContext& ctx,
+                                const std::vector<std::pair<uint64_t, uint64_t>>& opens = {}) {
+    absl::StatusOr<std::vector<uint64_t>> lost = volume_->Reclaim(ctx, opens);
+    EXPECT_TRUE(lost.ok()) << lost.status();
+    return lost.ok() ? *lost : std::vector<uint64_t>{};
   }
 
   absl::StatusOr<proto::Attr> CreateFile(const RequestContext& ctx, const std::string& name,
@@ -400,6 +413,14 @@ TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 2u);
   EXPECT_EQ(volume_->sessions().OpenCountBy(b_.client_id, g.ino()), 1u);
   EXPECT_EQ(volume_->sessions().List().size(), 2u);  // given a lease to come back in
+  // Both come back and name what they have open: opens already known count
+  // once.
+  EXPECT_EQ(volume_->sessions().reclaiming(), 2u);
+  EXPECT_TRUE(Reclaim(a_, {{f.ino(), 7}, {f.ino(), 8}}).empty());
+  EXPECT_TRUE(Reclaim(b_, {{g.ino(), 7}}).empty());
+  EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
+  EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 2u);
+  EXPECT_EQ(volume_->sessions().OpenCountBy(b_.client_id, g.ino()), 1u);
   // The holder can still open it; nobody else can.
   EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY, 1)), ENOENT);
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY, 9));
@@ -419,6 +440,7 @@ TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   // runs out and g goes.
   OpenVolume(kMiB, /*same_clients=*/true);
   EXPECT_EQ(ReadAll(b_, g.ino()), data);
+  EXPECT_TRUE(Reclaim(a_).empty());
   clock_.Advance(kLease / 2);
   ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
   EXPECT_EQ(freed, 0);
@@ -429,6 +451,89 @@ TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   OpenVolume(kMiB, /*same_clients=*/true);
   EXPECT_EQ(Err(volume_->GetAttr(b_, g.ino())), ENOENT);
   EXPECT_TRUE(volume_->sessions().List().empty());
+}
+
+TEST_F(VolumeTest, AFileOpenAtARestartIsKeptUntilItsHolderReclaims) {
+  // a has f open while it still has a name: no record says so.
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR, /*handle=*/3));
+  const std::string data = Pattern(5000, 4);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, data, false));
+  const uint64_t used = Used();
+
+  OpenVolume(kMiB, /*same_clients=*/true);  // a restart or a failover
+  EXPECT_EQ(volume_->sessions().reclaiming(), 2u);
+  std::vector<proto::SessionInfo> list = volume_->sessions().List();
+  ASSERT_EQ(list.size(), 2u);
+  for (const proto::SessionInfo& info : list) {
+    EXPECT_TRUE(info.reclaiming());
+    EXPECT_TRUE(info.client_name() == "a" || info.client_name() == "b") << info.client_name();
+  }
+  // b comes back first and unlinks f: a may still have it open, so it stays.
+  EXPECT_TRUE(Reclaim(b_).empty());
+  ASSERT_OK(volume_->Remove(b_, kRootIno, "f", false));
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(Used(), used);
+  // a names its open (and one of a file that is gone): it keeps f.
+  const uint64_t gone = f.ino() + 1000;
+  EXPECT_EQ(Reclaim(a_, {{f.ino(), 3}, {gone, 4}}), std::vector<uint64_t>{gone});
+  EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
+  EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 1u);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(ReadAll(a_, f.ino()), data);
+  ASSERT_OK(volume_->Write(a_, f.ino(), data.size(), "tail", false));
+  // Its close frees it.
+  ASSERT_OK(volume_->Release(a_, f.ino(), 3));
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(VolumeTest, UnlinkedFilesAreFreedOnceTheSessionsThatDoNotComeBackExpire) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_TRUE(Reclaim(b_).empty());
+  ASSERT_OK(volume_->Remove(b_, kRootIno, "f", false));
+  // a never comes back; b keeps its session alive.
+  clock_.Advance(kLease / 2);
+  volume_->Touch(b_.client_id);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 1u);
+  clock_.Advance(kLease / 2);
+  volume_->Touch(b_.client_id);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
+  EXPECT_EQ(volume_->sessions().List().size(), 1u);
+  EXPECT_EQ(Used(), 0u);
+  // a's record went with its session: the next start waits only for b.
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 1u);
+}
+
+TEST_F(VolumeTest, ASessionRecreatedByARequestIsRecordedAgain) {
+  ASSERT_OK(volume_->CloseSession(a_.client_id));
+  volume_->Touch(a_.client_id);  // a request of a's, e.g. after a long partition
+  OpenVolume(kMiB, /*same_clients=*/true);
+  std::vector<proto::SessionInfo> list = volume_->sessions().List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 2u);
+}
+
+TEST_F(VolumeTest, ClosedSessionsLeaveNothingToWaitFor) {
+  // OpenVolume without same_clients: a and b unmount, then new ones mount.
+  OpenVolume(kMiB);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
+  EXPECT_EQ(volume_->sessions().List().size(), 2u);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
 }
 
 TEST_F(VolumeTest, MaintenanceReapsAnOrphanWhoseRecordMissedTheLastRelease) {
