@@ -13,6 +13,11 @@ namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
     : options_(options), rpc_(std::move(rpc)) {
+  // So no RPC is made, and no failover done, while holding mu_.
+  rpc_->set_on_failover([this] {
+    absl::MutexLock l(&mu_);
+    kick_ = true;
+  });
   if (options_.readahead.window_bytes > 0) {
     ReadAheadOptions ro = options_.readahead;
     ro.extent_bytes = options_.max_io_bytes;
@@ -67,6 +72,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   proto::OpenSessionReply reply;
   RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
   rpc_->set_client_id(reply.client_id());
+  incarnation_ = reply.incarnation();
   {
     absl::MutexLock l(&mu_);
     lease_ms_ = std::max<uint64_t>(reply.lease_ms(), 300);
@@ -136,8 +142,15 @@ void FileSystem::Stop() {
 void FileSystem::HeartbeatLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(lease_ms_ / 3))) break;
+    auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(lease_ms_ / 3));
+    if (kick_) {
+      // At most one heartbeat per 100 ms while servers keep failing.
+      kick_ = false;
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+    }
+    if (stopping_) break;
     mu_.Unlock();
     proto::HeartbeatRequest req;
     proto::HeartbeatReply reply;
@@ -150,9 +163,42 @@ void FileSystem::HeartbeatLoop() {
       LOG(WARNING) << "heartbeat to " << rpc_->address(index) << ": " << s.error_message();
       // The next heartbeat (and every call) goes to the next server.
       if (rpc_->ShouldFailover(s)) rpc_->Failover(index, s);
+    } else if (!NoteIncarnation(reply.incarnation())) {
+      mu_.Lock();
+      kick_ = true;  // try again soon
+      mu_.Unlock();
     }
     mu_.Lock();
   }
+}
+
+bool FileSystem::NoteIncarnation(uint64_t incarnation) {
+  if (incarnation == incarnation_ || incarnation == 0) return true;
+  // A restarted server, or one that took over: it knows of this mount's
+  // opens only those of unlinked files. No Open or Release runs meanwhile.
+  absl::WriterMutexLock rl(&reclaim_mu_);
+  proto::ReclaimRequest req;
+  {
+    absl::MutexLock l(&handles_mu_);
+    for (const auto& [handle, ino] : open_handles_) {
+      proto::ReclaimRequest::Open* o = req.add_opens();
+      o->set_ino(ino);
+      o->set_handle(handle);
+    }
+  }
+  proto::ReclaimReply reply;
+  absl::Status s = rpc_->Call("Reclaim", &proto::GrantFs::Stub::Reclaim, &req, &reply);
+  if (!s.ok()) {
+    LOG(WARNING) << "reclaiming " << req.opens_size() << " open files: " << s;
+    return false;
+  }
+  LOG(INFO) << "server " << rpc_->address(rpc_->current()) << " is new to this mount: reclaimed "
+            << req.opens_size() << " open files";
+  for (uint64_t ino : reply.lost()) {
+    LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
+  }
+  incarnation_ = incarnation;
+  return true;
 }
 
 void FileSystem::SubscribeLoop(Invalidator* invalidator) {
@@ -201,11 +247,12 @@ void FileSystem::SubscribeLoop(Invalidator* invalidator) {
     if (ra_) ra_->InvalidateAll();
     // A stream that stood for a while was healthy, even without changes.
     if (absl::Now() - opened > absl::Seconds(1)) backoff = first_backoff;
+    // Not under mu_: a failover takes it (to kick the heartbeat).
+    size_t next = index;
+    if (rpc_->ShouldFailover(s)) next = rpc_->Failover(index, s);
     absl::MutexLock l(&mu_);
     stream_ctx_ = nullptr;
     if (stopping_) return;
-    size_t next = index;
-    if (rpc_->ShouldFailover(s)) next = rpc_->Failover(index, s);
     LOG(WARNING) << "invalidation stream from " << rpc_->address(index) << " ended ("
                  << s.error_message() << "); reconnecting to " << rpc_->address(next);
     auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
@@ -354,7 +401,12 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   *handle = next_handle_.fetch_add(1) + 1;
   req.set_handle(*handle);
   proto::OpenReply reply;
+  absl::ReaderMutexLock rl(&reclaim_mu_);
   absl::Status s = rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply);
+  if (s.ok()) {
+    absl::MutexLock l(&handles_mu_);
+    open_handles_[*handle] = ino;
+  }
   // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
   if (ra_) {
     if (s.ok()) {
@@ -374,6 +426,11 @@ absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   req.set_ino(ino);
   req.set_handle(handle);
   proto::ErrReply reply;
+  absl::ReaderMutexLock rl(&reclaim_mu_);
+  {
+    absl::MutexLock l(&handles_mu_);
+    open_handles_.erase(handle);
+  }
   return rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
 }
 

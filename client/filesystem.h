@@ -138,6 +138,11 @@ class FileSystem {
   template <typename Req>
   void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
+  // The server answering is `incarnation` (heartbeat or session reply): if
+  // that is not the one seen before, tells it which files this mount has
+  // open (Reclaim). Returns false when that failed (tried again on the next
+  // heartbeat).
+  bool NoteIncarnation(uint64_t incarnation);
   absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
@@ -159,13 +164,27 @@ class FileSystem {
   const std::unique_ptr<RpcClient> rpc_;
   InodeTable inodes_;
   std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
-  std::unique_ptr<GrantPool> pool_;       // fastwrite only
-  std::unique_ptr<WriteCache> cache_;     // fastwrite only
+  // Held shared by Open and Release from before their RPC until the
+  // handle is recorded or dropped, and exclusively by a reclaim, so that a
+  // reclaim never names a handle whose release the server has already seen
+  // (it would count that open again, for good).
+  absl::Mutex reclaim_mu_;
+  absl::Mutex handles_mu_;
+  // Open handles -> inode: what a reclaim names.
+  absl::flat_hash_map<uint64_t, uint64_t> open_handles_ ABSL_GUARDED_BY(handles_mu_);
+  std::unique_ptr<GrantPool> pool_;    // fastwrite only
+  std::unique_ptr<WriteCache> cache_;  // fastwrite only
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
+  // The server incarnation this mount's open files are known to (0: none
+  // yet). Only the heartbeat thread uses it after Start().
+  uint64_t incarnation_ = 0;
+  // A call moved to another server: the next heartbeat goes at once (it
+  // finds out whether the server is a new incarnation).
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Read-ahead RPCs in flight, cancelled by Stop().
   absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);

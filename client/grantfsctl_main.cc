@@ -95,16 +95,24 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
   printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
          (unsigned long long)st.write_backlog_bytes(), (unsigned long long)st.write_budget_bytes());
-  printf("sessions:        %d\n", st.sessions_size());
+  int reclaiming = 0;
+  for (const auto& ses : st.sessions()) reclaiming += ses.reclaiming() ? 1 : 0;
+  printf("sessions:        %d", st.sessions_size());
+  if (reclaiming > 0) {
+    printf(" (%d of the last run not back yet: unlinked files are kept until they are)",
+           reclaiming);
+  }
+  printf("\n");
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   for (const auto& ses : st.sessions()) {
     printf(
         "  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs credit %llu "
-        "peak writes %u recalls %llu\n",
+        "peak writes %u recalls %llu%s\n",
         (unsigned long long)ses.client_id(), ses.client_name().c_str(),
         (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
         (ses.lease_expires_ms() - now_ms) / 1000.0, (unsigned long long)ses.credit_bytes(),
-        ses.peak_writes(), (unsigned long long)ses.recalls());
+        ses.peak_writes(), (unsigned long long)ses.recalls(),
+        ses.reclaiming() ? " reclaiming" : "");
   }
 }
 

@@ -93,6 +93,7 @@ size_t RpcClient::Failover(size_t seen, const grpc::Status& why) {
   LOG(WARNING) << "server " << options_.servers[seen] << " unreachable or not the primary ("
                << CodeName(why) << ": " << why.error_message() << "), trying "
                << options_.servers[next];
+  if (on_failover_) on_failover_();
   return next;
 }
 

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,9 @@ class RpcClient {
   size_t Failover(size_t seen, const grpc::Status& why);
 
   const RpcClientOptions& options() const { return options_; }
+  // Called (on the failing caller's thread, with no lock held) after each
+  // move to the next server. Set before the first call; not thread-safe.
+  void set_on_failover(std::function<void()> fn) { on_failover_ = std::move(fn); }
 
   void set_client_id(uint64_t id) { client_id_.store(id); }
   uint64_t client_id() const { return client_id_.load(); }
@@ -191,8 +195,9 @@ class RpcClient {
 
   // Constant after construction.
   const RpcClientOptions options_;
-  std::vector<Server> servers_;  // one per options_.servers, same order
-  absl::Duration max_backoff_;   // between rounds of failed attempts
+  std::vector<Server> servers_;        // one per options_.servers, same order
+  std::function<void()> on_failover_;  // set before the first call
+  absl::Duration max_backoff_;         // between rounds of failed attempts
 
   std::atomic<size_t> current_{0};  // index into servers_
   std::atomic<uint64_t> client_id_{0};
