@@ -352,6 +352,19 @@ for line in sys.stdin:
 """
 
 
+def _ask(proc, cmd, timeout=60):
+    """Sends `cmd` (if any) to a helper process and returns its answer line."""
+    if cmd:
+        proc.stdin.write(cmd + "\n")
+        proc.stdin.flush()
+    got = []
+    th = threading.Thread(target=lambda: got.append(proc.stdout.readline()))
+    th.start()
+    th.join(timeout)
+    assert got and got[0], f"the helper did not answer {cmd or 'at start'!r}"
+    return got[0].strip()
+
+
 def _lock_state(path):
     """What another process on another mount gets: (posix write lock on byte
     50 taken?, flock taken?). Whatever it takes it gives back at once."""
@@ -400,16 +413,8 @@ def test_locks_and_an_unlinked_open_file_survive_a_kill9_of_the_primary(trio):
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     on_n2 = (os.path.join(t.n2, "lock"), os.path.join(t.n2, "flock"))
 
-    def ask(cmd, timeout=60):
-        if cmd:
-            keeper.stdin.write(cmd + "\n")
-            keeper.stdin.flush()
-        got = []
-        th = threading.Thread(target=lambda: got.append(keeper.stdout.readline()))
-        th.start()
-        th.join(timeout)
-        assert got and got[0], f"the lock keeper did not answer {cmd or 'at start'!r}"
-        return got[0].strip()
+    def ask(cmd):
+        return _ask(keeper, cmd)
 
     try:
         assert ask("") == "ready"
@@ -437,6 +442,69 @@ def test_locks_and_an_unlinked_open_file_survive_a_kill9_of_the_primary(trio):
         if keeper.poll() is None:
             keeper.kill()
         keeper.wait(timeout=30)
+
+
+HOLDER = r"""
+import hashlib, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print("ready", flush=True)
+for line in sys.stdin:
+    c = line.strip()
+    if c == "check":
+        print(hashlib.sha256(os.pread(fd, 64 << 20, 0)).hexdigest(), flush=True)
+    elif c == "close":
+        os.close(fd)
+        print("closed", flush=True)
+"""
+
+
+def test_a_file_open_on_node1_and_unlinked_on_node2_after_a_failover_stays_readable(trio):
+    """node1 has a file open (it still has a name, so no record says so) when
+    the primary is killed. node1's mount is stopped (SIGSTOP) so that node2
+    unlinks the file through the new primary before node1 comes back: the
+    new primary keeps it (node1's session is still to reclaim), node1's
+    mount reclaims its open when it resumes, the holder reads the file back
+    unchanged, and its close frees the space."""
+    t = trio
+    data = os.urandom(2 * MiB + 77)
+    with open(os.path.join(t.n1, "kept"), "wb") as f:
+        f.write(data)
+    holder = t.spawn([sys.executable, "-c", HOLDER, os.path.join(t.n1, "kept")],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    node1 = t.mounts[0]
+    stopped = False
+    try:
+        assert _ask(holder, "") == "ready"
+        os.kill(node1.proc.pid, signal.SIGSTOP)
+        stopped = True
+        k = kill_primary_and_wait(t)
+        st = t.status(k.heir)
+        assert "not back yet" in st.get("sessions", ""), (
+            f"{k.heir} does not wait for node1's reclaim: sessions {st.get('sessions')!r}")
+        used = _used(t, k.heir)
+        assert used is not None and used >= len(data), f"used {used}"
+        os.unlink(os.path.join(t.n2, "kept"))
+        st = t.status(k.heir)
+        assert st.get("pending deletes") == "0", (
+            f"{k.heir} freed the file node1 still has open: {st.get('pending deletes')} pending")
+        time.sleep(2.5)  # two maintenance rounds
+        assert _used(t, k.heir) == used, "the open file's space went while node1 was away"
+
+        os.kill(node1.proc.pid, signal.SIGCONT)
+        stopped = False
+        wait_for(lambda: "not back yet" not in (t.status(k.heir) or {}).get("sessions", "x"), 30,
+                 "node1's mount to reclaim its open files on the new primary")
+        assert _ask(holder, "check") == hashlib.sha256(data).hexdigest(), (
+            "the file node1 had open changed or vanished")
+        assert _ask(holder, "close") == "closed"
+        wait_for(lambda: _used(t, k.heir) in range(0, used - len(data) + 1), 30,
+                 f"the closed unlinked file's {len(data)} bytes to be freed (used {used} before)")
+    finally:
+        if stopped:
+            os.kill(node1.proc.pid, signal.SIGCONT)
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(timeout=30)
 
 
 # --- c. three failovers in a row -------------------------------------------------------------
