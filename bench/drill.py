@@ -21,6 +21,10 @@ which kills the other server. At the end: median and max over the runs.
 write + fsync (MB/s), --creates empty-file creates (per s) and as many POSIX
 lock + unlock pairs (per s) on a mount of the trio (replica in sync) and on a
 mount of a standalone server, interleaved, median (min-max) of --compare-runs.
+With --peer-delay-ms D the primary and the replica reach each other through
+grantfs-latency-proxy, D ms each way (a slower link between two machines;
+clients reach the servers direct): replication then adds 2 * D ms to every
+change a client waits for, and the dd row shows whether it caps throughput.
 
 Exit status: 0 every run kept every byte with no error, 1 a run lost bytes,
 saw an error or did not recover (the logs are kept and their place printed),
@@ -97,10 +101,10 @@ def summary_lines(results):
     return out
 
 
-def compare(h, progress, runs, size_mb, creates, capacity):
+def compare(h, progress, runs, size_mb, creates, capacity, peer_delay_ms=0):
     """Summaries of dd MB/s and creates/s, replica in sync vs standalone."""
     progress.step("compare: starting a trio and a standalone server")
-    trio = drill.Trio(h, "cmp", capacity)
+    trio = drill.Trio(h, "cmp", capacity, peer_delay_ms)
     trio.start()
     solo = h.start_server("standalone", capacity)
     progress.done("up")
@@ -131,6 +135,8 @@ def main(argv):
     p.add_argument("--compare-runs", type=int, default=3)
     p.add_argument("--creates", type=int, default=2000,
                    help="compare: files created (and lock + unlock pairs) per run")
+    p.add_argument("--peer-delay-ms", type=int, default=0,
+                   help="compare: one-way delay between primary and replica (latency proxy)")
     p.add_argument("--capacity", default="16G", help="each server's --capacity")
     p.add_argument("--workdir", default="/var/tmp", help="scratch space")
     p.add_argument("--keep-logs", action="store_true",
@@ -166,10 +172,12 @@ def main(argv):
                 failed = True
                 print("FAILED runs:\n  " + "\n  ".join(failures))
         if a.mode in ("compare", "both"):
-            s = compare(h, progress, a.compare_runs, a.size_mb, a.creates, a.capacity)
-            print(f"\nreplica in sync vs no replica, median (min-max) of {a.compare_runs}: "
-                  f"{a.size_mb} MiB in 512 KiB writes + fsync, {a.creates} creates, "
-                  f"{a.creates} lock + unlock pairs")
+            s = compare(h, progress, a.compare_runs, a.size_mb, a.creates, a.capacity,
+                        a.peer_delay_ms)
+            link = f", {a.peer_delay_ms} ms each way to the replica" if a.peer_delay_ms else ""
+            print(f"\nreplica in sync{link} vs no replica, median (min-max) of "
+                  f"{a.compare_runs}: {a.size_mb} MiB in 512 KiB writes + fsync, {a.creates} "
+                  f"creates, {a.creates} lock + unlock pairs")
             for m, unit in (("dd", "MB/s"), ("creates", "creates/s"), ("locks", "pairs/s")):
                 rs, ss = s[(drill.IN_SYNC, m)], s[(drill.STANDALONE, m)]
                 print(f"  {m:8s} {unit:10s} in sync {fmt_summary(rs):>22s}   standalone "

@@ -92,18 +92,26 @@ class Trio:
     restarted with it (A keeps saying --role=primary; the witness tells it
     who owns the epoch)."""
 
-    def __init__(self, h, name, capacity):
+    def __init__(self, h, name, capacity, peer_delay_ms=0):
         self.h = h
         self.name = name
         self.addr = {n: f"127.0.0.1:{free_port()}" for n in "WAB"}
         server = h.bin("server/grantfs-server")
         common = lambda n: [f"--listen={self.addr[n]}",  # noqa: E731
                             f"--data_dir={h.path(f'{name}-{n.lower()}')}"]
+        # With peer_delay_ms, A and B reach each other through
+        # grantfs-latency-proxy (that many ms each way): a slower link
+        # between the two machines. Clients and the witness reach them direct.
+        peer = dict(self.addr)
+        if peer_delay_ms > 0:
+            for n in "AB":
+                port = int(self.addr[n].rsplit(":", 1)[1])
+                peer[n] = f"127.0.0.1:{h.start_proxy(f'{name}-to-{n}', port, peer_delay_ms)}"
         self.argv = {
             "W": [server, "--role=witness", *common("W")],
-            "A": [server, "--role=primary", *common("A"), f"--peer={self.addr['B']}",
+            "A": [server, "--role=primary", *common("A"), f"--peer={peer['B']}",
                   f"--witness={self.addr['W']}", f"--capacity={capacity}"],
-            "B": [server, "--role=replica", *common("B"), f"--peer={self.addr['A']}",
+            "B": [server, "--role=replica", *common("B"), f"--peer={peer['A']}",
                   f"--witness={self.addr['W']}", f"--capacity={capacity}"],
         }
         self.procs = {}  # node -> Proc, None once killed on purpose
