@@ -27,6 +27,11 @@ grpc::Status Done(const char* op, const absl::Status& s, Reply* reply) {
     LOG(WARNING) << op << ": " << s << " (the client retries)";
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(s.message()));
   }
+  // The client's session is being ended (its lease ran out): the client
+  // retries on this server, and is answered once that is done.
+  if (absl::IsResourceExhausted(s) && !HasErrno(s)) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
+  }
   const int err = ToErrno(s);
   reply->set_err(err);
   switch (err) {
@@ -182,7 +187,9 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   rc->caller.uid = header.creds().uid();
   rc->caller.gid = header.creds().gid();
   rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
-  volume_->Touch(rc->client_id);
+  if (absl::Status s = volume_->Touch(rc->client_id); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
+  }
   return grpc::Status::OK;
 }
 
@@ -219,6 +226,7 @@ grpc::Status GrantFsService::Reclaim(Ctx* ctx, const proto::ReclaimRequest* req,
   }
   auto r = volume_->Reclaim(rc, opens);
   if (r.ok()) reply->mutable_lost()->Add(r->begin(), r->end());
+  reply->set_incarnation(volume_->incarnation());
   return Done("Reclaim", r.status(), reply);
 }
 

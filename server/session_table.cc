@@ -21,16 +21,14 @@ uint64_t SessionTable::Open(const std::string& client_name) {
   return id;
 }
 
-bool SessionTable::Touch(uint64_t client_id) {
-  if (client_id == 0) return false;
+SessionTable::TouchResult SessionTable::Touch(uint64_t client_id) {
+  if (client_id == 0) return TouchResult::kRenewed;
   absl::MutexLock l(&mu_);
-  auto ended = [this, client_id]()
-                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return forgetting_.count(client_id) == 0; };
-  if (!ended()) mu_.AwaitWithTimeout(absl::Condition(&ended), lease_);
+  if (forgetting_.count(client_id)) return TouchResult::kEnding;
   auto [it, created] = sessions_.try_emplace(client_id);
   if (created) it->second.name = "(reconnected)";
   it->second.expires = clock_->Now() + lease_;
-  return created;
+  return created ? TouchResult::kCreated : TouchResult::kRenewed;
 }
 
 void SessionTable::Restore(uint64_t client_id, const std::string& client_name) {
@@ -56,6 +54,18 @@ bool SessionTable::Reclaimed(uint64_t client_id) {
   if (it == sessions_.end() || !it->second.reclaiming) return false;
   it->second.reclaiming = false;
   return reclaiming_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+std::vector<uint64_t> SessionTable::EndGrace() {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> ids;
+  for (auto& [id, s] : sessions_) {
+    if (!s.reclaiming) continue;
+    s.reclaiming = false;
+    reclaiming_.fetch_sub(1, std::memory_order_acq_rel);
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 void SessionTable::Forgotten(uint64_t client_id) {
@@ -108,17 +118,17 @@ std::vector<std::pair<uint64_t, std::map<uint64_t, uint32_t>>> SessionTable::Exp
   return gone;
 }
 
-void SessionTable::OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle) {
+bool SessionTable::OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle) {
   absl::MutexLock l(&mu_);
-  Session& s = sessions_[client_id];
-  if (s.name.empty()) {
-    s.name = "(reconnected)";
-    s.expires = clock_->Now() + lease_;
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return false;
+  std::vector<uint64_t>& handles = it->second.open[ino];
+  if (handle != 0 && std::find(handles.begin(), handles.end(), handle) != handles.end()) {
+    return true;
   }
-  std::vector<uint64_t>& handles = s.open[ino];
-  if (handle != 0 && std::find(handles.begin(), handles.end(), handle) != handles.end()) return;
   handles.push_back(handle);
   ++open_total_[ino];
+  return true;
 }
 
 uint32_t SessionTable::CloseFile(uint64_t client_id, uint64_t ino, uint64_t handle) {

@@ -38,11 +38,12 @@ class SessionTable {
   uint64_t Open(const std::string& client_name);
 
   // Renews the lease of `client_id`, re-creating the session if the server
-  // forgot it (restart, expiry); returns whether it did. A session that is
-  // being ended (Close, Expire) is re-created only once its owner called
-  // Forgotten(), so that what the new session takes is not released with
-  // the old one's; the wait gives up after `lease`. No-op for 0.
-  bool Touch(uint64_t client_id);
+  // forgot it (restart, expiry). A session that is being ended (Close,
+  // Expire) is not re-created before its owner called Forgotten(), so that
+  // what the new session takes is not released with the old one's: kEnding,
+  // the caller asks the client to retry. No-op (kRenewed) for 0.
+  enum class TouchResult { kRenewed, kCreated, kEnding };
+  TouchResult Touch(uint64_t client_id);
 
   // Gives every session a fresh lease (the server could not be reached).
   void RenewAll();
@@ -57,6 +58,9 @@ class SessionTable {
   void StartGrace();
   // Returns true when that was the last reclaiming session.
   bool Reclaimed(uint64_t client_id);
+  // Ends the grace of every session (it lasted too long); returns the ids
+  // that were still reclaiming.
+  std::vector<uint64_t> EndGrace();
   // Sessions still reclaiming. Lock-free.
   size_t reclaiming() const { return reclaiming_.load(std::memory_order_acquire); }
 
@@ -76,7 +80,9 @@ class SessionTable {
   // client's id for the open: an OpenFile with a handle the client already
   // has open, or a CloseFile with one it does not, changes nothing (a
   // resent request). Handle 0 stands for opens without an id; each counts.
-  void OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
+  // OpenFile returns false, and records nothing, when the client has no
+  // session (it ended since the request came in).
+  bool OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
   uint32_t CloseFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
   // Opens of `ino` over all sessions; `by_client` only that client's.
   uint32_t OpenCount(uint64_t ino);

@@ -109,32 +109,29 @@ TEST_F(SessionTableTest, TouchRecreatesAForgottenSession) {
   EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{777});
 }
 
-TEST_F(SessionTableTest, TouchOfAnEndingSessionWaitsUntilItIsForgotten) {
+TEST_F(SessionTableTest, AnEndingSessionIsNotRecreatedUntilItIsForgotten) {
+  using R = SessionTable::TouchResult;
   const uint64_t id = table_.Open("a");
-  table_.OpenFile(id, 5, 1);
+  EXPECT_TRUE(table_.OpenFile(id, 5, 1));
+  EXPECT_EQ(table_.Touch(id), R::kRenewed);
   clock_.Advance(kLease);
   ASSERT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{id});
   // A request from the client comes in while its old session's locks and
-  // opens are being released: its new session starts after that.
-  std::atomic<bool> touched{false};
-  bool created = false;
-  std::thread request([&] {
-    created = table_.Touch(id);
-    touched = true;
-  });
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_FALSE(touched.load());
+  // opens are being released: it is told to retry, and nothing is created.
+  EXPECT_EQ(table_.Touch(id), R::kEnding);
+  EXPECT_FALSE(table_.OpenFile(id, 5, 2));
   EXPECT_TRUE(table_.List().empty());
   table_.Forgotten(id);
-  request.join();
-  EXPECT_TRUE(created);
-  EXPECT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.Touch(id), R::kCreated);
   EXPECT_EQ(table_.OpenCountBy(id, 5), 0u);
-  // Once forgotten, an ended session is re-created without a wait.
+  EXPECT_EQ(table_.OpenCount(5), 0u);
+  // The same after a Close.
   table_.Close(id);
+  EXPECT_EQ(table_.Touch(id), R::kEnding);
   table_.Forgotten(id);
-  EXPECT_TRUE(table_.Touch(id));
-  EXPECT_FALSE(table_.Touch(id));
+  EXPECT_EQ(table_.Touch(id), R::kCreated);
+  EXPECT_EQ(table_.Touch(id), R::kRenewed);
+  EXPECT_EQ(table_.Touch(0), R::kRenewed);
 }
 
 TEST_F(SessionTableTest, GraceLastsUntilEveryRestoredSessionReclaimedOrEnded) {
@@ -161,6 +158,18 @@ TEST_F(SessionTableTest, GraceLastsUntilEveryRestoredSessionReclaimedOrEnded) {
   EXPECT_EQ(table_.reclaiming(), 1u);
   clock_.Advance(kLease);  // 3 never comes back (nor do the others call)
   EXPECT_EQ(Ids(table_.Expire()), Sorted({1, 3, fresh}));
+  EXPECT_EQ(table_.reclaiming(), 0u);
+}
+
+TEST_F(SessionTableTest, EndGraceEndsItForEverySessionStillReclaiming) {
+  table_.Restore(1, "a");
+  table_.Restore(2, "b");
+  table_.StartGrace();
+  EXPECT_FALSE(table_.Reclaimed(1));
+  EXPECT_EQ(table_.EndGrace(), std::vector<uint64_t>{2});
+  EXPECT_EQ(table_.reclaiming(), 0u);
+  EXPECT_TRUE(table_.EndGrace().empty());
+  EXPECT_FALSE(table_.Reclaimed(2));  // a late reclaim
   EXPECT_EQ(table_.reclaiming(), 0u);
 }
 
@@ -273,16 +282,11 @@ TEST_F(SessionTableTest, RenewAllGivesEverySessionAWholeLease) {
   EXPECT_EQ(Ids(table_.Expire()), std::vector<uint64_t>{a});
 }
 
-TEST_F(SessionTableTest, OpenFileForAnUnknownClientCreatesItsSession) {
-  table_.OpenFile(99, 3);
-  EXPECT_EQ(table_.OpenCountBy(99, 3), 1u);
-  ASSERT_EQ(table_.List().size(), 1u);
-  EXPECT_EQ(table_.List()[0].client_name(), "(reconnected)");
-  clock_.Advance(kLease);
-  auto gone = table_.Expire();
-  ASSERT_EQ(gone.size(), 1u);
-  EXPECT_EQ(gone[0].first, 99u);
-  EXPECT_EQ(gone[0].second, (std::map<uint64_t, uint32_t>{{3, 1}}));
+TEST_F(SessionTableTest, OpenFileForAnUnknownClientRecordsNothing) {
+  EXPECT_FALSE(table_.OpenFile(99, 3));
+  EXPECT_EQ(table_.OpenCountBy(99, 3), 0u);
+  EXPECT_EQ(table_.OpenCount(3), 0u);
+  EXPECT_TRUE(table_.List().empty());
 }
 
 TEST_F(SessionTableTest, CloseReturnsOpenFilesAndForgetsThem) {

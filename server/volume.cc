@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
@@ -96,11 +97,16 @@ absl::Status Volume::Recover() {
   // failover. The sessions get a fresh lease to come back in; those that do
   // not release what they held when it runs out.
   ASSIGN_OR_RETURN(auto sessions, meta_->ListSessions());
-  for (const auto& [client_id, rec] : sessions) sessions_.Restore(client_id, rec.client_name());
+  std::set<uint64_t> recorded;
+  for (const auto& [client_id, rec] : sessions) {
+    sessions_.Restore(client_id, rec.client_name());
+    recorded.insert(client_id);
+  }
   for (uint64_t client_id : meta_->GrantHolders()) sessions_.Restore(client_id, "(restored)");
   ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
   for (const auto& [ino, rec] : orphans) {
     for (const proto::OrphanRecord::Holder& h : rec.holders()) {
+      if (h.client_id() == 0) continue;  // no session could ever release it
       sessions_.Restore(h.client_id(), "(restored)");
       for (uint64_t handle : h.handles()) sessions_.OpenFile(h.client_id(), ino, handle);
     }
@@ -120,7 +126,13 @@ absl::Status Volume::Recover() {
   // Each of these clients may have files open that no record names (opens
   // of files that still had a name): unlinked files are kept until they
   // have said which (Reclaim) or their lease ran out.
+  // A session known only from a grant, a lock or an orphan (its record
+  // was never written) gets one, so that the next server waits for it too.
+  for (const proto::SessionInfo& info : sessions_.List()) {
+    if (!recorded.count(info.client_id())) RecordSession(info.client_id(), info.client_name());
+  }
   sessions_.StartGrace();
+  grace_until_ = options_.clock->Now() + 2 * options_.lease;
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
     ASSIGN_OR_RETURN(bool reaped, SyncOrphan(ino));
@@ -273,7 +285,7 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
     cut.set_size(0);
     ASSIGN_OR_RETURN(attr, SetAttr(ctx, cut));
   }
-  sessions_.OpenFile(ctx.client_id, ino, handle);
+  RETURN_IF_ERROR(CountOpen(ctx, ino, handle));
   // The last link may have gone since the check above. The orphan's record
   // is brought up to date under the metadata store's mutex, so it names
   // this open before the open is answered whichever way the two interleave
@@ -511,15 +523,41 @@ absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name) {
   return client_id;
 }
 
-void Volume::Touch(uint64_t client_id) {
-  if (!sessions_.Touch(client_id)) return;
+absl::Status Volume::Touch(uint64_t client_id) {
+  switch (sessions_.Touch(client_id)) {
+    case SessionTable::TouchResult::kRenewed:
+      return absl::OkStatus();
+    case SessionTable::TouchResult::kEnding:
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
+    case SessionTable::TouchResult::kCreated:
+      RecordSession(client_id, "(reconnected)");
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+void Volume::RecordSession(uint64_t client_id, const std::string& client_name) {
   proto::SessionRecord rec;
-  rec.set_client_name("(reconnected)");
+  rec.set_client_name(client_name);
+  absl::Status s = meta_->PutSession(client_id, rec);
+  absl::MutexLock l(&unrecorded_mu_);
+  if (s.ok()) {
+    unrecorded_.erase(client_id);
+    return;
+  }
   // Without the record, a server taking over would not wait for this
   // client's reclaim; the session itself works.
-  if (absl::Status s = meta_->PutSession(client_id, rec); !s.ok()) {
-    LOG(WARNING) << "recording re-created session " << client_id << ": " << s;
-  }
+  LOG(WARNING) << "recording session " << client_id << ": " << s << " (retried)";
+  unrecorded_.insert(client_id);
+}
+
+absl::Status Volume::CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
+  if (sessions_.OpenFile(ctx.client_id, ino, handle)) return absl::OkStatus();
+  // The session ended after this request renewed it.
+  RETURN_IF_ERROR(Touch(ctx.client_id));
+  if (sessions_.OpenFile(ctx.client_id, ino, handle)) return absl::OkStatus();
+  return absl::ResourceExhaustedError("session ended during the request; retry");
 }
 
 absl::Status Volume::CloseSession(uint64_t client_id) {
@@ -533,11 +571,14 @@ absl::StatusOr<std::vector<uint64_t>> Volume::Reclaim(
   for (const auto& [ino, handle] : opens) {
     absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
     if (!rec.ok()) {
-      if (ToErrno(rec.status()) != ENOENT) return rec.status();
+      if (ToErrno(rec.status()) != ENOENT) {
+        LOG(ERROR) << "reclaim of inode " << ino << " by client " << ctx.client_id << ": "
+                   << rec.status();
+      }
       lost.push_back(ino);
       continue;
     }
-    sessions_.OpenFile(ctx.client_id, ino, handle);
+    RETURN_IF_ERROR(CountOpen(ctx, ino, handle));
     // As in Open: an orphan's record names this open before the reply.
     if (rec->nlink() == 0) RETURN_IF_ERROR(SyncOrphan(ino).status());
   }
@@ -562,9 +603,23 @@ absl::StatusOr<int> Volume::RunMaintenance() {
                  << " open files and its locks";
     ForgetClient(client_id, open_files);
   }
+  if (sessions_.reclaiming() > 0 && options_.clock->Now() >= grace_until_) {
+    for (uint64_t id : sessions_.EndGrace()) {
+      LOG(WARNING) << "client " << id << " did not reclaim within two leases of the start;"
+                   << " files it may have open are no longer kept";
+    }
+  }
   const bool in_grace = sessions_.reclaiming() > 0;
   if (in_grace_ && !in_grace) LOG(INFO) << "grace over: unlinked files are freed again";
   in_grace_ = in_grace;
+  std::set<uint64_t> unrecorded;
+  {
+    absl::MutexLock l(&unrecorded_mu_);
+    unrecorded.swap(unrecorded_);
+  }
+  for (const proto::SessionInfo& info : sessions_.List()) {
+    if (unrecorded.count(info.client_id())) RecordSession(info.client_id(), info.client_name());
+  }
   // Every orphan record brought up to date (an unchanged one costs no
   // write): one whose update failed after a removal or a release (the
   // replica did not answer) is reaped or corrected here.

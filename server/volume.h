@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,8 +147,10 @@ class Volume {
   // returned. Returns the client id.
   absl::StatusOr<uint64_t> OpenSession(const std::string& client_name);
   // Renews the lease of `client_id` (every request does); a session the
-  // server had forgotten is re-created and recorded again.
-  void Touch(uint64_t client_id);
+  // server had forgotten is re-created and recorded again (a failed record
+  // is retried by the maintenance round). ResourceExhausted while the
+  // session is being ended: the client retries.
+  absl::Status Touch(uint64_t client_id);
   absl::Status CloseSession(uint64_t client_id);
   // This volume's serving incarnation: random and never 0. Clients that see
   // it change reclaim their open files (Reclaim).
@@ -156,8 +159,11 @@ class Volume {
   // one, or the primary this one took over from) names the files it has
   // open, (ino, handle) pairs. Each is counted as if opened here again (a
   // pair already counted counts once); those whose inode no longer exists
-  // are returned. Ends the client's grace (SessionTable::StartGrace): once
-  // no session is in grace, unlinked files nobody holds are freed again.
+  // (or cannot be read) are returned. Ends the client's grace
+  // (SessionTable::StartGrace): once no session is in grace, unlinked files
+  // nobody holds are freed again. Grace ends for every session at the
+  // latest two leases after the server started serving, so that a client
+  // that never reclaims cannot keep unlinked files forever.
   absl::StatusOr<std::vector<uint64_t>> Reclaim(
       const RequestContext& ctx, const std::vector<std::pair<uint64_t, uint64_t>>& opens);
 
@@ -180,6 +186,12 @@ class Volume {
   // or turns it into garbage when nobody does and no session is in grace
   // (one may still have it open). Returns whether it was reaped.
   absl::StatusOr<bool> SyncOrphan(uint64_t ino);
+  // Counts an open of `ino` by the client, re-creating its session if it
+  // ended since the request came in (ResourceExhausted while it is ending).
+  absl::Status CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle);
+  // Writes the session record of `client_id`; remembers it for the next
+  // maintenance round when that fails.
+  void RecordSession(uint64_t client_id, const std::string& client_name);
   // Applies `change` to the locks of `ino` and writes the result to the
   // metadata store when it changed anything.
   absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change);
@@ -213,6 +225,13 @@ class Volume {
   SessionTable sessions_;
   FlowControl flow_;
   InFlightRequests in_flight_;
+
+  // When grace ends for every session still reclaiming: set by Recover,
+  // before the background thread starts; read by RunMaintenance.
+  absl::Time grace_until_ = absl::InfinitePast();
+  // Sessions whose record could not be written yet.
+  absl::Mutex unrecorded_mu_;
+  std::set<uint64_t> unrecorded_ ABSL_GUARDED_BY(unrecorded_mu_);
 
   absl::Mutex recall_mu_;
   absl::Time last_recall_ ABSL_GUARDED_BY(recall_mu_) = absl::InfinitePast();

@@ -499,12 +499,12 @@ TEST_F(VolumeTest, UnlinkedFilesAreFreedOnceTheSessionsThatDoNotComeBackExpire) 
   ASSERT_OK(volume_->Remove(b_, kRootIno, "f", false));
   // a never comes back; b keeps its session alive.
   clock_.Advance(kLease / 2);
-  volume_->Touch(b_.client_id);
+  ASSERT_OK(volume_->Touch(b_.client_id));
   ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
   EXPECT_EQ(freed, 0);
   EXPECT_EQ(volume_->sessions().reclaiming(), 1u);
   clock_.Advance(kLease / 2);
-  volume_->Touch(b_.client_id);
+  ASSERT_OK(volume_->Touch(b_.client_id));
   ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
   EXPECT_EQ(freed, 1);
   EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
@@ -515,9 +515,46 @@ TEST_F(VolumeTest, UnlinkedFilesAreFreedOnceTheSessionsThatDoNotComeBackExpire) 
   EXPECT_EQ(volume_->sessions().reclaiming(), 1u);
 }
 
+TEST_F(VolumeTest, GraceEndsTwoLeasesAfterTheStartEvenIfAClientNeverReclaims) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "x", false));
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_TRUE(Reclaim(b_).empty());
+  ASSERT_OK(volume_->Remove(b_, kRootIno, "f", false));
+  // a stays alive (its requests renew its lease) but never reclaims, like a
+  // mount of a build that does not know Reclaim.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(kLease / 2);
+    ASSERT_OK(volume_->Touch(a_.client_id));
+    ASSERT_OK(volume_->Touch(b_.client_id));
+    ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+    EXPECT_EQ(freed, 0) << "after " << (i + 1) << " half leases";
+  }
+  EXPECT_EQ(volume_->sessions().reclaiming(), 1u);
+  clock_.Advance(kLease / 2);
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(volume_->sessions().reclaiming(), 0u);
+  EXPECT_EQ(volume_->sessions().List().size(), 2u);
+}
+
+TEST_F(VolumeTest, AnOpenAfterTheSessionEndedRecreatesItWithARecord) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  clock_.Advance(kLease);
+  // RunMaintenance ends the session in one go; the window between the end
+  // and Forgotten is what SessionTable's own test covers. Here: once it is
+  // over, the client's next request re-creates its session, with a record.
+  ASSERT_OK(volume_->RunMaintenance().status());
+  EXPECT_TRUE(volume_->sessions().List().empty());
+  ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY, 1));  // re-creates the session
+  EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 1u);
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_EQ(volume_->sessions().List().size(), 1u);  // a's record was written again
+}
+
 TEST_F(VolumeTest, ASessionRecreatedByARequestIsRecordedAgain) {
   ASSERT_OK(volume_->CloseSession(a_.client_id));
-  volume_->Touch(a_.client_id);  // a request of a's, e.g. after a long partition
+  ASSERT_OK(volume_->Touch(a_.client_id));  // a request of a's, e.g. after a long partition
   OpenVolume(kMiB, /*same_clients=*/true);
   std::vector<proto::SessionInfo> list = volume_->sessions().List();
   ASSERT_EQ(list.size(), 2u);
