@@ -140,6 +140,7 @@ void FileSystem::Stop() {
 }
 
 void FileSystem::HeartbeatLoop() {
+  int failures = 0;  // heartbeats failed in a row
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
@@ -159,16 +160,22 @@ void FileSystem::HeartbeatLoop() {
     rpc_->PrepareContext(&ctx, absl::Seconds(5));
     const size_t index = rpc_->current();
     grpc::Status s = rpc_->stub(index)->Heartbeat(&ctx, req, &reply);
-    if (!s.ok()) {
-      LOG(WARNING) << "heartbeat to " << rpc_->address(index) << ": " << s.error_message();
-      // The next heartbeat (and every call) goes to the next server.
-      if (rpc_->ShouldFailover(s)) rpc_->Failover(index, s);
-    } else if (!NoteIncarnation(reply.incarnation())) {
+    if (s.ok()) {
+      failures = 0;
+      // A failed reclaim is tried again at the next heartbeat.
+      NoteIncarnation(reply.incarnation());
       mu_.Lock();
-      kick_ = true;  // try again soon
-      mu_.Unlock();
+      continue;
     }
+    if (++failures == 1 || failures % 50 == 0) {
+      LOG(WARNING) << "heartbeat to " << rpc_->address(index) << ": " << s.error_message() << " ("
+                   << failures << " in a row)";
+    }
+    // The next heartbeat (and every call) goes to the next server, soon: a
+    // restarted or new primary is found out about as fast as calls find it.
+    if (rpc_->ShouldFailover(s)) rpc_->Failover(index, s);
     mu_.Lock();
+    if (rpc_->ShouldFailover(s)) kick_ = true;
   }
 }
 
@@ -197,7 +204,8 @@ bool FileSystem::NoteIncarnation(uint64_t incarnation) {
   for (uint64_t ino : reply.lost()) {
     LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
   }
-  incarnation_ = incarnation;
+  // The server that took the reclaim (a failover may have come in between).
+  incarnation_ = reply.incarnation() != 0 ? reply.incarnation() : incarnation;
   return true;
 }
 

@@ -138,9 +138,9 @@ class FileSystem {
   template <typename Req>
   void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
-  // The server answering is `incarnation` (heartbeat or session reply): if
-  // that is not the one seen before, tells it which files this mount has
-  // open (Reclaim). Returns false when that failed (tried again on the next
+  // The server answering is `incarnation` (heartbeat reply): if that is not
+  // the one seen before, tells it which files this mount has open
+  // (Reclaim). Returns false when that failed (tried again on the next
   // heartbeat).
   bool NoteIncarnation(uint64_t incarnation);
   absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
