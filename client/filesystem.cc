@@ -13,7 +13,8 @@ namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
     : options_(options), rpc_(std::move(rpc)) {
-  // So no RPC is made, and no failover done, while holding mu_.
+  // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
+  // and no failover done, while holding it.
   rpc_->set_on_failover([this] {
     absl::MutexLock l(&mu_);
     kick_ = true;
@@ -173,9 +174,10 @@ void FileSystem::HeartbeatLoop() {
     }
     // The next heartbeat (and every call) goes to the next server, soon: a
     // restarted or new primary is found out about as fast as calls find it.
-    if (rpc_->ShouldFailover(s)) rpc_->Failover(index, s);
+    const bool unreachable = rpc_->ShouldFailover(s);
+    if (unreachable) rpc_->Failover(index, s);
     mu_.Lock();
-    if (rpc_->ShouldFailover(s)) kick_ = true;
+    if (unreachable) kick_ = true;
   }
 }
 

@@ -123,14 +123,16 @@ absl::Status Volume::Recover() {
     lock_count += list.size();
     locks_.Restore(ino, std::move(list));
   }
-  // Each of these clients may have files open that no record names (opens
-  // of files that still had a name): unlinked files are kept until they
-  // have said which (Reclaim) or their lease ran out.
   // A session known only from a grant, a lock or an orphan (its record
   // was never written) gets one, so that the next server waits for it too.
   for (const proto::SessionInfo& info : sessions_.List()) {
-    if (!recorded.count(info.client_id())) RecordSession(info.client_id(), info.client_name());
+    if (!recorded.count(info.client_id())) {
+      RecordSession(info.client_id(), info.client_name()).IgnoreError();  // retried
+    }
   }
+  // Each of these clients may have files open that no record names (opens
+  // of files that still had a name): unlinked files are kept until they
+  // have said which (Reclaim) or their lease ran out.
   sessions_.StartGrace();
   grace_until_ = options_.clock->Now() + 2 * options_.lease;
   size_t kept = 0;
@@ -514,9 +516,7 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
 
 absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name) {
   const uint64_t client_id = sessions_.Open(client_name);
-  proto::SessionRecord rec;
-  rec.set_client_name(client_name);
-  if (absl::Status s = meta_->PutSession(client_id, rec); !s.ok()) {
+  if (absl::Status s = RecordSession(client_id, client_name); !s.ok()) {
     ForgetClient(client_id, sessions_.Close(client_id));
     return s;
   }
@@ -531,25 +531,26 @@ absl::Status Volume::Touch(uint64_t client_id) {
       return absl::ResourceExhaustedError(
           absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
     case SessionTable::TouchResult::kCreated:
-      RecordSession(client_id, "(reconnected)");
+      RecordSession(client_id, "(reconnected)").IgnoreError();  // retried by maintenance
       return absl::OkStatus();
   }
   return absl::OkStatus();
 }
 
-void Volume::RecordSession(uint64_t client_id, const std::string& client_name) {
+absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name) {
   proto::SessionRecord rec;
   rec.set_client_name(client_name);
   absl::Status s = meta_->PutSession(client_id, rec);
   absl::MutexLock l(&unrecorded_mu_);
   if (s.ok()) {
     unrecorded_.erase(client_id);
-    return;
+    return s;
   }
   // Without the record, a server taking over would not wait for this
   // client's reclaim; the session itself works.
   LOG(WARNING) << "recording session " << client_id << ": " << s << " (retried)";
   unrecorded_.insert(client_id);
+  return s;
 }
 
 absl::Status Volume::CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
@@ -618,7 +619,9 @@ absl::StatusOr<int> Volume::RunMaintenance() {
     unrecorded.swap(unrecorded_);
   }
   for (const proto::SessionInfo& info : sessions_.List()) {
-    if (unrecorded.count(info.client_id())) RecordSession(info.client_id(), info.client_name());
+    if (unrecorded.count(info.client_id())) {
+      RecordSession(info.client_id(), info.client_name()).IgnoreError();  // again next round
+    }
   }
   // Every orphan record brought up to date (an unchanged one costs no
   // write): one whose update failed after a removal or a release (the

@@ -189,9 +189,9 @@ class Volume {
   // Counts an open of `ino` by the client, re-creating its session if it
   // ended since the request came in (ResourceExhausted while it is ending).
   absl::Status CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle);
-  // Writes the session record of `client_id`; remembers it for the next
-  // maintenance round when that fails.
-  void RecordSession(uint64_t client_id, const std::string& client_name);
+  // Writes the session record of `client_id`; when that fails, returns the
+  // error and remembers the session for the next maintenance round.
+  absl::Status RecordSession(uint64_t client_id, const std::string& client_name);
   // Applies `change` to the locks of `ino` and writes the result to the
   // metadata store when it changed anything.
   absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change);
