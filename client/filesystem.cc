@@ -312,7 +312,7 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
 
 absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
                                               const std::string& name, uint32_t mode, uint64_t rdev,
-                                              uint32_t umask, bool exclusive) {
+                                              uint32_t umask, bool exclusive, bool* created) {
   proto::MkNodRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -323,6 +323,7 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
   req.set_exclusive(exclusive);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("MkNod", &proto::GrantFs::Stub::MkNod, &req, &reply));
+  if (created != nullptr) *created = reply.created();
   return reply.attr();
 }
 
@@ -401,13 +402,14 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
 // --- files -------------------------------------------------------------------------
 
 absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags,
-                                             uint64_t* handle) {
+                                             uint64_t* handle, bool created) {
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
   proto::OpenRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   req.set_flags(flags);
+  req.set_created(created);
   *handle = next_handle_.fetch_add(1) + 1;
   req.set_handle(*handle);
   proto::OpenReply reply;
@@ -450,7 +452,7 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
   // laid over it, so a flush finishing in between cannot hide them. What
   // read-ahead serves was fetched while this mount held no written data of
   // the file, and every write since dropped it (docs/write-path.md).
-  std::vector<WriteCache::Piece> cached;
+  WriteCache::Overlay cached;
   if (cache_) cached = cache_->Snapshot(ino, offset, size);
   std::string out;
   if (ra_) {

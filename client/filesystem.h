@@ -88,8 +88,11 @@ class FileSystem {
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
   // `req.ino` and `req.valid` say what to change.
   absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);
+  // `created` (may be null): whether this call made the inode (false when
+  // a non-exclusive create found the name).
   absl::StatusOr<proto::Attr> MkNod(const Creds& c, uint64_t parent, const std::string& name,
-                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive);
+                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive,
+                                    bool* created = nullptr);
   absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
                                       const std::string& target);
   absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
@@ -103,7 +106,10 @@ class FileSystem {
 
   // `handle` gets this open's id, unique in the mount: Release names it, and
   // the server counts a resent Open or Release with it once.
-  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags, uint64_t* handle);
+  // `created`: the open of an open(O_CREAT) whose MkNod made the file (no
+  // permission check, as in POSIX).
+  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags, uint64_t* handle,
+                                   bool created = false);
   absl::Status Release(uint64_t ino, uint64_t handle);
   absl::StatusOr<std::string> Read(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // Returns the bytes written (all of them, or an error).

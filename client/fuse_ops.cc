@@ -142,10 +142,12 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   ReplyAttr(req, Adapter(req)->fs()->GetAttr(CredsOf(req), ino));
 }
 
-void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               fuse_file_info* fi) {
   using V = proto::SetAttrRequest;
   proto::SetAttrRequest r;
   r.set_ino(ino);
+  if (fi != nullptr) r.set_handle(fi->fh);  // ftruncate: access was checked at open
   uint32_t valid = 0;
   if (to_set & FUSE_SET_ATTR_MODE) valid |= V::MODE, r.set_mode(attr->st_mode);
   if (to_set & FUSE_SET_ATTR_UID) valid |= V::UID, r.set_uid(attr->st_uid);
@@ -278,14 +280,15 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   FuseAdapter* a = Adapter(req);
   const Creds c = CredsOf(req);
+  bool created = false;
   auto made = a->fs()->MkNod(c, parent, name, S_IFREG | (mode & 07777), 0, fuse_req_ctx(req)->umask,
-                             (fi->flags & O_EXCL) != 0);
+                             (fi->flags & O_EXCL) != 0, &created);
   if (!made.ok()) return ReplyError(req, made.status());
   proto::Attr attr = *made;
   // The name may have existed already (created on another node): open it
   // as open(2) would, O_TRUNC included (the server truncates in Open).
   uint64_t handle = 0;
-  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL), &handle);
+  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL), &handle, created);
   if (!opened.ok()) return ReplyError(req, opened.status());
   attr = *opened;
   fuse_entry_param e;

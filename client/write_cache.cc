@@ -149,9 +149,14 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     e->born = options_.clock->Now();
     inode.extents.push_back(std::move(e));
   }
-  inode.cached_end = std::max(inode.cached_end, end);
   inode.mtime_ns = options_.clock->NowNanos();
   return true;
+}
+
+uint64_t WriteCache::CachedEnd(const Inode& inode) {
+  uint64_t end = 0;
+  for (const auto& e : inode.extents) end = std::max(end, e->end());
+  return end;
 }
 
 bool WriteCache::Sendable(const Inode& inode, const Extent& e) const {
@@ -278,23 +283,28 @@ absl::Status WriteCache::FlushAll() {
   return first;
 }
 
-std::vector<WriteCache::Piece> WriteCache::Snapshot(uint64_t ino, uint64_t offset, size_t size) {
-  std::vector<Piece> out;
+WriteCache::Overlay WriteCache::Snapshot(uint64_t ino, uint64_t offset, size_t size) {
+  Overlay out;
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return out;
+  if (it == inodes_.end() || it->second.extents.empty()) return out;
+  out.end = CachedEnd(it->second);
   const uint64_t end = offset + size;
   for (const auto& e : it->second.extents) {  // oldest first: later ones win
     const uint64_t lo = std::max(offset, e->offset), hi = std::min(end, e->end());
     if (lo >= hi) continue;
-    out.push_back({lo, e->data.substr(lo - e->offset, hi - lo)});
+    out.pieces.push_back({lo, e->data.substr(lo - e->offset, hi - lo)});
   }
   return out;
 }
 
-void WriteCache::Apply(const std::vector<Piece>& pieces, uint64_t offset, size_t size,
-                       std::string* data) {
-  for (const Piece& p : pieces) {
+void WriteCache::Apply(const Overlay& overlay, uint64_t offset, size_t size, std::string* data) {
+  if (overlay.end > offset) {
+    // Bytes below the cached end exist, whatever the server's size says.
+    const uint64_t want = std::min<uint64_t>(overlay.end - offset, size);
+    if (data->size() < want) data->resize(want, '\0');
+  }
+  for (const Piece& p : overlay.pieces) {
     const uint64_t rel = p.offset - offset;
     if (rel + p.data.size() > data->size()) {
       data->resize(std::min<uint64_t>(rel + p.data.size(), size), '\0');
@@ -307,7 +317,7 @@ void WriteCache::PatchAttr(proto::Attr* attr) {
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(attr->ino());
   if (it == inodes_.end() || it->second.extents.empty()) return;
-  attr->set_size(std::max<uint64_t>(attr->size(), it->second.cached_end));
+  attr->set_size(std::max<uint64_t>(attr->size(), CachedEnd(it->second)));
   attr->set_mtime_ns(std::max<int64_t>(attr->mtime_ns(), it->second.mtime_ns));
   attr->set_ctime_ns(std::max<int64_t>(attr->ctime_ns(), it->second.mtime_ns));
 }

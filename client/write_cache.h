@@ -91,15 +91,22 @@ class WriteCache {
   absl::Status FlushAll();
 
   // Read-your-writes, in two steps around the server read: Snapshot copies
-  // the cached bytes overlapping [offset, offset + size); Apply lays them
-  // over what the server returned (zero-filling up to the cached end).
+  // the cached bytes overlapping [offset, offset + size) and the file's
+  // cached end; Apply lays them over what the server returned. The server
+  // has not seen cached writes, so its data may stop short: Apply extends it
+  // with zeros up to the cached end (a hole below a cached write past the
+  // server's end of file reads as zeros, not as end of file).
   struct Piece {
     uint64_t offset;
     std::string data;
   };
-  std::vector<Piece> Snapshot(uint64_t ino, uint64_t offset, size_t size);
-  static void Apply(const std::vector<Piece>& pieces, uint64_t offset, size_t size,
-                    std::string* data);
+  struct Overlay {
+    std::vector<Piece> pieces;  // oldest first: later ones win
+    uint64_t end = 0;           // end of the file's cached writes; 0: none cached
+    bool empty() const { return end == 0; }
+  };
+  Overlay Snapshot(uint64_t ino, uint64_t offset, size_t size);
+  static void Apply(const Overlay& overlay, uint64_t offset, size_t size, std::string* data);
 
   // Makes attributes from the server reflect cached writes (size, mtime).
   void PatchAttr(proto::Attr* attr);
@@ -124,12 +131,14 @@ class WriteCache {
   };
   struct Inode {
     std::list<std::shared_ptr<Extent>> extents;  // oldest first
-    uint64_t cached_end = 0;                     // largest end of any cached write
     int64_t mtime_ns = 0;                        // time of the last cached write
     int urgent = 0;                              // FlushInode callers waiting
     absl::Status error;                          // first flush error not yet reported
   };
 
+  // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when
+  // none. Acknowledged bytes are in the server's size.
+  static uint64_t CachedEnd(const Inode& inode);
   // Write() for at most one extent's worth of bytes.
   bool WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size);
   // Bytes of [offset, offset + size) rounded to blocks that no cached

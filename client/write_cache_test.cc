@@ -628,7 +628,7 @@ TEST(WriteCache, FlushErrorIsReportedDataStaysAndIsRetried) {
   EXPECT_EQ(h.cache.dirty_bytes(), d.size());
   EXPECT_EQ(h.server.content(1), "");
   // Still readable from the cache.
-  std::vector<WriteCache::Piece> pieces = h.cache.Snapshot(1, 4096, d.size());
+  std::vector<WriteCache::Piece> pieces = h.cache.Snapshot(1, 4096, d.size()).pieces;
   ASSERT_EQ(pieces.size(), 1u);
   EXPECT_TRUE(SameBytes(d, pieces[0].data));
 
@@ -716,7 +716,7 @@ TEST(WriteCache, SnapshotAndApplyOverlayCachedBytes) {
   data = "2345";
   WriteCache::Apply(h.cache.Snapshot(7, 2, 4), 2, 4, &data);
   EXPECT_EQ(data, "23WX");
-  EXPECT_TRUE(h.cache.Snapshot(7, 8, 100).empty());
+  EXPECT_TRUE(h.cache.Snapshot(7, 8, 100).pieces.empty());
   EXPECT_TRUE(h.cache.Snapshot(99, 0, 100).empty());
 
   // Past the server's end of file: the gap reads as zeros.
@@ -736,6 +736,36 @@ TEST(WriteCache, SnapshotAndApplyOverlayCachedBytes) {
   data = "";
   WriteCache::Apply(h.cache.Snapshot(9, 50, 100), 50, 100, &data);
   EXPECT_EQ(data, std::string(50, 'a') + std::string(50, 'b'));
+}
+
+TEST(WriteCache, AHoleBelowACachedWriteReadsAsZeros) {
+  Harness h;  // not started: everything stays cached
+  // pwrite past the server's end of file, then read a range wholly inside
+  // the hole below it: the server has nothing there, the cache no piece,
+  // yet the bytes exist (they were a short read before: end of file).
+  ASSERT_TRUE(h.Write(5, 0x2440c, std::string(45179, 'w')));
+  WriteCache::Overlay o = h.cache.Snapshot(5, 0x14827, 0x30ad);
+  EXPECT_TRUE(o.pieces.empty());
+  EXPECT_EQ(o.end, 0x2440cu + 45179);
+  std::string data;  // the server's answer: end of file
+  WriteCache::Apply(o, 0x14827, 0x30ad, &data);
+  EXPECT_EQ(data, std::string(0x30ad, '\0'));
+
+  // A read straddling the cached end stops there.
+  std::string tail = "";
+  WriteCache::Apply(h.cache.Snapshot(5, 0x2440c + 45000, 1000), 0x2440c + 45000, 1000, &tail);
+  EXPECT_EQ(tail, std::string(179, 'w'));
+  // Past the cached end: still end of file.
+  std::string past;
+  WriteCache::Apply(h.cache.Snapshot(5, 0x2440c + 45179, 100), 0x2440c + 45179, 100, &past);
+  EXPECT_EQ(past, "");
+
+  // 100 bytes at 0 and at 200000: 1000 bytes at 1000 are zeros.
+  ASSERT_TRUE(h.Write(6, 0, std::string(100, 'a')));
+  ASSERT_TRUE(h.Write(6, 200000, std::string(100, 'b')));
+  std::string mid;
+  WriteCache::Apply(h.cache.Snapshot(6, 1000, 1000), 1000, 1000, &mid);
+  EXPECT_EQ(mid, std::string(1000, '\0'));
 }
 
 TEST(WriteCache, PatchAttrRaisesSizeToTheCachedEnd) {

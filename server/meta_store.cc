@@ -407,7 +407,7 @@ absl::StatusOr<std::vector<std::string>> MetaStore::ListXattr(const Caller& call
 }
 
 absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t ino,
-                                                 uint32_t flags) {
+                                                 uint32_t flags, bool created) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   int mask = 0;
   switch (flags & O_ACCMODE) {
@@ -422,7 +422,7 @@ absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t 
   }
   if (flags & O_TRUNC) mask |= kMayWrite;
   if (IsDir(rec) && (mask & kMayWrite)) return ErrnoStatus(EISDIR, "open");
-  RETURN_IF_ERROR(CheckAccess(rec, caller, mask));
+  if (!(created && rec.uid() == caller.uid)) RETURN_IF_ERROR(CheckAccess(rec, caller, mask));
   return ToAttr(ino, rec);
 }
 
@@ -512,7 +512,8 @@ absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller, uint64_
 
 absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller, uint64_t parent,
                                              const std::string& name, uint32_t mode, uint64_t rdev,
-                                             uint32_t umask, bool exclusive) {
+                                             uint32_t umask, bool exclusive, bool* created_out) {
+  if (created_out != nullptr) *created_out = false;
   RETURN_IF_ERROR(ValidateName(name));
   const uint32_t type = mode & S_IFMT;
   switch (type) {
@@ -534,6 +535,7 @@ absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller, uint64_t pare
   rec.set_rdev(type == S_IFCHR || type == S_IFBLK ? rdev : 0);
   absl::StatusOr<proto::Attr> created = CreateEntry(caller, parent, name, rec);
   if (created.ok() || type == S_IFDIR || exclusive || ToErrno(created.status()) != EEXIST) {
+    if (created.ok() && created_out != nullptr) *created_out = true;
     return created;
   }
   // open(O_CREAT) without O_EXCL of an existing name opens it.
@@ -778,12 +780,12 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
 }
 
 absl::StatusOr<proto::InodeRecord> MetaStore::CheckTruncate(const Caller& caller, uint64_t ino,
-                                                            uint64_t size) {
+                                                            uint64_t size, bool opened) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   if (IsDir(rec)) return ErrnoStatus(EISDIR, "truncate");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "truncate");
   if (size > kMaxFileSize) return ErrnoStatus(EFBIG, "truncate");
-  RETURN_IF_ERROR(CheckAccess(rec, caller, kMayWrite));
+  if (!opened) RETURN_IF_ERROR(CheckAccess(rec, caller, kMayWrite));
   return rec;
 }
 
@@ -824,7 +826,7 @@ absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord
 }
 
 absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
-                                               const proto::SetAttrRequest& req) {
+                                               const proto::SetAttrRequest& req, bool opened) {
   using V = proto::SetAttrRequest;
   const uint32_t valid = req.valid();
   proto::Attr out;
@@ -832,8 +834,19 @@ absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(req.ino()));
     const int64_t now = options_.clock->NowNanos();
     if (valid & V::MODE) {
-      RETURN_IF_ERROR(CheckOwner(rec, caller));
       uint32_t mode = req.mode() & 07777;
+      if (IsSetIdKill(rec.mode(), mode)) {
+        // A write or truncate by a non-owner drops set-user-ID and
+        // set-group-ID: FUSE's kernel asks for it as a chmod in the
+        // writer's name (file_remove_privs). Anyone who may write the file
+        // may do that (Linux's rule); a real chmod stays the owner's.
+        if (!opened && !caller.IsRoot() && caller.uid != rec.uid() &&
+            !CheckAccess(rec, caller, kMayWrite).ok()) {
+          return ErrnoStatus(EPERM, "not the owner");  // chmod(2)'s answer
+        }
+      } else {
+        RETURN_IF_ERROR(CheckOwner(rec, caller));
+      }
       if (!caller.IsRoot() && !caller.InGroup(rec.gid())) mode &= ~S_ISGID;
       rec.set_mode((rec.mode() & S_IFMT) | mode);
     }
@@ -860,7 +873,7 @@ absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
       if (IsDir(rec)) return ErrnoStatus(EISDIR, "truncate");
       if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "truncate");
       if (req.size() > kMaxFileSize) return ErrnoStatus(EFBIG, "truncate");
-      RETURN_IF_ERROR(CheckAccess(rec, caller, kMayWrite));
+      if (!opened) RETURN_IF_ERROR(CheckAccess(rec, caller, kMayWrite));
       if (req.size() < rec.size()) {
         RETURN_IF_ERROR(CutAllocation(txn, req.ino(), &rec, req.size()));
       }

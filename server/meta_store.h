@@ -96,14 +96,19 @@ class MetaStore {
   absl::StatusOr<std::string> GetXattr(const Caller& caller, uint64_t ino, const std::string& name);
   absl::StatusOr<std::vector<std::string>> ListXattr(const Caller& caller, uint64_t ino);
   // Checks that `caller` may open `ino` with open(2) `flags`; fresh attrs.
-  absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino, uint32_t flags);
+  // `created`: the open of open(O_CREAT) that made the file, which needs no
+  // permission (the mode applies to later opens) when `caller` owns it.
+  absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino, uint32_t flags,
+                                        bool created = false);
   SpaceInfo Space();
 
   // --- namespace changes -----------------------------------------------------
   // Creates a file, directory, fifo, socket or device node. With `exclusive`
   // false and a regular file already there, returns it (open O_CREAT).
+  // `created` (may be null) says which of the two happened.
   absl::StatusOr<proto::Attr> MkNod(const Caller& caller, uint64_t parent, const std::string& name,
-                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive);
+                                    uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive,
+                                    bool* created = nullptr);
   absl::StatusOr<proto::Attr> Symlink(const Caller& caller, uint64_t parent,
                                       const std::string& name, const std::string& target);
   absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
@@ -114,11 +119,14 @@ class MetaStore {
   absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent, const std::string& name,
                                  uint64_t new_parent, const std::string& new_name, uint32_t flags);
   // chmod/chown/utimes and the metadata half of truncate. For a size change
-  // the caller has already cut the chunk files (see Volume).
-  absl::StatusOr<proto::Attr> SetAttr(const Caller& caller, const proto::SetAttrRequest& req);
+  // the caller has already cut the chunk files (see Volume). `opened`: the
+  // change comes through a handle the caller's mount holds open for writing
+  // (ftruncate), so a size change needs no write permission now.
+  absl::StatusOr<proto::Attr> SetAttr(const Caller& caller, const proto::SetAttrRequest& req,
+                                      bool opened = false);
   // The permission and type checks of a size change, without changing anything.
   absl::StatusOr<proto::InodeRecord> CheckTruncate(const Caller& caller, uint64_t ino,
-                                                   uint64_t size);
+                                                   uint64_t size, bool opened = false);
   absl::Status SetXattr(const Caller& caller, uint64_t ino, const std::string& name,
                         const std::string& value, uint32_t flags);
   absl::Status RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name);

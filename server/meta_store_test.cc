@@ -21,6 +21,7 @@
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
 #include "server/names.h"
+#include "server/permissions.h"
 
 namespace grantfs {
 namespace {
@@ -868,6 +869,67 @@ TEST_F(MetaStoreTest, ChownRules) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->SetAttr(kRoot, req));
   EXPECT_EQ(a.uid(), kBob.uid);
   EXPECT_EQ(a.mode(), S_IFREG | 0755u);  // set-user-ID dropped
+}
+
+TEST_F(MetaStoreTest, AnyoneWhoMayWriteMayDropSetIdBits) {
+  // What FUSE's kernel sends when a non-owner writes a set-id file.
+  ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
+  ASSERT_OK_AND_ASSIGN(proto::Attr open, Create(home.ino(), "open", S_ISUID | S_ISGID | 0777, kAlice));
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, Chmod(open.ino(), 0777, kBob));
+  EXPECT_EQ(a.mode(), S_IFREG | 0777u);
+  // Not a drop of set-id bits: the owner's.
+  EXPECT_EQ(Err(Chmod(open.ino(), 0755, kBob)), EPERM);
+  ASSERT_OK(Chmod(open.ino(), S_ISUID | 0777, kAlice));
+  EXPECT_EQ(Err(Chmod(open.ino(), S_ISUID | S_ISGID | 0777, kBob)), EPERM);  // adds one
+  EXPECT_EQ(Err(Chmod(open.ino(), S_ISUID | 0777, kBob)), EPERM);            // changes none
+  // Without write permission: not even that.
+  ASSERT_OK_AND_ASSIGN(proto::Attr closed, Create(home.ino(), "closed", S_ISUID | 0755, kAlice));
+  EXPECT_EQ(Err(Chmod(closed.ino(), 0755, kBob)), EPERM);
+  proto::SetAttrRequest kill;
+  kill.set_ino(closed.ino());
+  kill.set_valid(V::MODE);
+  kill.set_mode(0755);
+  ASSERT_OK_AND_ASSIGN(a, store_->SetAttr(kBob, kill, /*opened=*/true));
+  EXPECT_EQ(a.mode(), S_IFREG | 0755u);
+}
+
+TEST_F(MetaStoreTest, SetIdKillIsOnlyAClearOfSetIdBits) {
+  EXPECT_TRUE(IsSetIdKill(S_ISUID | 0777, 0777));
+  EXPECT_TRUE(IsSetIdKill(S_ISUID | S_ISGID | 0777, S_ISGID | 0777));
+  EXPECT_TRUE(IsSetIdKill(S_IFREG | S_ISGID | 0750, 0750));
+  EXPECT_FALSE(IsSetIdKill(0777, 0777));
+  EXPECT_FALSE(IsSetIdKill(S_ISUID | 0777, 0755));
+  EXPECT_FALSE(IsSetIdKill(S_ISUID | 0755, S_ISGID | 0755));
+  EXPECT_FALSE(IsSetIdKill(S_ISVTX | S_ISUID | 0777, 0777));
+}
+
+TEST_F(MetaStoreTest, TruncateThroughAnOpenHandleNeedsNoWritePermission) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(home.ino(), "f", 0, kAlice));
+  EXPECT_EQ(Err(Truncate(f.ino(), 10, kAlice)), EACCES);
+  EXPECT_EQ(Err(store_->CheckTruncate(kAlice, f.ino(), 10)), EACCES);
+  ASSERT_OK(store_->CheckTruncate(kAlice, f.ino(), 10, /*opened=*/true).status());
+  proto::SetAttrRequest req;
+  req.set_ino(f.ino());
+  req.set_valid(V::SIZE);
+  req.set_size(10);
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->SetAttr(kAlice, req, /*opened=*/true));
+  EXPECT_EQ(a.size(), 10u);
+}
+
+TEST_F(MetaStoreTest, TheOpenOfACreateNeedsNoPermissionOnTheNewFile) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
+  bool created = false;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                       store_->MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0, false, &created));
+  EXPECT_TRUE(created);
+  EXPECT_EQ(Err(store_->CheckOpen(kAlice, f.ino(), O_RDWR)), EACCES);
+  ASSERT_OK(store_->CheckOpen(kAlice, f.ino(), O_RDWR, /*created=*/true).status());
+  // Someone else's file: the claim is not honoured.
+  EXPECT_EQ(Err(store_->CheckOpen(kBob, f.ino(), O_RDWR, /*created=*/true)), EACCES);
+  // A second open(O_CREAT) finds the name: nothing created.
+  ASSERT_OK(store_->MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0, false, &created).status());
+  EXPECT_FALSE(created);
 }
 
 TEST_F(MetaStoreTest, StickyDirectoryProtectsOtherUsersFiles) {

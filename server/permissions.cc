@@ -46,4 +46,12 @@ absl::Status CheckOwner(const proto::InodeRecord& inode, const Caller& caller) {
   return ErrnoStatus(EPERM, "not the owner");
 }
 
+bool IsSetIdKill(uint32_t old_mode, uint32_t new_mode) {
+  constexpr uint32_t kSetId = S_ISUID | S_ISGID;
+  old_mode &= 07777;
+  new_mode &= 07777;
+  const uint32_t cleared = old_mode & ~new_mode;
+  return cleared != 0 && (cleared & ~kSetId) == 0 && (new_mode & ~old_mode) == 0;
+}
+
 }  // namespace grantfs

@@ -40,6 +40,12 @@ absl::Status CheckSticky(const proto::InodeRecord& dir,
 // explicit times, xattrs on trusted namespaces).
 absl::Status CheckOwner(const proto::InodeRecord& inode, const Caller& caller);
 
+// True when changing permission bits `old_mode` to `new_mode` only clears
+// set-user-ID and/or set-group-ID (at least one of them): what the kernel
+// asks of a FUSE file system when a non-owner writes or truncates a set-id
+// file. Both are 07777-or-wider modes; the file type bits are ignored.
+bool IsSetIdKill(uint32_t old_mode, uint32_t new_mode);
+
 }  // namespace grantfs
 
 #endif  // GRANTFS_SERVER_PERMISSIONS_H_

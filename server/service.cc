@@ -289,9 +289,13 @@ grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
   GRANTFS_BEGIN(req);
   GRANTFS_CHECK_INO("MkNod", req->parent(), reply);
   GRANTFS_ONCE("MkNod", req, reply);
+  // A recorded first attempt made the inode (finding a name records nothing).
+  if (once.prior()) reply->set_created(true);
   GRANTFS_PRIOR_ATTR("MkNod", once.prior()->value(), reply);
-  auto r = volume_->MkNod(rc, *req);
+  bool created = false;
+  auto r = volume_->MkNod(rc, *req, &created);
   if (r.ok()) *reply->mutable_attr() = *r;
+  reply->set_created(created);
   return Done("MkNod", r.status(), reply);
 }
 
@@ -363,7 +367,7 @@ grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
   // A resent open(O_TRUNC) whose first attempt truncated must not cut what
   // was written since; the open itself counts once by its handle.
   const uint32_t flags = once.prior() ? req->flags() & ~O_TRUNC : req->flags();
-  auto r = volume_->Open(rc, req->ino(), flags, req->handle());
+  auto r = volume_->Open(rc, req->ino(), flags, req->handle(), req->created());
   if (r.ok()) *reply->mutable_attr() = *r;
   return Done("Open", r.status(), reply);
 }

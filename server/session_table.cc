@@ -157,6 +157,16 @@ uint32_t SessionTable::OpenCount(uint64_t ino) {
   return it == open_total_.end() ? 0 : it->second;
 }
 
+bool SessionTable::HoldsOpen(uint64_t client_id, uint64_t ino, uint64_t handle) {
+  if (handle == 0) return false;
+  absl::MutexLock l(&mu_);
+  auto sit = sessions_.find(client_id);
+  if (sit == sessions_.end()) return false;
+  auto oit = sit->second.open.find(ino);
+  if (oit == sit->second.open.end()) return false;
+  return std::find(oit->second.begin(), oit->second.end(), handle) != oit->second.end();
+}
+
 uint32_t SessionTable::OpenCountBy(uint64_t client_id, uint64_t ino) {
   absl::MutexLock l(&mu_);
   auto sit = sessions_.find(client_id);

@@ -84,6 +84,8 @@ class SessionTable {
   // session (it ended since the request came in).
   bool OpenFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
   uint32_t CloseFile(uint64_t client_id, uint64_t ino, uint64_t handle = 0);
+  // Whether the client holds `ino` open with `handle` (not 0).
+  bool HoldsOpen(uint64_t client_id, uint64_t ino, uint64_t handle);
   // Opens of `ino` over all sessions; `by_client` only that client's.
   uint32_t OpenCount(uint64_t ino);
   uint32_t OpenCountBy(uint64_t client_id, uint64_t ino);

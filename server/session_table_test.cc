@@ -60,6 +60,19 @@ TEST_F(SessionTableTest, OpenGivesDistinctNonZeroIds) {
   EXPECT_EQ(table_.lease(), kLease);
 }
 
+TEST_F(SessionTableTest, HoldsOpenNamesExactlyTheClientsOpenHandles) {
+  const uint64_t a = table_.Open("a"), b = table_.Open("b");
+  ASSERT_TRUE(table_.OpenFile(a, 5, 7));
+  EXPECT_TRUE(table_.HoldsOpen(a, 5, 7));
+  EXPECT_FALSE(table_.HoldsOpen(a, 5, 8));  // another handle
+  EXPECT_FALSE(table_.HoldsOpen(a, 6, 7));  // another inode
+  EXPECT_FALSE(table_.HoldsOpen(b, 5, 7));  // another client
+  ASSERT_TRUE(table_.OpenFile(a, 5, 0));
+  EXPECT_FALSE(table_.HoldsOpen(a, 5, 0));  // 0 names no open
+  table_.CloseFile(a, 5, 7);
+  EXPECT_FALSE(table_.HoldsOpen(a, 5, 7));
+}
+
 TEST_F(SessionTableTest, ListShowsNameLeaseAndOpenFiles) {
   const uint64_t id = table_.Open("host:/mnt");
   table_.OpenFile(id, 5);

@@ -189,7 +189,9 @@ absl::StatusOr<proto::Attr> Volume::GetAttr(const RequestContext& ctx, uint64_t 
 absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
                                             const proto::SetAttrRequest& req) {
   if (!(req.valid() & proto::SetAttrRequest::SIZE)) {
-    ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req));
+    const bool opened =
+        req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
+    ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
     Publish(ctx, req.ino(), 0, "");
     return attr;
   }
@@ -197,19 +199,24 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   // before the size shrinks, so a crash in between leaves zeros in the file,
   // never stale bytes past the end that a later extension would uncover.
   absl::WriterMutexLock l(&DataLock(req.ino()));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->CheckTruncate(ctx.caller, req.ino(), req.size()));
+  // ftruncate: write access was checked when the handle was opened (the
+  // kernel allows ftruncate only on a descriptor open for writing).
+  const bool opened = req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
+  ASSIGN_OR_RETURN(proto::InodeRecord rec,
+                   meta_->CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
   if (req.size() < rec.size()) {
     RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
   Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx,
-                                          const proto::MkNodRequest& req) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
-                                                  req.rdev(), req.umask(), req.exclusive()));
+                                          const proto::MkNodRequest& req, bool* created) {
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(), req.rdev(),
+                                req.umask(), req.exclusive(), created));
   Publish(ctx, req.parent(), req.parent(), req.name());
   return attr;
 }
@@ -271,8 +278,8 @@ absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
 // --- files -----------------------------------------------------------------------
 
 absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
-                                         uint64_t handle) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags));
+                                         uint64_t handle, bool created) {
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags, created));
   // A file removed elsewhere is gone, unless this client still holds it
   // open (a second open of an unlinked file on the same node).
   if (attr.nlink() == 0 && sessions_.OpenCountBy(ctx.client_id, ino) == 0) {

@@ -92,7 +92,9 @@ class Volume {
                                      const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const RequestContext& ctx, uint64_t ino);
   absl::StatusOr<proto::Attr> SetAttr(const RequestContext& ctx, const proto::SetAttrRequest& req);
-  absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx, const proto::MkNodRequest& req);
+  // `created` (may be null): see MetaStore::MkNod.
+  absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
+                                    bool* created = nullptr);
   absl::StatusOr<proto::Attr> Symlink(const RequestContext& ctx, uint64_t parent,
                                       const std::string& name, const std::string& target);
   absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino, uint64_t new_parent,
@@ -107,8 +109,9 @@ class Volume {
   // --- files ---------------------------------------------------------------
   // `handle`: the client's id for this open (0: none); a resent Open or
   // Release with the same handle counts once (SessionTable::OpenFile).
+  // `created`: see MetaStore::CheckOpen.
   absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
-                                   uint64_t handle = 0);
+                                   uint64_t handle = 0, bool created = false);
   absl::Status Release(const RequestContext& ctx, uint64_t ino, uint64_t handle = 0);
   absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                    uint32_t size);

@@ -9,6 +9,8 @@ import errno
 import os
 import stat
 
+import pytest
+
 from conftest import NOBODY, NOGROUP, as_user, expect_errno
 
 OTHER_UID = 1000
@@ -171,6 +173,58 @@ class TestOwnership:
         assert stat.S_IMODE(os.stat(own).st_mode) == 0o600
         nobody(lambda: os.chown(own, -1, GROUP), groups=[GROUP])
         assert os.stat(own).st_gid == GROUP
+
+    @pytest.mark.parametrize("mode", [0o4777, 0o2777, 0o6777])
+    @pytest.mark.parametrize("flags", [os.O_WRONLY, os.O_RDWR])
+    def test_write_by_non_owner_clears_set_id_bits(self, cluster, mode, flags):
+        # Linux: a write by someone who may write but is not the owner
+        # succeeds and drops set-user-ID and set-group-ID.
+        f = make_file(os.path.join(cluster.n1, "f"), b"old", mode, uid=OTHER_UID, gid=OTHER_UID)
+
+        def write():
+            fd = os.open(f, flags)
+            try:
+                return os.write(fd, b"new")
+            finally:
+                os.close(fd)
+
+        assert nobody(write) == 3
+        st = os.stat(os.path.join(cluster.n2, "f"))
+        assert stat.S_IMODE(st.st_mode) == 0o777
+        with open(os.path.join(cluster.n2, "f"), "rb") as fh:
+            assert fh.read() == b"new"
+
+    def test_non_owner_cannot_clear_set_id_bits_without_write_access(self, cluster):
+        f = make_file(os.path.join(cluster.n1, "f"), b"", 0o4755, uid=OTHER_UID, gid=OTHER_UID)
+        expect_child_errno(errno.EPERM, lambda: os.chmod(f, 0o755))
+        expect_child_errno(errno.EPERM, lambda: os.chmod(f, 0o4777))
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o4755
+
+    def test_ftruncate_through_a_descriptor_of_a_mode_0_file(self, cluster):
+        # Permission is checked at open: a file created with mode 0 and
+        # O_RDWR can be truncated through that descriptor, then removed.
+        d = make_dir(os.path.join(cluster.n1, "d"), 0o777)
+        f = os.path.join(d, "f")
+
+        def fn():
+            fd = os.open(f, os.O_CREAT | os.O_RDWR, 0)
+            try:
+                os.write(fd, b"abcdef")
+                os.ftruncate(fd, 2)
+                os.ftruncate(fd, 0)
+                os.ftruncate(fd, 10)
+                return os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+
+        assert nobody(fn) == 10
+        assert os.stat(f).st_size == 10
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0
+        expect_child_errno(errno.EACCES, lambda: os.truncate(f, 0))  # by name: checked now
+        # open(O_CREAT) of the existing name is an open: checked.
+        expect_child_errno(errno.EACCES, lambda: os.open(f, os.O_CREAT | os.O_RDWR, 0))
+        nobody(lambda: os.unlink(f))
+        assert os.listdir(d) == []
 
     def test_utime_explicit_on_others_file_is_eperm(self, cluster):
         f = make_file(os.path.join(cluster.n1, "f"), mode=0o666)

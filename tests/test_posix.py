@@ -148,6 +148,32 @@ class TestFiles:
         assert read_file(p) == b"012ab56789" + b"\0" * 10 + b"Z"
         assert os.stat(p).st_size == 21
 
+    def test_hole_below_a_cached_write_reads_as_zeros(self, cluster):
+        # Through the descriptor that wrote past the end (the data still in
+        # the mount's write cache): the hole below it is zeros, not EOF.
+        p = os.path.join(cluster.n1, "f")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            data = os.urandom(45179)
+            os.pwrite(fd, data, 0x2440C)
+            assert os.fstat(fd).st_size == 0x2440C + 45179
+            assert os.pread(fd, 0x30AD, 0x14827) == b"\0" * 0x30AD
+            os.fsync(fd)
+            assert os.pread(fd, 0x30AD, 0x14827) == b"\0" * 0x30AD
+            assert os.pread(fd, 45179, 0x2440C) == data
+        finally:
+            os.close(fd)
+        q = os.path.join(cluster.n1, "g")
+        fd = os.open(q, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, b"a" * 100, 0)
+            os.pwrite(fd, b"b" * 100, 200000)
+            assert os.pread(fd, 1000, 1000) == b"\0" * 1000
+            assert os.pread(fd, 1000, 199950) == b"\0" * 50 + b"b" * 100
+        finally:
+            os.close(fd)
+        assert read_file(q) == b"a" * 100 + b"\0" * (200000 - 100) + b"b" * 100
+
     def test_o_trunc_empties_file(self, cluster):
         p = os.path.join(cluster.n1, "f")
         write_file(p, b"x" * 1000)
@@ -959,6 +985,33 @@ class TestNameLimits:
         p = os.path.join(cluster.n1, name)
         write_file(p, b"")
         assert os.listdir(cluster.n1) == [name]
+
+    def test_names_are_bytes_not_utf8(self, cluster):
+        # Linux names are bytes: ones that are not valid UTF-8 work
+        # everywhere a name does, and come back exactly as given.
+        n1, n2 = os.fsencode(cluster.n1), os.fsencode(cluster.n2)
+        bad = b"bad\xff\xfe"
+        write_file(os.path.join(n1, bad), b"bytes")
+        os.mkdir(os.path.join(n1, b"dir\xc3\x28"))
+        os.symlink(b"target\xff\x80", os.path.join(n1, b"ln\xfe"))
+        os.link(os.path.join(n1, bad), os.path.join(n1, b"hard\xed\xa0\x80"))
+        os.rename(os.path.join(n1, b"dir\xc3\x28"), os.path.join(n1, b"moved\x80"))
+        assert sorted(os.listdir(n1)) == sorted(
+            [bad, b"moved\x80", b"ln\xfe", b"hard\xed\xa0\x80"])
+        assert sorted(os.listdir(n2)) == sorted(os.listdir(n1))
+        assert read_file(os.path.join(n2, bad)) == b"bytes"
+        assert os.stat(os.path.join(n2, bad)).st_nlink == 2
+        assert os.readlink(os.path.join(n2, b"ln\xfe")) == b"target\xff\x80"
+        assert os.path.isdir(os.path.join(n2, b"moved\x80"))
+        os.setxattr(os.path.join(n1, bad), b"user.x\xff", b"v\xff")
+        assert os.getxattr(os.path.join(n2, bad), b"user.x\xff") == b"v\xff"
+        assert os.fsencode("user.x\udcff") in [os.fsencode(x) for x in
+                                                os.listxattr(os.path.join(n2, bad))]
+        os.removexattr(os.path.join(n1, bad), b"user.x\xff")
+        expect_errno(errno.ENODATA, os.getxattr, os.path.join(n1, bad), b"user.x\xff")
+        os.unlink(os.path.join(n1, bad))
+        os.rmdir(os.path.join(n1, b"moved\x80"))
+        expect_errno(errno.ENOENT, os.stat, os.path.join(n2, b"moved\x80"))
 
     def test_256_byte_name_is_enametoolong(self, cluster):
         p = os.path.join(cluster.n1, "n" * 256)
