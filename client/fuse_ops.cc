@@ -142,8 +142,7 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   ReplyAttr(req, Adapter(req)->fs()->GetAttr(CredsOf(req), ino));
 }
 
-void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
-               fuse_file_info* fi) {
+void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   using V = proto::SetAttrRequest;
   proto::SetAttrRequest r;
   r.set_ino(ino);

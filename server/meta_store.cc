@@ -406,8 +406,8 @@ absl::StatusOr<std::vector<std::string>> MetaStore::ListXattr(const Caller& call
   return names;
 }
 
-absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t ino,
-                                                 uint32_t flags, bool created) {
+absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t ino, uint32_t flags,
+                                                 bool created) {
   ASSIGN_OR_RETURN(proto::InodeRecord rec, GetInode(ino));
   int mask = 0;
   switch (flags & O_ACCMODE) {

@@ -874,7 +874,8 @@ TEST_F(MetaStoreTest, ChownRules) {
 TEST_F(MetaStoreTest, AnyoneWhoMayWriteMayDropSetIdBits) {
   // What FUSE's kernel sends when a non-owner writes a set-id file.
   ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
-  ASSERT_OK_AND_ASSIGN(proto::Attr open, Create(home.ino(), "open", S_ISUID | S_ISGID | 0777, kAlice));
+  ASSERT_OK_AND_ASSIGN(proto::Attr open,
+                       Create(home.ino(), "open", S_ISUID | S_ISGID | 0777, kAlice));
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Chmod(open.ino(), 0777, kBob));
   EXPECT_EQ(a.mode(), S_IFREG | 0777u);
   // Not a drop of set-id bits: the owner's.

@@ -201,7 +201,8 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   absl::WriterMutexLock l(&DataLock(req.ino()));
   // ftruncate: write access was checked when the handle was opened (the
   // kernel allows ftruncate only on a descriptor open for writing).
-  const bool opened = req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
+  const bool opened =
+      req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
   ASSIGN_OR_RETURN(proto::InodeRecord rec,
                    meta_->CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
   if (req.size() < rec.size()) {
@@ -212,8 +213,8 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   return attr;
 }
 
-absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx,
-                                          const proto::MkNodRequest& req, bool* created) {
+absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
+                                          bool* created) {
   ASSIGN_OR_RETURN(proto::Attr attr,
                    meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(), req.rdev(),
                                 req.umask(), req.exclusive(), created));
