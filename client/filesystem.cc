@@ -74,6 +74,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
   rpc_->set_client_id(reply.client_id());
   incarnation_ = reply.incarnation();
+  if (reply.max_file_size() > 0) max_file_size_.store(reply.max_file_size());
   {
     absl::MutexLock l(&mu_);
     lease_ms_ = std::max<uint64_t>(reply.lease_ms(), 300);
@@ -511,6 +512,13 @@ absl::StatusOr<std::string> FileSystem::PrefetchRpc(uint64_t ino, uint64_t offse
 
 absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t offset,
                                          const char* data, size_t size) {
+  // The file size limit is checked before a byte is accepted (no cached
+  // byte may become unflushable): as in Linux, a write that crosses it
+  // stores what lies below it and returns that count; one at or past it
+  // fails with EFBIG.
+  const uint64_t limit = max_file_size_.load();
+  if (offset >= limit) return ErrnoStatus(EFBIG, "write at or past the maximum file size");
+  size = std::min<uint64_t>(size, limit - offset);
   // Read-ahead is dropped after the data is in the cache or on the server:
   // a fetch issued before then is discarded, and one issued after sees the
   // cached data and starts no read-ahead (ReadAhead::Read).

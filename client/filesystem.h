@@ -170,6 +170,8 @@ class FileSystem {
   const std::unique_ptr<RpcClient> rpc_;
   InodeTable inodes_;
   std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
+  // The server's largest file size (OpenSession); 1 TiB until it says.
+  std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
   // Held shared by Open and Release from before their RPC until the
   // handle is recorded or dropped, and exclusively by a reclaim, so that a
   // reclaim never names a handle whose release the server has already seen

@@ -11,6 +11,7 @@
 #include "common/secret.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
+#include "server/names.h"
 
 namespace grantfs {
 namespace {
@@ -201,6 +202,7 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
   reply->set_client_id(*id);
   reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
   reply->set_incarnation(volume_->incarnation());
+  reply->set_max_file_size(kMaxFileSize);
   LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
             << "' from " << ctx->peer();
   return grpc::Status::OK;

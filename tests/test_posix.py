@@ -966,6 +966,51 @@ class TestFallocate:
 # --- name and path limits ----------------------------------------------------------------------
 
 
+TIB = 1 << 40  # the server's largest file size
+
+
+@pytest.fixture(params=["fastwrite", "writethrough"])
+def any_mode_cluster(request, tmp_base):
+    from conftest import Cluster
+    c = Cluster(tmp_base, nodes=1, mount_extra=[f"--write_mode={request.param}"])
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise
+    yield c
+    c.stop()
+
+
+class TestMaxFileSize:
+    def test_writes_at_the_limit_are_checked_at_write(self, any_mode_cluster):
+        # A write crossing the limit stores what lies below it (a short
+        # write, as Linux does at s_maxbytes); one at or past it is EFBIG at
+        # write(), in every mode: no accepted byte can become unflushable.
+        p = os.path.join(any_mode_cluster.n1, "f")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            data = os.urandom(8192)
+            assert os.pwrite(fd, data, TIB - 4096) == 4096
+            expect_errno(errno.EFBIG, os.pwrite, fd, data, TIB)
+            expect_errno(errno.EFBIG, os.pwrite, fd, b"x", TIB)
+            expect_errno(errno.EFBIG, os.pwrite, fd, data, 1 << 62)
+            expect_errno(errno.EFBIG, os.pwrite, fd, b"x", (1 << 63) - 2)
+            # 2 bytes there overflow the offset: the kernel's EINVAL, as on ext4.
+            expect_errno(errno.EINVAL, os.pwrite, fd, b"xy", (1 << 63) - 2)
+            os.fsync(fd)
+            assert os.fstat(fd).st_size == TIB
+            assert os.pread(fd, 8192, TIB - 4096) == data[:4096]
+            expect_errno(errno.EFBIG, os.ftruncate, fd, TIB + 1)
+            expect_errno(errno.EFBIG, os.posix_fallocate, fd, TIB - 4096, 8192)
+            os.ftruncate(fd, 4096)  # still possible from this mount
+            assert os.fstat(fd).st_size == 4096
+        finally:
+            os.close(fd)
+        assert os.stat(p).st_size == 4096
+        expect_errno(errno.EFBIG, os.truncate, p, TIB + 4096)
+
+
 class TestNameLimits:
     def test_255_byte_name_works(self, cluster):
         name = "n" * 255
