@@ -118,7 +118,8 @@ void FileSystem::Stop() {
     absl::Status s = cache_->FlushAll();
     if (!s.ok()) {
       LOG(ERROR) << "unmount: " << cache_->dirty_bytes()
-                 << " cached bytes could not be written: " << s;
+                 << " cached bytes could not be written and are dropped: " << s;
+      for (const std::string& line : cache_->DescribeDirty()) LOG(ERROR) << "unmount: " << line;
     }
     cache_->Stop();
     pool_->Stop();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/errno_status.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -230,13 +231,24 @@ void WriteCache::FlusherLoop() {
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
       pool_->Settle(e->debit, r->grant_used);
-      if (inode.extents.empty() && inode.urgent == 0 && inode.error.ok()) inodes_.erase(ino);
+      if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
+    } else if (IsPermanentFlushError(r.status())) {
+      // No retry can store it: dropped, said once in the log and once to
+      // the next flush or fsync of the file. The server stored none of it,
+      // so its whole debit goes back to the pool.
+      LOG(ERROR) << "inode " << ino << ": cached bytes [" << e->offset << ", " << e->end()
+                 << ") dropped, the server refused them: " << r.status();
+      inode.extents.remove(e);
+      dirty_bytes_ -= e->data.size();
+      pool_->Refund(e->debit);
+      if (inode.dropped.ok()) inode.dropped = r.status();
     } else {
       // Kept and retried; waiters learn of the error. Sealed: the RPC may
       // still hold its bytes, so later writes go to a new extent.
       e->flushing = false;
       e->sealed = true;
-      if (inode.error.ok()) inode.error = r.status();
+      ++e->failures;
+      e->last_error = r.status();
       LOG(WARNING) << "flush of inode " << ino << " [" << e->offset << ", " << e->end()
                    << "): " << r.status() << "; will retry";
       backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(2));
@@ -249,24 +261,91 @@ absl::Status WriteCache::FlushInode(uint64_t ino) {
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return absl::OkStatus();
   Inode& inode = it->second;  // not erased while urgent > 0
-  std::vector<std::shared_ptr<Extent>> mine(inode.extents.begin(), inode.extents.end());
+  // The extents to wait for, with their failures so far: only a failure
+  // after this call began ends the wait (an old one was already reported,
+  // or the retry since may have worked).
+  std::vector<std::pair<std::shared_ptr<Extent>, uint64_t>> mine;
+  for (const auto& e : inode.extents) mine.emplace_back(e, e->failures);
   ++inode.urgent;
+  auto pending = [&](const std::shared_ptr<Extent>& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::find(inode.extents.begin(), inode.extents.end(), e) != inode.extents.end();
+  };
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!inode.error.ok() || stopping_) return true;
-    for (const auto& e : mine) {
-      if (std::find(inode.extents.begin(), inode.extents.end(), e) != inode.extents.end()) {
-        return false;
+    if (stopping_) return true;
+    // Done when all are stored, or one failed since the call and every
+    // other attempt in flight has finished (a failed extent may already be
+    // in its retry: that is not waited for).
+    bool failed = false, left = false, in_flight = false;
+    for (const auto& [e, failures] : mine) {
+      if (!pending(e)) continue;
+      left = true;
+      if (e->failures > failures) {
+        failed = true;
+      } else if (e->flushing) {
+        in_flight = true;
       }
     }
-    return true;
+    return !left || (failed && !in_flight);
   };
   mu_.Await(absl::Condition(&done));
   --inode.urgent;
-  absl::Status err = inode.error;
-  inode.error = absl::OkStatus();
-  if (err.ok() && stopping_ && !done()) err = absl::UnavailableError("write cache stopped");
+  absl::Status err;
+  for (const auto& [e, failures] : mine) {
+    if (pending(e) && e->failures > failures) {
+      err = e->last_error;
+      break;
+    }
+  }
+  if (err.ok()) {
+    for (const auto& [e, failures] : mine) {
+      if (pending(e)) {
+        err = absl::UnavailableError("write cache stopped");
+        break;
+      }
+    }
+  }
+  if (!inode.dropped.ok()) {  // reported once, whatever else is returned
+    if (err.ok()) err = inode.dropped;
+    inode.dropped = absl::OkStatus();
+  }
   if (inode.extents.empty() && inode.urgent == 0) inodes_.erase(ino);
   return err;
+}
+
+bool WriteCache::IsPermanentFlushError(const absl::Status& s) {
+  // Only the server's own answers are final; a transport error, EIO or
+  // ENOSPC (a disk that may recover) is worth retrying.
+  if (!HasErrno(s)) return false;
+  switch (ToErrno(s)) {
+    case ENOENT:
+    case ESTALE:
+    case EFBIG:
+    case EINVAL:
+    case EISDIR:
+    case EBADF:
+    case EPERM:
+    case EACCES:
+    case EROFS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::vector<std::string> WriteCache::DescribeDirty() {
+  std::vector<std::string> out;
+  absl::MutexLock l(&mu_);
+  for (const auto& [ino, inode] : inodes_) {
+    uint64_t bytes = 0;
+    for (const auto& e : inode.extents) bytes += e->data.size();
+    if (bytes == 0) continue;
+    const absl::Status& why =
+        inode.extents.empty() ? absl::OkStatus() : inode.extents.front()->last_error;
+    out.push_back("inode " + std::to_string(ino) + ": " + std::to_string(bytes) + " bytes in " +
+                  std::to_string(inode.extents.size()) + " extents" +
+                  (why.ok() ? "" : ", last error: " + why.ToString()));
+  }
+  return out;
 }
 
 absl::Status WriteCache::FlushAll() {

@@ -84,11 +84,23 @@ class WriteCache {
   bool Write(uint64_t ino, uint64_t offset, const char* data, size_t size);
 
   // Waits until every byte of `ino` cached before the call is acknowledged
-  // by the server. Returns the first flush error since the last call
-  // (the data stays cached and is retried).
+  // by the server, or until a flush of some of them failed after the call
+  // began and no other flush of the file is in flight. Returns OK only when
+  // all of them are on the server. On error, data that may yet be stored
+  // (the server unreachable, EIO, ENOSPC) stays cached and is retried, so a
+  // later call waits for the retry and says how it went; data the server
+  // refused for good (the file is gone, EFBIG, EINVAL: IsPermanentFlushError)
+  // is dropped with one log line naming the file, and that error is
+  // returned once, to the next call for the file.
   absl::Status FlushInode(uint64_t ino);
   // The same for every inode.
   absl::Status FlushAll();
+
+  // Whether the server refused a flush in a way no retry can change.
+  static bool IsPermanentFlushError(const absl::Status& s);
+
+  // One line per file still holding unflushed bytes (unmount logs them).
+  std::vector<std::string> DescribeDirty();
 
   // Read-your-writes, in two steps around the server read: Snapshot copies
   // the cached bytes overlapping [offset, offset + size) and the file's
@@ -127,13 +139,15 @@ class WriteCache {
     absl::Time born;
     bool flushing = false;
     bool sealed = false;
+    uint64_t failures = 0;    // flush attempts that failed
+    absl::Status last_error;  // of the latest failed attempt
     uint64_t end() const { return offset + data.size(); }
   };
   struct Inode {
     std::list<std::shared_ptr<Extent>> extents;  // oldest first
     int64_t mtime_ns = 0;                        // time of the last cached write
     int urgent = 0;                              // FlushInode callers waiting
-    absl::Status error;                          // first flush error not yet reported
+    absl::Status dropped;                        // data refused for good, not yet reported
   };
 
   // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when

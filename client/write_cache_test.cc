@@ -22,6 +22,7 @@
 #include "client/grant_pool.h"
 #include "client/test_util.h"
 #include "common/clock.h"
+#include "common/errno_status.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -647,6 +648,69 @@ TEST(WriteCache, FlushErrorIsReportedDataStaysAndIsRetried) {
   EXPECT_EQ(h.cache.dirty_bytes(), 0u);
   EXPECT_TRUE(h.FlushInode(1).ok());  // the error was reported once
   EXPECT_EQ(h.pool.available(), h.grants.granted() - h.server.used());
+}
+
+TEST(WriteCache, AFlushAfterAFailureWaitsForTheRetryAndReportsOnlyItsOutcome) {
+  // Found by review: after one failed flush, close() and fsync() returned
+  // the old error at once without waiting, and again after a retry worked.
+  Harness h;
+  std::atomic<int> fail_left{1};
+  h.server.set_hook([&](int, uint64_t, uint64_t, const std::string&) {
+    if (fail_left.fetch_sub(1) > 0) return absl::UnavailableError("server unreachable");
+    return absl::OkStatus();
+  });
+  h.cache.Start();
+  ASSERT_TRUE(h.Write(1, 0, std::string(100 * kKiB, 'a')));
+  EXPECT_EQ(h.FlushInode(1).code(), absl::StatusCode::kUnavailable);
+  // More data, then a flush: it waits for the retry of the old data and
+  // for the new, and both land.
+  ASSERT_TRUE(h.Write(1, 100 * kKiB, std::string(100 * kKiB, 'b')));
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  EXPECT_EQ(h.server.content(1), std::string(100 * kKiB, 'a') + std::string(100 * kKiB, 'b'));
+  EXPECT_TRUE(h.FlushInode(1).ok());
+}
+
+TEST(WriteCache, AFailureThatIsNotNewDoesNotEndTheWait) {
+  // The extent failed in the background, before anyone flushed: the flush
+  // waits for its retry (which works) instead of returning the old error.
+  Harness h;
+  std::atomic<int> fail_left{1};
+  h.server.set_hook([&](int, uint64_t, uint64_t, const std::string&) {
+    if (fail_left.fetch_sub(1) > 0) return absl::UnavailableError("server unreachable");
+    return absl::OkStatus();
+  });
+  h.cache.Start();
+  ASSERT_TRUE(h.Write(1, 0, std::string(64 * kKiB, 'a')));
+  h.clock.Advance(absl::Seconds(60));  // comes of age: flushed unasked, and fails
+  for (int i = 0; i < 500 && h.server.attempts() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(h.server.attempts(), 1);
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  EXPECT_EQ(h.server.content(1), std::string(64 * kKiB, 'a'));
+}
+
+TEST(WriteCache, DataRefusedForGoodIsDroppedAndReportedOnce) {
+  Harness h;
+  h.server.set_hook([](int, uint64_t, uint64_t offset, const std::string&) {
+    if (offset == 0) return ErrnoStatus(EFBIG, "past the maximum file size");
+    return absl::OkStatus();
+  });
+  h.cache.Start();
+  ASSERT_TRUE(h.Write(1, 0, std::string(4096, 'x')));
+  const absl::Status s = h.FlushInode(1);
+  EXPECT_EQ(ToErrno(s), EFBIG) << s;
+  EXPECT_EQ(h.cache.extent_count(1), 0u);
+  EXPECT_EQ(h.cache.dirty_bytes(), 0u);
+  EXPECT_TRUE(h.FlushInode(1).ok());  // said once
+  EXPECT_EQ(h.server.attempts(), 1);  // and never retried
+  // Its debit is back: the pool holds what the server still grants.
+  EXPECT_EQ(h.pool.available(), h.grants.granted() - h.server.used());
+
+  // Reported to the next flush even when nobody waited at the time.
+  ASSERT_TRUE(h.Write(2, 0, std::string(100, 'y')));
+  h.clock.Advance(absl::Seconds(60));  // comes of age: flushed unasked
+  for (int i = 0; i < 200 && h.server.attempts() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(ToErrno(h.FlushInode(2)), EFBIG);
+  EXPECT_TRUE(h.FlushInode(2).ok());
 }
 
 TEST(WriteCache, BytesHandedToAFailedFlushAreNeverChangedAfterwards) {
