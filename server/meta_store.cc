@@ -165,6 +165,16 @@ absl::Status MetaStore::Init() {
       grants_[keys::GetBigEndian64(it->key().data() + 1)] = g.blocks();
     }
     if (!it->status().ok()) return DbError(it->status(), "loading grants");
+    // The per-session records are the truth; the total is derived from
+    // them (a total written by an older version could disagree).
+    uint64_t granted = 0;
+    for (const auto& [id, blocks] : grants_) granted += blocks;
+    if (granted != counters_.granted_blocks()) {
+      LOG(WARNING) << "ledger: granted total " << counters_.granted_blocks()
+                   << " blocks disagrees with the sessions' grants, " << granted
+                   << " blocks: using the latter";
+      counters_.set_granted_blocks(granted);
+    }
     CheckLedger();
     return absl::OkStatus();
   }
@@ -958,8 +968,8 @@ absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino, const st
 
 // --- space and data ------------------------------------------------------------
 
-absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset, uint64_t length,
-                                            uint64_t grant_client, uint64_t* from_grant_out) {
+absl::StatusOr<Reservation> MetaStore::Reserve(uint64_t ino, uint64_t offset, uint64_t length,
+                                               uint64_t grant_client) {
   absl::MutexLock l(&mu_);
   Txn txn(db_);
   uint64_t blocks = 0;
@@ -973,35 +983,63 @@ absl::StatusOr<uint64_t> MetaStore::Reserve(uint64_t ino, uint64_t offset, uint6
                                         blocks += !BitSet(chunk.bitmap(), b);
                                       return absl::OkStatus();
                                     }));
-  uint64_t from_grant = 0;
-  auto grant = grant_client != 0 ? grants_.find(grant_client) : grants_.end();
-  if (grant != grants_.end()) from_grant = std::min(blocks, grant->second);
-  if (blocks - from_grant > FreeBlocks()) return ErrnoStatus(ENOSPC, "volume full");
-  if (from_grant > 0) {
-    grant->second -= from_grant;
-    counters_.set_granted_blocks(counters_.granted_blocks() - from_grant);
+  Reservation r;
+  r.blocks = blocks;
+  if (grant_client != 0) {
+    auto grant = grants_.find(grant_client);
+    const uint64_t held = grant == grants_.end() ? 0 : grant->second;
+    const uint64_t busy = grant_reserved_.count(grant_client) ? grant_reserved_[grant_client] : 0;
+    r.from_grant = std::min(blocks, held - std::min(held, busy));
   }
-  reserved_blocks_ += blocks;
-  if (from_grant_out != nullptr) *from_grant_out = from_grant;
-  return blocks;
+  if (blocks - r.from_grant > FreeBlocks()) return ErrnoStatus(ENOSPC, "volume full");
+  if (r.from_grant > 0) {
+    r.client = grant_client;
+    grant_reserved_[grant_client] += r.from_grant;
+  }
+  reserved_blocks_ += blocks - r.from_grant;
+  return r;
 }
 
-void MetaStore::Unreserve(uint64_t blocks) {
+void MetaStore::Unreserve(const Reservation& r) {
   absl::MutexLock l(&mu_);
-  reserved_blocks_ -= std::min(blocks, reserved_blocks_);
+  ReleaseLocked(r);
+}
+
+void MetaStore::ReleaseLocked(const Reservation& r) {
+  const uint64_t outside = r.blocks - r.from_grant;
+  reserved_blocks_ -= std::min(outside, reserved_blocks_);
+  if (r.from_grant > 0) {
+    auto it = grant_reserved_.find(r.client);
+    if (it != grant_reserved_.end()) {
+      it->second -= std::min(it->second, r.from_grant);
+      if (it->second == 0) grant_reserved_.erase(it);
+    }
+  }
 }
 
 absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
-                                                   bool extend, uint64_t reserved,
-                                                   uint64_t grant_client) {
+                                                   bool extend, const Reservation& r) {
   proto::Attr out;
+  bool released = false;
   absl::Status st = Mutate([&](Txn* txn) -> absl::Status {
-    reserved_blocks_ -= std::min(reserved, reserved_blocks_);
-    reserved = 0;
-    if (grant_client != 0) {
-      proto::GrantRecord g;
-      g.set_blocks(grants_.count(grant_client) ? grants_[grant_client] : 0);
-      txn->Put(keys::Grant(grant_client), g.SerializeAsString());
+    // The reservation ends with this change whatever its outcome; only the
+    // grant's debit is undone (with counters_ and grants_) if it fails.
+    ReleaseLocked(r);
+    released = true;
+    if (r.from_grant > 0) {
+      auto grant = grants_.find(r.client);
+      const uint64_t held = grant == grants_.end() ? 0 : grant->second;
+      const uint64_t debit = std::min(held, r.from_grant);
+      counters_.set_granted_blocks(counters_.granted_blocks() - debit);
+      if (held - debit == 0) {
+        if (grant != grants_.end()) grants_.erase(grant);
+        txn->Delete(keys::Grant(r.client));
+      } else {
+        grant->second = held - debit;
+        proto::GrantRecord g;
+        g.set_blocks(held - debit);
+        txn->Put(keys::Grant(r.client), g.SerializeAsString());
+      }
     }
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
@@ -1034,7 +1072,7 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
     out = ToAttr(ino, rec);
     return absl::OkStatus();
   });
-  if (reserved > 0) Unreserve(reserved);
+  if (!released) Unreserve(r);
   RETURN_IF_ERROR(st);
   return out;
 }
@@ -1045,6 +1083,13 @@ uint64_t MetaStore::FreeBlocks() const {
 }
 
 bool MetaStore::CheckLedger() const {
+  uint64_t granted = 0;
+  for (const auto& [id, blocks] : grants_) granted += blocks;
+  if (granted != counters_.granted_blocks()) {
+    LOG(ERROR) << "ledger invariant broken: granted total " << counters_.granted_blocks()
+               << " blocks, sessions' grants " << granted << " blocks";
+    return false;
+  }
   const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
   if (taken <= capacity_blocks_) return true;
   LOG(ERROR) << "ledger invariant broken: used " << counters_.used_blocks() << " + granted "
@@ -1059,7 +1104,9 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
   uint64_t total = 0;
   RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
     uint64_t& held = grants_[client_id];
-    const uint64_t back = std::min(return_blocks, held);
+    // What writes in progress hold inside the grant cannot be given back.
+    const uint64_t busy = grant_reserved_.count(client_id) ? grant_reserved_[client_id] : 0;
+    const uint64_t back = std::min(return_blocks, held - std::min(held, busy));
     held -= back;
     const uint64_t more = GrantBlocks(wanted_blocks, FreeBlocks(), capacity_blocks_);
     held += more;
@@ -1085,9 +1132,22 @@ absl::Status MetaStore::EndSession(uint64_t client_id) {
     txn->Delete(keys::Session(client_id));
     auto it = grants_.find(client_id);
     if (it == grants_.end()) return absl::OkStatus();
-    counters_.set_granted_blocks(counters_.granted_blocks() - it->second);
-    grants_.erase(it);
-    txn->Delete(keys::Grant(client_id));
+    // Blocks its writes in progress hold stay granted until they commit or
+    // are given up (then CommitWrite or a later grant change settles them).
+    const uint64_t busy = grant_reserved_.count(client_id) ? grant_reserved_[client_id] : 0;
+    const uint64_t keep = std::min(busy, it->second);
+    const uint64_t back = it->second - keep;
+    counters_.set_granted_blocks(counters_.granted_blocks() -
+                                 std::min(back, counters_.granted_blocks()));
+    if (keep == 0) {
+      grants_.erase(it);
+      txn->Delete(keys::Grant(client_id));
+    } else {
+      it->second = keep;
+      proto::GrantRecord g;
+      g.set_blocks(keep);
+      txn->Put(keys::Grant(client_id), g.SerializeAsString());
+    }
     return absl::OkStatus();
   });
 }

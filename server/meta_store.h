@@ -65,11 +65,19 @@ struct Removed {
   uint32_t nlink = 0;  // its link count afterwards; 0 = now an orphan
 };
 
+// Blocks held for one write in progress (MetaStore::Reserve), until it is
+// committed or given up.
+struct Reservation {
+  uint64_t blocks = 0;      // blocks of the range not yet allocated
+  uint64_t from_grant = 0;  // of them, held inside `client`'s grant
+  uint64_t client = 0;      // whose grant (0: none)
+};
+
 // Totals for statfs and status.
 struct SpaceInfo {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;      // allocated in the chunk store
-  uint64_t reserved_bytes = 0;  // held for writes in progress
+  uint64_t reserved_bytes = 0;  // held for writes in progress, beyond grants
   uint64_t granted_bytes = 0;   // sum of the sessions' grants
   bool ledger_ok = true;        // used + granted + reserved <= capacity
   uint64_t inodes = 0;
@@ -135,20 +143,22 @@ class MetaStore {
   // The ledger: used + sum(grants) + reserved <= capacity, always.
   //
   // Holds the blocks of [offset, offset + length) of `ino` that are not yet
-  // allocated, for a write in progress; returns how many. With
-  // `grant_client` != 0 they come out of that session's grant first and out
-  // of free space only for the rest. ENOSPC when free space cannot cover it.
-  // `from_grant` (optional) gets how many of them came out of the grant.
-  absl::StatusOr<uint64_t> Reserve(uint64_t ino, uint64_t offset, uint64_t length,
-                                   uint64_t grant_client = 0, uint64_t* from_grant = nullptr);
-  void Unreserve(uint64_t blocks);
+  // allocated, for a write in progress. With `grant_client` != 0 they are
+  // held inside that session's grant first (the grant is only debited when
+  // the write commits) and out of free space only for the rest. ENOSPC when
+  // free space cannot cover it. Held in memory only: a crash before the
+  // commit leaves every grant and the usage as they were.
+  absl::StatusOr<Reservation> Reserve(uint64_t ino, uint64_t offset, uint64_t length,
+                                      uint64_t grant_client = 0);
+  // Gives up a reservation (the write failed): its blocks go back where
+  // they came from, the grant's part to the grant.
+  void Unreserve(const Reservation& r);
   // Records that [offset, offset + length) of `ino` now holds data: marks
   // the blocks allocated, extends the size (when `extend`), sets mtime/ctime,
-  // and turns `reserved` blocks of an earlier Reserve into used ones. The
-  // grant of `grant_client` (if not 0) is persisted in the same batch.
+  // and turns the blocks of `r` into used ones, debiting the grant's part
+  // from the grant in the same batch as the usage.
   absl::StatusOr<proto::Attr> CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
-                                          bool extend, uint64_t reserved,
-                                          uint64_t grant_client = 0);
+                                          bool extend, const Reservation& r);
   // Gives `return_blocks` of the session's grant back to free space, then
   // grants up to `wanted_blocks` more by the grant policy
   // (server/grant_policy.h). Returns the session's whole grant; `added`
@@ -247,6 +257,8 @@ class MetaStore {
   uint64_t FreeBlocks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs loudly if the ledger invariant is broken. REQUIRES: mu_ held.
   bool CheckLedger() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends reservation `r` (its blocks are no longer held for it).
+  void ReleaseLocked(const Reservation& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;
@@ -256,7 +268,11 @@ class MetaStore {
   // Serializes changes. Lock order: mu_ before sync_mu_.
   absl::Mutex mu_;
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
+  // Blocks reserved for writes in progress beyond grants (Reserve).
   uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocks of each session's grant held by its writes in progress: still
+  // part of grants_ (and of the persisted grant) until the write commits.
+  std::map<uint64_t, uint64_t> grant_reserved_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> grants_ ABSL_GUARDED_BY(mu_);   // client id -> blocks
   std::function<proto::OrphanRecord(uint64_t)> open_holders_;  // set before changes
 

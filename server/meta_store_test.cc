@@ -62,11 +62,12 @@ class MetaStoreTest : public ::testing::Test {
   MetaStoreOptions Options() {
     MetaStoreOptions o;
     o.dir = root_dir_ + "/meta";
-    o.capacity_bytes = kCapacity;
+    o.capacity_bytes = capacity_;
     o.chunk_size = kChunk;
     o.clock = &clock_;
     return o;
   }
+  uint64_t capacity_ = kCapacity;
   // Closes the store (if open) and opens it again from the same directory.
   void Reopen() {
     store_.reset();
@@ -99,7 +100,7 @@ class MetaStoreTest : public ::testing::Test {
   }
   // What a data write does to the metadata: reserve, then commit.
   absl::StatusOr<proto::Attr> Write(uint64_t ino, uint64_t offset, uint64_t length) {
-    ASSIGN_OR_RETURN(uint64_t reserved, store_->Reserve(ino, offset, length));
+    ASSIGN_OR_RETURN(Reservation reserved, store_->Reserve(ino, offset, length));
     return store_->CommitWrite(ino, offset, length, /*extend=*/true, reserved);
   }
   // nlink of `ino`, or -1 when it does not exist.
@@ -417,7 +418,7 @@ TEST_F(MetaStoreTest, GarbageChunkSpanCoversEveryRecordedChunk) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK(Write(f.ino(), 0, 100));  // size 100: one chunk
   // Blocks allocated past the size (fallocate with KEEP_SIZE) in chunk 5.
-  ASSERT_OK_AND_ASSIGN(uint64_t reserved, store_->Reserve(f.ino(), 5 * kChunk, 10));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 5 * kChunk, 10));
   ASSERT_OK(store_->CommitWrite(f.ino(), 5 * kChunk, 10, /*extend=*/false, reserved));
   ASSERT_OK(store_->Remove(kRoot, kRootIno, "f", false));
   ASSERT_OK(store_->Reap(f.ino()));
@@ -1056,8 +1057,8 @@ TEST_F(MetaStoreTest, ExplicitTimesNeedOwnershipNowNeedsWriteAccess) {
 
 TEST_F(MetaStoreTest, WritingTheSameBlocksTwiceAllocatesThemOnce) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK_AND_ASSIGN(uint64_t reserved, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
-  EXPECT_EQ(reserved, 2u);
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
+  EXPECT_EQ(reserved.blocks, 2u);
   EXPECT_EQ(store_->Space().reserved_bytes, 2 * kBlockSize);
   ASSERT_OK_AND_ASSIGN(proto::Attr a,
                        store_->CommitWrite(f.ino(), 0, 2 * kBlockSize, true, reserved));
@@ -1068,7 +1069,7 @@ TEST_F(MetaStoreTest, WritingTheSameBlocksTwiceAllocatesThemOnce) {
 
   // The same blocks again (and a partial block inside them) need nothing.
   ASSERT_OK_AND_ASSIGN(reserved, store_->Reserve(f.ino(), 100, kBlockSize));
-  EXPECT_EQ(reserved, 0u);
+  EXPECT_EQ(reserved.blocks, 0u);
   ASSERT_OK_AND_ASSIGN(a, store_->CommitWrite(f.ino(), 100, kBlockSize, true, reserved));
   EXPECT_EQ(a.size(), 2 * kBlockSize);
   EXPECT_EQ(a.blocks(), 2 * kBlockSize / 512);
@@ -1087,7 +1088,7 @@ TEST_F(MetaStoreTest, WritingTheSameBlocksTwiceAllocatesThemOnce) {
 
 TEST_F(MetaStoreTest, CommitWithoutExtendKeepsTheSize) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK_AND_ASSIGN(uint64_t reserved, store_->Reserve(f.ino(), 0, 3 * kBlockSize));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 3 * kBlockSize));
   ASSERT_OK_AND_ASSIGN(proto::Attr a,
                        store_->CommitWrite(f.ino(), 0, 3 * kBlockSize, false, reserved));
   EXPECT_EQ(a.size(), 0u);
@@ -1100,13 +1101,14 @@ TEST_F(MetaStoreTest, ReservationsPastCapacityAreEnospc) {
   ASSERT_OK_AND_ASSIGN(proto::Attr g, Create(kRootIno, "g"));
   ASSERT_OK(Write(f.ino(), 0, 2 * kBlockSize));
   // Room for exactly the rest.
-  ASSERT_OK_AND_ASSIGN(uint64_t held, store_->Reserve(g.ino(), 0, (kCapBlocks - 2) * kBlockSize));
-  EXPECT_EQ(held, kCapBlocks - 2);
+  ASSERT_OK_AND_ASSIGN(Reservation held,
+                       store_->Reserve(g.ino(), 0, (kCapBlocks - 2) * kBlockSize));
+  EXPECT_EQ(held.blocks, kCapBlocks - 2);
   // Reservations count: nothing more fits.
   EXPECT_EQ(Err(store_->Reserve(f.ino(), 2 * kBlockSize, 1)), ENOSPC);
   // Rewriting allocated blocks needs no space.
-  ASSERT_OK_AND_ASSIGN(uint64_t none, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
-  EXPECT_EQ(none, 0u);
+  ASSERT_OK_AND_ASSIGN(Reservation none, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
+  EXPECT_EQ(none.blocks, 0u);
   store_->Unreserve(held);
   EXPECT_EQ(store_->Space().reserved_bytes, 0u);
   EXPECT_EQ(Err(store_->Reserve(g.ino(), 0, (kCapBlocks - 1) * kBlockSize)), ENOSPC);
@@ -1119,6 +1121,109 @@ TEST_F(MetaStoreTest, ReservationsPastCapacityAreEnospc) {
   // Full, but overwriting in place still works.
   ASSERT_OK(Write(g.ino(), kBlockSize, 100));
   EXPECT_EQ(store_->Space().used_bytes, kCapacity);
+}
+
+// --- grants and reservations across a crash (issue: the ledger survives crashes) ----------------
+
+class LedgerCrashTest : public MetaStoreTest {
+ protected:
+  void SetUp() override {
+    capacity_ = 1ull << 30;  // room for grants under the grant policy
+    MetaStoreTest::SetUp();
+  }
+  static constexpr uint64_t kA = 101, kB = 102;
+  uint64_t GrantBlocks(uint64_t client, uint64_t wanted, uint64_t back = 0) {
+    uint64_t added = 0;
+    auto g = store_->Grant(client, wanted, back, &added);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : 0;
+  }
+  // The sessions' grants and the granted total agree, and the ledger holds.
+  void ExpectConsistent(uint64_t want_granted_blocks) {
+    const SpaceInfo s = store_->Space();
+    EXPECT_TRUE(s.ledger_ok);
+    EXPECT_EQ(s.granted_bytes, want_granted_blocks * kBlockSize);
+    EXPECT_EQ(s.granted_bytes, (store_->GrantOf(kA) + store_->GrantOf(kB)) * kBlockSize);
+    EXPECT_LE(s.used_bytes + s.granted_bytes + s.reserved_bytes, s.capacity_bytes);
+  }
+};
+
+TEST_F(LedgerCrashTest, ACrashBetweenReserveAndCommitLeavesEveryGrantWhole) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  EXPECT_EQ(GrantBlocks(kA, 20), 20u);
+  EXPECT_EQ(GrantBlocks(kB, 20), 20u);
+  // A's write sits between reserve and commit...
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  EXPECT_EQ(r.from_grant, 4u);
+  // ... while another change commits (it writes the counters) ...
+  ASSERT_OK(Create(kRootIno, "g").status());
+  ASSERT_OK(Write(f.ino(), 10 * kBlockSize, kBlockSize).status());
+  // ... and the server dies: the write never committed, A still holds its
+  // whole grant (its mount resends the write from its cache).
+  Reopen();
+  EXPECT_EQ(store_->GrantOf(kA), 20u);
+  EXPECT_EQ(store_->GrantOf(kB), 20u);
+  ExpectConsistent(40);
+  // Both sessions end: nothing granted, no wrap-around.
+  ASSERT_OK(store_->EndSession(kA));
+  ASSERT_OK(store_->EndSession(kB));
+  ExpectConsistent(0);
+  Reopen();
+  ExpectConsistent(0);
+  // And the space is all there again.
+  EXPECT_EQ(GrantBlocks(kA, 8), 8u);
+}
+
+TEST_F(LedgerCrashTest, AGivenUpWriteGivesItsGrantBack) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  GrantBlocks(kA, 20);
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  store_->Unreserve(r);  // the chunk write failed
+  EXPECT_EQ(store_->GrantOf(kA), 20u);
+  ExpectConsistent(20);
+  // A committed one debits the grant, in the same batch as the usage.
+  ASSERT_OK_AND_ASSIGN(r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
+  EXPECT_EQ(store_->GrantOf(kA), 16u);
+  EXPECT_EQ(store_->Space().used_bytes, 4 * kBlockSize);
+  Reopen();
+  EXPECT_EQ(store_->GrantOf(kA), 16u);
+  ExpectConsistent(16);
+}
+
+TEST_F(LedgerCrashTest, BlocksHeldByAWriteInProgressAreNotGivenBackOrReleased) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  GrantBlocks(kA, 20);
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  // A give-back of everything keeps what the write holds.
+  EXPECT_EQ(GrantBlocks(kA, 0, 100), 4u);
+  ExpectConsistent(4);
+  // The session ends meanwhile: those blocks stay granted until the write
+  // commits, then the grant is gone.
+  ASSERT_OK(store_->EndSession(kA));
+  ExpectConsistent(4);
+  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
+  ExpectConsistent(0);
+  EXPECT_EQ(store_->Space().used_bytes, 4 * kBlockSize);
+  Reopen();
+  ExpectConsistent(0);
+}
+
+TEST_F(LedgerCrashTest, TwoWritesOfOneSessionCannotBothSpendTheSameGrant) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  GrantBlocks(kA, 6);
+  ASSERT_OK_AND_ASSIGN(Reservation r1, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK_AND_ASSIGN(Reservation r2,
+                       store_->Reserve(f.ino(), 8 * kBlockSize, 4 * kBlockSize, kA));
+  EXPECT_EQ(r1.from_grant, 4u);
+  EXPECT_EQ(r2.from_grant, 2u);  // the rest from free space
+  EXPECT_EQ(store_->Space().reserved_bytes, 2 * kBlockSize);
+  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r1).status());
+  ASSERT_OK(store_->CommitWrite(f.ino(), 8 * kBlockSize, 4 * kBlockSize, true, r2).status());
+  EXPECT_EQ(store_->GrantOf(kA), 0u);
+  ExpectConsistent(0);
+  EXPECT_EQ(store_->Space().used_bytes, 8 * kBlockSize);
+  EXPECT_EQ(store_->Space().reserved_bytes, 0u);
 }
 
 TEST_F(MetaStoreTest, TruncateFreesBlocks) {
@@ -1150,8 +1255,8 @@ TEST_F(MetaStoreTest, TruncateFreesBlocks) {
   EXPECT_EQ(a.size(), 0u);
   EXPECT_EQ(a.blocks(), 0u);
   EXPECT_EQ(store_->Space().used_bytes, 0u);
-  ASSERT_OK_AND_ASSIGN(uint64_t reserved, store_->Reserve(f.ino(), 0, kChunk));
-  EXPECT_EQ(reserved, kChunk / kBlockSize);
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, kChunk));
+  EXPECT_EQ(reserved.blocks, kChunk / kBlockSize);
   store_->Unreserve(reserved);
 }
 
@@ -1214,8 +1319,8 @@ TEST_F(MetaStoreTest, EverythingSurvivesAReopen) {
   EXPECT_EQ(after.next_ino, before.next_ino);
   EXPECT_EQ(after.pending_deletes, 1u);
   // Allocation maps survive: rewriting the same blocks needs nothing.
-  ASSERT_OK_AND_ASSIGN(uint64_t reserved, store_->Reserve(f.ino(), 0, 4 * kBlockSize));
-  EXPECT_EQ(reserved, 0u);
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 4 * kBlockSize));
+  EXPECT_EQ(reserved.blocks, 0u);
   // Inode numbers and cookies are never reused.
   ASSERT_OK_AND_ASSIGN(proto::Attr n, Create(kRootIno, "new"));
   EXPECT_EQ(n.ino(), before.next_ino);

@@ -343,19 +343,17 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // is on disk (fdatasync'd when `sync`) before the metadata that makes it
   // part of the file is committed.
   const uint64_t grant_client = from_grant ? ctx.client_id : 0;
-  uint64_t from_grant_blocks = 0;
-  ASSIGN_OR_RETURN(uint64_t reserved, ReserveForWrite(ctx, ino, offset, data.size(), grant_client,
-                                                      &from_grant_blocks));
-  if (grant_used != nullptr) *grant_used = from_grant_blocks * kBlockSize;
+  ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
+  if (grant_used != nullptr) *grant_used = r.from_grant * kBlockSize;
   // A retry of this write answers with the grant it used (server/dedupe.h).
-  if (RequestTag* tag = RequestTag::Current()) tag->value = from_grant_blocks * kBlockSize;
+  if (RequestTag* tag = RequestTag::Current()) tag->value = r.from_grant * kBlockSize;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   if (!st.ok()) {
-    meta_->Unreserve(reserved);
+    meta_->Unreserve(r);  // the grant's part goes back to the grant
+    if (grant_used != nullptr) *grant_used = 0;
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->CommitWrite(ino, offset, data.size(), true, reserved, grant_client));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, data.size(), true, r));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
 }
@@ -395,17 +393,14 @@ bool Volume::RecallGrants(uint64_t origin) {
   return true;
 }
 
-absl::StatusOr<uint64_t> Volume::ReserveForWrite(const RequestContext& ctx, uint64_t ino,
-                                                 uint64_t offset, uint64_t length,
-                                                 uint64_t grant_client,
-                                                 uint64_t* from_grant_blocks) {
+absl::StatusOr<Reservation> Volume::ReserveForWrite(const RequestContext& ctx, uint64_t ino,
+                                                    uint64_t offset, uint64_t length,
+                                                    uint64_t grant_client) {
   // Counted in attempts, not clock time, so that a FakeClock cannot stall it.
   constexpr absl::Duration kPoll = absl::Milliseconds(20);
   const int64_t attempts = options_.recall_wait / kPoll;
   for (int64_t i = 0;; ++i) {
-    *from_grant_blocks = 0;
-    absl::StatusOr<uint64_t> r =
-        meta_->Reserve(ino, offset, length, grant_client, from_grant_blocks);
+    absl::StatusOr<Reservation> r = meta_->Reserve(ino, offset, length, grant_client);
     if (r.ok() || ToErrno(r.status()) != ENOSPC || i >= attempts) return r;
     if (!RecallGrants(ctx.client_id)) return r;  // nobody else holds space
     absl::SleepFor(kPoll);
@@ -428,14 +423,13 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
-  uint64_t unused_grant = 0;
-  ASSIGN_OR_RETURN(uint64_t reserved, ReserveForWrite(ctx, ino, offset, length, 0, &unused_grant));
+  ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, length, 0));
   absl::Status st = chunks_->Allocate(ino, offset, length);
   if (!st.ok()) {
-    meta_->Unreserve(reserved);
+    meta_->Unreserve(r);
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, length, true, reserved));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, length, true, r));
   Publish(ctx, ino, 0, "");
   return attr;
 }

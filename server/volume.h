@@ -208,9 +208,9 @@ class Volume {
 
   // Reserve for a write, recalling other sessions' grants and waiting up to
   // options_.recall_wait when the volume is full.
-  absl::StatusOr<uint64_t> ReserveForWrite(const RequestContext& ctx, uint64_t ino, uint64_t offset,
-                                           uint64_t length, uint64_t grant_client,
-                                           uint64_t* from_grant_blocks);
+  absl::StatusOr<Reservation> ReserveForWrite(const RequestContext& ctx, uint64_t ino,
+                                              uint64_t offset, uint64_t length,
+                                              uint64_t grant_client);
 
   // Constant after construction.
   const VolumeOptions options_;
