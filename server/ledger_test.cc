@@ -69,7 +69,7 @@ class LedgerTest : public ::testing::Test {
 };
 
 TEST_F(LedgerTest, GrantIsTakenFromFreeSpaceAndWritesConvertItToUsed) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   EXPECT_EQ(GrantTo(a, 16 * kMiB), 16 * kMiB);
   EXPECT_EQ(volume_->Space().granted_bytes, 16 * kMiB);
   const uint64_t ino = NewFile("f");
@@ -83,7 +83,7 @@ TEST_F(LedgerTest, GrantIsTakenFromFreeSpaceAndWritesConvertItToUsed) {
 }
 
 TEST_F(LedgerTest, OverwritingAllocatedBytesCostsNothing) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, 4 * kMiB);
   const uint64_t ino = NewFile("f");
   ASSERT_TRUE(volume_->Write(Ctx(a), ino, 0, std::string(kMiB, 'x'), false, true).ok());
@@ -94,7 +94,7 @@ TEST_F(LedgerTest, OverwritingAllocatedBytesCostsNothing) {
 }
 
 TEST_F(LedgerTest, AShortGrantIsToppedUpFromFreeSpaceAndENOSPCIsExact) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, kMiB);
   const uint64_t ino = NewFile("f");
   // 2 MiB from a 1 MiB grant: the rest comes from free space.
@@ -116,8 +116,8 @@ TEST_F(LedgerTest, AShortGrantIsToppedUpFromFreeSpaceAndENOSPCIsExact) {
 }
 
 TEST_F(LedgerTest, NearFullGrantsShrinkAndStopAtTheLowWaterMark) {
-  const uint64_t a = volume_->sessions().Open("a");
-  const uint64_t b = volume_->sessions().Open("b");
+  const uint64_t a = *volume_->OpenSession("a");
+  const uint64_t b = *volume_->OpenSession("b");
   // Plenty of room: the whole wish (1/8 of 256 MiB is 32 MiB).
   EXPECT_EQ(GrantTo(a, 16 * kMiB), 16 * kMiB);
   // Then each ask gets at most 1/8 of what is free, never below 8 MiB free.
@@ -131,7 +131,7 @@ TEST_F(LedgerTest, NearFullGrantsShrinkAndStopAtTheLowWaterMark) {
 }
 
 TEST_F(LedgerTest, ReturningPartOfAGrantFreesIt) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, 16 * kMiB);
   EXPECT_EQ(GrantTo(a, 0, 10 * kMiB), 6 * kMiB);
   EXPECT_EQ(volume_->Space().granted_bytes, 6 * kMiB);
@@ -140,7 +140,7 @@ TEST_F(LedgerTest, ReturningPartOfAGrantFreesIt) {
 }
 
 TEST_F(LedgerTest, LeaseExpiryReturnsTheGrant) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, 16 * kMiB);
   clock_.Advance(absl::Seconds(5));
   ASSERT_TRUE(volume_->RunMaintenance().ok());
@@ -152,15 +152,15 @@ TEST_F(LedgerTest, LeaseExpiryReturnsTheGrant) {
 }
 
 TEST_F(LedgerTest, CloseSessionReturnsTheGrant) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, 16 * kMiB);
   ASSERT_TRUE(volume_->CloseSession(a).ok());
   EXPECT_EQ(volume_->Space().granted_bytes, 0u);
 }
 
 TEST_F(LedgerTest, GrantsSurviveARestartAndExpireIfTheirClientNeverReturns) {
-  const uint64_t a = volume_->sessions().Open("a");
-  const uint64_t b = volume_->sessions().Open("b");
+  const uint64_t a = *volume_->OpenSession("a");
+  const uint64_t b = *volume_->OpenSession("b");
   GrantTo(a, 16 * kMiB);
   GrantTo(b, 8 * kMiB);
   volume_.reset();
@@ -177,7 +177,7 @@ TEST_F(LedgerTest, GrantsSurviveARestartAndExpireIfTheirClientNeverReturns) {
 }
 
 TEST_F(LedgerTest, TruncateAndUnlinkGiveSpaceBack) {
-  const uint64_t a = volume_->sessions().Open("a");
+  const uint64_t a = *volume_->OpenSession("a");
   GrantTo(a, 16 * kMiB);
   const uint64_t ino = NewFile("f");
   ASSERT_TRUE(volume_->Write(Ctx(a), ino, 0, std::string(8 * kMiB, 'x'), false, true).ok());

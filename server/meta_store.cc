@@ -1103,6 +1103,16 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
   if (client_id == 0) return ErrnoStatus(EINVAL, "grant without a session");
   uint64_t total = 0;
   RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+    // A grant belongs to a recorded session: one that ended while this
+    // request was on its way (its grant already released) gets nothing, or
+    // the space would stay granted to nobody. The retry re-creates it.
+    if (wanted_blocks > 0) {
+      ASSIGN_OR_RETURN(auto session, txn->Get(keys::Session(client_id)));
+      if (!session) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("session ", client_id, " has ended; retry"));
+      }
+    }
     uint64_t& held = grants_[client_id];
     // What writes in progress hold inside the grant cannot be given back.
     const uint64_t busy = grant_reserved_.count(client_id) ? grant_reserved_[client_id] : 0;

@@ -162,7 +162,8 @@ class MetaStore {
   // Gives `return_blocks` of the session's grant back to free space, then
   // grants up to `wanted_blocks` more by the grant policy
   // (server/grant_policy.h). Returns the session's whole grant; `added`
-  // gets what this call granted.
+  // gets what this call granted. RESOURCE_EXHAUSTED (retry) when more is
+  // wanted for a session with no record (PutSession): it has ended.
   absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks, uint64_t return_blocks,
                                  uint64_t* added);
   // A session ended: its grant goes back to free space and its record
