@@ -39,8 +39,12 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7420", "address:port to serve on");
 ABSL_FLAG(std::string, data_dir, "/var/lib/grantfs", "data directory (meta/ and chunks/)");
 ABSL_FLAG(std::string, capacity, "0",
-          "bytes of file data to hold, with optional K/M/G/T suffix; 0 = the "
-          "free space of the data directory's file system");
+          "bytes of file data to hold, with optional K/M/G/T suffix, recorded in the "
+          "volume; 0 = the recorded capacity (a new volume: the free space of the data "
+          "directory's file system less --metadata_reserve); another value changes it");
+ABSL_FLAG(std::string, metadata_reserve, "64M",
+          "free space of the data file system never promised to file data (room for "
+          "the metadata store to grow)");
 ABSL_FLAG(std::string, role, "primary", "primary, replica or witness (see docs/failover.md)");
 ABSL_FLAG(std::string, peer, "",
           "the other server's address (primary: its replica; replica: its primary)");
@@ -277,6 +281,10 @@ int main(int argc, char** argv) {
   vo.dir = absl::GetFlag(FLAGS_data_dir);
   if (!ParseSize(absl::GetFlag(FLAGS_capacity), &vo.capacity_bytes)) {
     LOG(ERROR) << "bad --capacity '" << absl::GetFlag(FLAGS_capacity) << "'";
+    return 2;
+  }
+  if (!ParseSize(absl::GetFlag(FLAGS_metadata_reserve), &vo.metadata_reserve_bytes)) {
+    LOG(ERROR) << "bad --metadata_reserve '" << absl::GetFlag(FLAGS_metadata_reserve) << "'";
     return 2;
   }
   vo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));

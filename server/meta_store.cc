@@ -123,13 +123,13 @@ class MetaStore::Txn {
 };
 
 MetaStore::MetaStore(const MetaStoreOptions& options, rocksdb::DB* db)
-    : options_(options), db_(db), capacity_blocks_(options.capacity_bytes / kBlockSize) {}
+    : options_(options), db_(db) {}
 
 MetaStore::~MetaStore() { delete db_; }
 
 absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(const MetaStoreOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("metadata dir is empty");
-  if (options.capacity_bytes < kBlockSize) {
+  if (options.capacity_bytes != 0 && options.capacity_bytes < kBlockSize) {
     return absl::InvalidArgumentError("capacity must be at least 4096 bytes");
   }
   if (options.chunk_size % (kBlockSize * kBlocksPerChunkBits) != 0) {
@@ -139,6 +139,11 @@ absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(const MetaStoreOption
   db_options.create_if_missing = true;
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 4;
+  // Metadata records are small: a 16 MiB memtable is plenty, and it bounds
+  // what the WAL preallocates on the data disk (1.1 x this per WAL file;
+  // with the default 64 MiB, 75 MiB of a small disk went to meta/).
+  db_options.write_buffer_size = 16ull << 20;
+  db_options.max_total_wal_size = 32ull << 20;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, &db);
   if (!s.ok()) {
@@ -175,11 +180,42 @@ absl::Status MetaStore::Init() {
                    << " blocks: using the latter";
       counters_.set_granted_blocks(granted);
     }
+    // The capacity is the volume's, not re-derived from free space at each
+    // start (a full disk would make it 0): only an explicit one changes it.
+    const uint64_t recorded = counters_.capacity_blocks();
+    uint64_t wanted = options_.capacity_bytes / kBlockSize;
+    if (recorded == 0 && wanted == 0) wanted = options_.new_volume_capacity_bytes / kBlockSize;
+    if (wanted != 0 && wanted != recorded) {
+      const uint64_t held = counters_.used_blocks() + counters_.granted_blocks();
+      if (wanted < held) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "capacity ", wanted * kBlockSize, " bytes is below what the volume uses and grants (",
+            held * kBlockSize, " bytes); capacity stays ", recorded * kBlockSize, " bytes"));
+      }
+      if (recorded != 0) {
+        LOG(WARNING) << "capacity changed by --capacity: " << recorded * kBlockSize << " -> "
+                     << wanted * kBlockSize << " bytes";
+      }
+      counters_.set_capacity_blocks(wanted);
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      s = db_->Put(wo, keys::Counters(), counters_.SerializeAsString());
+      if (!s.ok()) return DbError(s, "recording the capacity");
+    }
+    capacity_blocks_ = counters_.capacity_blocks();
     CheckLedger();
     return absl::OkStatus();
   }
   if (!s.IsNotFound()) return DbError(s, "reading counters");
   // A new volume: the root directory, owned by root, mode 0755.
+  const uint64_t capacity =
+      options_.capacity_bytes != 0 ? options_.capacity_bytes : options_.new_volume_capacity_bytes;
+  if (capacity < kBlockSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capacity must be at least 4096 bytes (got ", capacity, ")"));
+  }
+  capacity_blocks_ = capacity / kBlockSize;
+  counters_.set_capacity_blocks(capacity_blocks_);
   const int64_t now = options_.clock->NowNanos();
   proto::InodeRecord root;
   root.set_mode(S_IFDIR | 0755);
@@ -1078,8 +1114,16 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
 }
 
 uint64_t MetaStore::FreeBlocks() const {
-  const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
-  return taken >= capacity_blocks_ ? 0 : capacity_blocks_ - taken;
+  const uint64_t promised = counters_.granted_blocks() + reserved_blocks_;
+  const uint64_t taken = counters_.used_blocks() + promised;
+  uint64_t free = taken >= capacity_blocks_ ? 0 : capacity_blocks_ - taken;
+  if (options_.disk_available) {
+    // What is granted or reserved is not on disk yet: the disk must still
+    // have room for it, and for anything more promised now.
+    const uint64_t disk = options_.disk_available() / kBlockSize;
+    free = std::min(free, disk > promised ? disk - promised : 0);
+  }
+  return free;
 }
 
 bool MetaStore::CheckLedger() const {

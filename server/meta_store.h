@@ -45,8 +45,18 @@ namespace grantfs {
 struct MetaStoreOptions {
   // RocksDB directory; created if missing. Required.
   std::string dir;
-  // Bytes of file data the volume may hold. Required (> 0).
+  // Bytes of file data the volume may hold, recorded in the volume. 0: keep
+  // the recorded capacity (a new volume takes `new_volume_capacity_bytes`).
+  // A value that differs from the recorded one changes it (logged), unless
+  // it is below what is used and granted (then Open fails).
   uint64_t capacity_bytes = 0;
+  // The capacity of a new volume when `capacity_bytes` is 0.
+  uint64_t new_volume_capacity_bytes = 0;
+  // Bytes the data directory's file system can still take for file data
+  // (its free space less the reserve kept for metadata), asked before each
+  // grant and reservation so that nothing is promised the disk cannot hold.
+  // Null: no limit but the capacity.
+  std::function<uint64_t()> disk_available;
   // Bytes per chunk; must match the ChunkStore's. Default 4 MiB.
   uint64_t chunk_size = 4 << 20;
   // Time source for timestamps. Default: the real clock. Not owned.
@@ -264,7 +274,7 @@ class MetaStore {
   // Constant after construction.
   const MetaStoreOptions options_;
   rocksdb::DB* const db_;
-  const uint64_t capacity_blocks_;
+  uint64_t capacity_blocks_ = 0;  // set by Init(), then constant
 
   // Serializes changes. Lock order: mu_ before sync_mu_.
   absl::Mutex mu_;

@@ -176,6 +176,52 @@ TEST(MetaStoreOpenTest, RejectsBadOptions) {
   EXPECT_NE(stat(o.dir.c_str(), &st), 0);
 }
 
+TEST_F(MetaStoreTest, TheCapacityIsRecordedAndChangedOnlyWhenAskedTo) {
+  EXPECT_EQ(store_->Space().capacity_bytes, kCapacity);
+  // Reopened with no capacity (a full disk would have derived 0): kept.
+  capacity_ = 0;
+  Reopen();
+  EXPECT_EQ(store_->Space().capacity_bytes, kCapacity);
+  // An explicit one changes it, and is kept from then on.
+  capacity_ = 2 * kCapacity;
+  Reopen();
+  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+  capacity_ = 0;
+  Reopen();
+  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+  // Not below what is used.
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  ASSERT_OK(Write(f.ino(), 0, 8 * kBlockSize).status());
+  capacity_ = 4 * kBlockSize;
+  store_.reset();
+  auto refused = MetaStore::Open(Options());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  capacity_ = 0;
+  Reopen();
+  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+}
+
+TEST_F(MetaStoreTest, NothingIsPromisedThatTheDiskCannotHold) {
+  uint64_t disk = 10 * kBlockSize;  // what the data file system can take
+  store_.reset();
+  MetaStoreOptions o = Options();
+  o.disk_available = [&disk] { return disk; };
+  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  // The capacity (64 blocks) says yes, the disk says 10.
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 10 * kBlockSize));
+  EXPECT_EQ(Err(store_->Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
+  // Written: the blocks are on disk now (the disk's free space went down
+  // with them), so nothing more fits.
+  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 10 * kBlockSize, true, r).status());
+  disk -= 10 * kBlockSize;
+  EXPECT_EQ(Err(store_->Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
+  // Another program frees space: it can be promised again.
+  disk = 3 * kBlockSize;
+  ASSERT_OK(store_->Reserve(f.ino(), 10 * kBlockSize, 3 * kBlockSize).status());
+  EXPECT_EQ(Err(store_->Reserve(f.ino(), 20 * kBlockSize, kBlockSize)), ENOSPC);
+}
+
 // --- creating and looking up ---------------------------------------------------
 
 TEST_F(MetaStoreTest, MkNodLookupGetAttr) {

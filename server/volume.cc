@@ -5,6 +5,8 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -57,6 +59,39 @@ uint64_t NewIncarnation() {
   return id;
 }
 
+absl::StatusOr<uint64_t> DiskFree(const std::string& dir) {
+  struct statvfs sv;
+  if (statvfs(dir.c_str(), &sv) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("statvfs ", dir, ": ", strerror(errno)));
+  }
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+}
+
+// The free space of a file system, asked at most every 50 ms (it is asked
+// before every write's reservation). A failed statvfs counts as no space:
+// nothing more is promised until it works again.
+class DiskFreeCache {
+ public:
+  uint64_t Get(const std::string& dir) {
+    absl::MutexLock l(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - at_ >= absl::Milliseconds(50)) {
+      absl::StatusOr<uint64_t> free = DiskFree(dir);
+      if (!free.ok()) {
+        LOG_EVERY_N(ERROR, 100) << free.status();
+      }
+      bytes_ = free.ok() ? *free : 0;
+      at_ = now;
+    }
+    return bytes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& options) {
@@ -65,14 +100,8 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
     return absl::FailedPreconditionError(
         absl::StrCat("mkdir ", options.dir, ": ", strerror(errno)));
   }
-  uint64_t capacity = options.capacity_bytes;
-  if (capacity == 0) {
-    struct statvfs sv;
-    if (statvfs(options.dir.c_str(), &sv) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("statvfs ", options.dir));
-    }
-    capacity = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
-  }
+  ASSIGN_OR_RETURN(uint64_t free_now, DiskFree(options.dir));
+  const uint64_t reserve = options.metadata_reserve_bytes;
   ChunkStoreOptions co;
   co.dir = options.dir + "/chunks";
   co.change_sink = options.change_sink;
@@ -80,7 +109,12 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> chunks, ChunkStore::Create(co));
   MetaStoreOptions mo;
   mo.dir = options.dir + "/meta";
-  mo.capacity_bytes = capacity;
+  mo.capacity_bytes = options.capacity_bytes;
+  mo.new_volume_capacity_bytes = free_now > reserve ? free_now - reserve : 0;
+  mo.disk_available = [dir = options.dir, reserve, cache = std::make_shared<DiskFreeCache>()] {
+    const uint64_t free = cache->Get(dir);
+    return free > reserve ? free - reserve : 0;
+  };
   mo.chunk_size = co.chunk_size;
   mo.clock = options.clock;
   mo.change_sink = options.change_sink;

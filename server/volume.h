@@ -39,9 +39,16 @@ namespace grantfs {
 struct VolumeOptions {
   // Data directory: holds `meta/` (RocksDB) and `chunks/`. Required.
   std::string dir;
-  // Bytes of file data the volume may hold. 0 = the free space of the file
-  // system holding `dir` when the volume is opened.
+  // Bytes of file data the volume may hold, recorded in the volume when it
+  // is created. 0 = the recorded capacity; for a new volume, the free space
+  // of the file system holding `dir` less `metadata_reserve_bytes`. Another
+  // value changes the recorded one (MetaStoreOptions::capacity_bytes).
   uint64_t capacity_bytes = 0;
+  // Free space of the data file system never promised to file data: room
+  // for the metadata store (RocksDB, its WAL and compactions) to grow.
+  // Every grant and reservation also fits in the file system's free space
+  // less this reserve, whatever the capacity says. Default 64 MiB.
+  uint64_t metadata_reserve_bytes = 64ull << 20;
   // Client lease: a client not heard from for this long loses its session.
   absl::Duration lease = absl::Seconds(10);
   // Largest read or write accepted in one request.

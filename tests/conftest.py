@@ -105,7 +105,8 @@ def start_fuse(argv, path, log_path):
 class Server:
     """One grantfs-server process on 127.0.0.1:<port>."""
 
-    def __init__(self, data_dir, port=None, capacity="4G", lease_ms=10000, extra=()):
+    def __init__(self, data_dir, port=None, capacity="4G", lease_ms=10000, extra=(),
+                 log_dir=None):
         self.data_dir = data_dir
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
@@ -113,7 +114,8 @@ class Server:
         self.lease_ms = lease_ms
         self.extra = list(extra)
         self.proc = None
-        self.log_path = os.path.join(os.path.dirname(data_dir), f"server-{self.port}.log")
+        self.log_path = os.path.join(log_dir or os.path.dirname(data_dir),
+                                     f"server-{self.port}.log")
 
     def start(self):
         log = open(self.log_path, "a")
@@ -191,10 +193,10 @@ class Cluster:
     """A server and `nodes` mounts of it under one temporary directory."""
 
     def __init__(self, base, nodes=2, capacity="4G", lease_ms=10000, mount_extra=(),
-                 server_extra=()):
+                 server_extra=(), data_dir=None):
         self.base = base
-        self.server = Server(os.path.join(base, "data"), capacity=capacity, lease_ms=lease_ms,
-                             extra=server_extra)
+        self.server = Server(data_dir or os.path.join(base, "data"), capacity=capacity,
+                             lease_ms=lease_ms, extra=server_extra, log_dir=base)
         self.mount_extra = list(mount_extra)
         self.mounts = [Mount(self.server.addr, os.path.join(base, f"node{i + 1}"),
                              self.mount_extra) for i in range(nodes)]
