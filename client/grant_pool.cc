@@ -1,6 +1,7 @@
 #include "client/grant_pool.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "glog/logging.h"
 
@@ -152,6 +153,27 @@ uint64_t GrantPool::Recall(uint64_t wanted) {
   return back;
 }
 
+uint64_t GrantPool::ReturnIfIdle() {
+  absl::MutexLock l(&mu_);
+  return MaybeReturnIdle();
+}
+
+uint64_t GrantPool::MaybeReturnIdle() {
+  if (options_.return_idle_after <= absl::ZeroDuration() || available_ == 0) return 0;
+  const absl::Time now = options_.clock->Now();
+  if (now - last_debit_ < options_.return_idle_after || now < idle_retry_at_) return 0;
+  mu_.Unlock();
+  const uint64_t back = Recall(std::numeric_limits<uint64_t>::max());
+  mu_.Lock();
+  if (back > 0) {
+    VLOG(1) << "idle: gave back " << back << " bytes of grant";
+    active_ = false;  // the next write starts the refills again
+  } else {
+    idle_retry_at_ = now + options_.return_idle_after;  // the RPC failed: later
+  }
+  return back;
+}
+
 void GrantPool::RefillLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
@@ -159,8 +181,12 @@ void GrantPool::RefillLoop() {
     // Checks often enough that a fast writer finds the refill done before
     // its pool runs dry; idle cost is one mutex round per 20 ms.
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(20))) break;
-    // An idle mount asks for nothing.
-    if (!active_ || options_.clock->Now() - last_debit_ > kIdleAfter) continue;
+    // An idle mount asks for nothing, and after a while gives back what it
+    // holds.
+    if (!active_ || options_.clock->Now() - last_debit_ > kIdleAfter) {
+      MaybeReturnIdle();
+      continue;
+    }
     mu_.Unlock();
     MaybeRefill();
     mu_.Lock();

@@ -31,6 +31,10 @@ struct GrantPoolOptions {
   // Refill in the background when available falls under this fraction of
   // the current refill size.
   double low_watermark = 0.5;
+  // A mount that has not written for this long gives back the grant it
+  // holds beyond its cached data, so an idle node does not keep space that
+  // others and `df` should see. Zero: never. Default 10 s.
+  absl::Duration return_idle_after = absl::Seconds(10);
   Clock* clock = Clock::Real();
 };
 
@@ -76,9 +80,15 @@ class GrantPool {
   // the bytes added. The background thread calls it only once the mount has
   // written (an idle mount holds no grant); tests call it directly.
   uint64_t MaybeRefill();
+  // One idle decision (the background thread makes it every 20 ms): after
+  // return_idle_after without a debit, gives the unpromised grant back.
+  uint64_t ReturnIfIdle();
 
  private:
   void RefillLoop();
+  // Gives back everything not promised to cached data when the mount has
+  // been idle for return_idle_after. Returns the bytes given back.
+  uint64_t MaybeReturnIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the server for more; `wait_for` > 0 means a writer is waiting.
   uint64_t Refill(uint64_t at_least);
 
@@ -100,6 +110,7 @@ class GrantPool {
   // take more space (what it holds is returned on a recall).
   bool active_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_debit_ ABSL_GUARDED_BY(mu_);
+  absl::Time idle_retry_at_ ABSL_GUARDED_BY(mu_);  // after a failed idle give-back
   absl::Time rate_since_ ABSL_GUARDED_BY(mu_);
   std::thread refiller_;
 };

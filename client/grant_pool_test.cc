@@ -409,6 +409,36 @@ TEST(GrantPool, RecallGivesBackOnlyWhatCachedDataDoesNotNeed) {
   EXPECT_GT(pool.MaybeRefill(), 0u);
 }
 
+TEST(GrantPool, AnIdleMountGivesItsUnpromisedGrantBack) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPoolOptions o = Options(&clock);
+  o.return_idle_after = absl::Seconds(10);
+  GrantPool pool(o, server.Rpc());
+  ASSERT_TRUE(pool.Debit(100 * kKiB));  // cached data: its debit stays
+  EXPECT_EQ(pool.available(), 1 * kMiB - 100 * kKiB);
+  clock.Advance(absl::Seconds(9));
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // not idle long enough
+  clock.Advance(absl::Seconds(1));
+  EXPECT_EQ(pool.ReturnIfIdle(), 1 * kMiB - 100 * kKiB);
+  EXPECT_EQ(pool.available(), 0u);
+  const FakeGrantServer::Call last = server.call(server.call_count() - 1);
+  EXPECT_EQ(last.wanted, 0u);
+  EXPECT_EQ(last.back, 1 * kMiB - 100 * kKiB);
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // nothing left to give
+  // A failed give-back keeps the grant and waits another idle period.
+  ASSERT_TRUE(pool.Debit(10 * kKiB));
+  clock.Advance(absl::Seconds(10));
+  server.set_error(absl::UnavailableError("server unreachable"));
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);
+  const uint64_t held = pool.available();
+  EXPECT_GT(held, 0u);
+  server.set_error(absl::OkStatus());
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // not yet
+  clock.Advance(absl::Seconds(10));
+  EXPECT_EQ(pool.ReturnIfIdle(), held);
+}
+
 TEST(GrantPool, RecallIsBoundedByWhatTheServerAsked) {
   FakeClock clock;
   FakeGrantServer server;
