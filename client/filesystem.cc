@@ -52,7 +52,12 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         req.set_from_grant(true);
         proto::WriteReply reply;
         RETURN_IF_ERROR(rpc_->Write(&req, std::move(data), &reply));
-        return WriteCache::FlushResult{reply.grant_used_bytes()};
+        WriteCache::FlushResult r;
+        r.grant_used = reply.grant_used_bytes();
+        r.size = reply.attr().size();
+        r.mtime_ns = reply.attr().mtime_ns();
+        r.ctime_ns = reply.attr().ctime_ns();
+        return r;
       });
 }
 
@@ -282,8 +287,10 @@ absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
   req.set_parent(parent);
   req.set_name(name);
   proto::AttrReply reply;
+  WriteCache::AttrFetch fetch(cache_.get());
   RETURN_IF_ERROR(rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply));
-  Patch(reply.mutable_attr());
+  fetch.Patch(reply.mutable_attr());
+  names_.Set(parent, name, reply.attr().ino());
   return reply.attr();
 }
 
@@ -292,8 +299,9 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   Stamp(c, &req);
   req.set_ino(ino);
   proto::AttrReply reply;
+  WriteCache::AttrFetch fetch(cache_.get());
   RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
-  Patch(reply.mutable_attr());
+  fetch.Patch(reply.mutable_attr());
   return reply.attr();
 }
 
@@ -303,12 +311,13 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
   if (cache_) RETURN_IF_ERROR(Flush(req.ino()));
   Stamp(c, &req);
   proto::AttrReply reply;
+  WriteCache::AttrFetch fetch(cache_.get());
   absl::Status s = rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply);
   // After the server applied it (a truncate): what read-ahead fetched
   // before is dropped, and fetches still in flight are discarded.
   DataChanged(req.ino());
   RETURN_IF_ERROR(s);
-  Patch(reply.mutable_attr());
+  fetch.Patch(reply.mutable_attr());
   return reply.attr();
 }
 
@@ -326,6 +335,7 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("MkNod", &proto::GrantFs::Stub::MkNod, &req, &reply));
   if (created != nullptr) *created = reply.created();
+  names_.Set(parent, name, reply.attr().ino());
   return reply.attr();
 }
 
@@ -339,6 +349,7 @@ absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
   req.set_target(target);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Symlink", &proto::GrantFs::Stub::Symlink, &req, &reply));
+  names_.Set(parent, name, reply.attr().ino());
   return reply.attr();
 }
 
@@ -350,8 +361,10 @@ absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint6
   req.set_new_parent(new_parent);
   req.set_new_name(new_name);
   proto::AttrReply reply;
+  WriteCache::AttrFetch fetch(cache_.get());
   RETURN_IF_ERROR(rpc_->Call("Link", &proto::GrantFs::Stub::Link, &req, &reply));
-  Patch(reply.mutable_attr());
+  fetch.Patch(reply.mutable_attr());
+  names_.Set(new_parent, new_name, reply.attr().ino());
   return reply.attr();
 }
 
@@ -362,8 +375,11 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
   req.set_parent(parent);
   req.set_name(name);
   req.set_is_dir(is_dir);
+  req.set_expected_ino(names_.Get(parent, name));
   proto::ErrReply reply;
-  return rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply);
+  RETURN_IF_ERROR(rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply));
+  names_.Erase(parent, name);
+  return absl::OkStatus();
 }
 
 absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
@@ -375,8 +391,13 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
   req.set_new_parent(new_parent);
   req.set_new_name(new_name);
   req.set_flags(flags);
+  req.set_expected_ino(names_.Get(parent, name));
+  req.set_expected_new_ino(names_.Get(new_parent, new_name));
   proto::ErrReply reply;
-  return rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply);
+  RETURN_IF_ERROR(rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply));
+  names_.Rename(parent, name, new_parent, new_name,
+                /*exchange=*/(flags & 2) != 0);  // RENAME_EXCHANGE
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> FileSystem::ReadLink(const Creds& c, uint64_t ino) {
@@ -396,12 +417,36 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
   req.set_cookie(cookie);
   req.set_max_entries(max_entries);
   proto::ReadDirReply reply;
+  WriteCache::AttrFetch fetch(cache_.get());
   RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
-  for (proto::DirEntry& e : *reply.mutable_entries()) Patch(e.mutable_attr());
+  for (proto::DirEntry& e : *reply.mutable_entries()) {
+    fetch.Patch(e.mutable_attr());
+    if (e.name() != "." && e.name() != "..") names_.Set(ino, e.name(), e.attr().ino());
+  }
   return reply;
 }
 
 // --- files -------------------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> FileSystem::Create(const Creds& c, uint64_t parent,
+                                               const std::string& name, uint32_t mode,
+                                               uint32_t umask, uint32_t flags, uint64_t* handle) {
+  constexpr int kAttempts = 8;
+  absl::Status last;
+  for (int i = 0; i < kAttempts; ++i) {
+    bool created = false;
+    ASSIGN_OR_RETURN(proto::Attr attr, MkNod(c, parent, name, S_IFREG | mode, 0, umask,
+                                             (flags & O_EXCL) != 0, &created));
+    // The name may have existed already (created on another node): it is
+    // opened as open(2) would, O_TRUNC included (the server truncates).
+    absl::StatusOr<proto::Attr> opened =
+        Open(c, attr.ino(), flags & ~(O_CREAT | O_EXCL), handle, created);
+    // ESTALE: removed by another node between the two calls.
+    if (opened.ok() || ToErrno(opened.status()) != ESTALE) return opened;
+    last = opened.status();
+  }
+  return last;
+}
 
 absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags,
                                              uint64_t* handle, bool created) {
@@ -416,6 +461,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   req.set_handle(*handle);
   proto::OpenReply reply;
   absl::ReaderMutexLock rl(&reclaim_mu_);
+  WriteCache::AttrFetch fetch(cache_.get());
   absl::Status s = rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply);
   if (s.ok()) {
     absl::MutexLock l(&handles_mu_);
@@ -430,7 +476,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
     }
   }
   RETURN_IF_ERROR(s);
-  Patch(reply.mutable_attr());
+  fetch.Patch(reply.mutable_attr());
   return reply.attr();
 }
 

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
+#include "client/name_cache.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
 #include "client/write_cache.h"
@@ -80,6 +81,10 @@ class FileSystem {
   void Stop();
 
   InodeTable& inodes() { return inodes_; }
+  // The kernel dropped `n` references to `ino` (FUSE forget).
+  void Forget(uint64_t ino, uint64_t n) {
+    if (inodes_.Forget(ino, n) == 0) names_.ForgetInode(ino);
+  }
   RpcClient& rpc() { return *rpc_; }
   // Null when read-ahead is off.
   ReadAhead* read_ahead() { return ra_.get(); }
@@ -106,6 +111,13 @@ class FileSystem {
 
   // `handle` gets this open's id, unique in the mount: Release names it, and
   // the server counts a resent Open or Release with it once.
+  // open(O_CREAT): makes the regular file `name` (or finds it, without
+  // O_EXCL) and opens it with `flags`, as one step for the caller: when
+  // another node removes or replaces the name between the two, it tries
+  // again (a few times), as a local file system would never fail there.
+  absl::StatusOr<proto::Attr> Create(const Creds& c, uint64_t parent, const std::string& name,
+                                     uint32_t mode, uint32_t umask, uint32_t flags,
+                                     uint64_t* handle);
   // `created`: the open of an open(O_CREAT) whose MkNod made the file (no
   // permission check, as in POSIX).
   absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags, uint64_t* handle,
@@ -161,14 +173,12 @@ class FileSystem {
   }
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
-  void Patch(proto::Attr* attr) {
-    if (cache_) cache_->PatchAttr(attr);
-  }
   void SubscribeLoop(Invalidator* invalidator);
 
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
   InodeTable inodes_;
+  NameCache names_;                       // what the kernel was told each name is
   std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};

@@ -85,7 +85,7 @@ void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
   e.attr_timeout = a->options().attr_timeout_s;
   e.entry_timeout = a->options().entry_timeout_s;
   a->fs()->inodes().Ref(attr.ino());
-  if (fuse_reply_entry(req, &e) != 0) a->fs()->inodes().Forget(attr.ino(), 1);
+  if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
 
 void ReplyEntryOr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
@@ -127,13 +127,13 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  Adapter(req)->fs()->inodes().Forget(ino, nlookup);
+  Adapter(req)->fs()->Forget(ino, nlookup);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   for (size_t i = 0; i < count; ++i) {
-    Adapter(req)->fs()->inodes().Forget(forgets[i].ino, forgets[i].nlookup);
+    Adapter(req)->fs()->Forget(forgets[i].ino, forgets[i].nlookup);
   }
   fuse_reply_none(req);
 }
@@ -278,18 +278,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   FuseAdapter* a = Adapter(req);
-  const Creds c = CredsOf(req);
-  bool created = false;
-  auto made = a->fs()->MkNod(c, parent, name, S_IFREG | (mode & 07777), 0, fuse_req_ctx(req)->umask,
-                             (fi->flags & O_EXCL) != 0, &created);
-  if (!made.ok()) return ReplyError(req, made.status());
-  proto::Attr attr = *made;
-  // The name may have existed already (created on another node): open it
-  // as open(2) would, O_TRUNC included (the server truncates in Open).
   uint64_t handle = 0;
-  auto opened = a->fs()->Open(c, attr.ino(), fi->flags & ~(O_CREAT | O_EXCL), &handle, created);
+  auto opened = a->fs()->Create(CredsOf(req), parent, name, mode & 07777, fuse_req_ctx(req)->umask,
+                                fi->flags, &handle);
   if (!opened.ok()) return ReplyError(req, opened.status());
-  attr = *opened;
+  const proto::Attr attr = *opened;
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();
@@ -300,7 +293,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   fi->fh = handle;
   a->fs()->inodes().Ref(attr.ino());
   if (fuse_reply_create(req, &e, fi) != 0) {
-    a->fs()->inodes().Forget(attr.ino(), 1);
+    a->fs()->Forget(attr.ino(), 1);
     (void)a->fs()->Release(attr.ino(), handle);
   }
 }

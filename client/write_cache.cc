@@ -228,6 +228,14 @@ void WriteCache::FlusherLoop() {
     Inode& inode = inodes_[ino];
     if (r.ok()) {
       backoff = absl::ZeroDuration();
+      ++ack_seq_;
+      if (!fetches_.empty() && r->ctime_ns != 0) {
+        Ack& a = acks_[ino];
+        a.size = std::max(a.size, r->size);
+        a.mtime_ns = std::max(a.mtime_ns, r->mtime_ns);
+        a.ctime_ns = std::max(a.ctime_ns, r->ctime_ns);
+        a.seq = ack_seq_;
+      }
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
       pool_->Settle(e->debit, r->grant_used);
@@ -399,6 +407,40 @@ void WriteCache::PatchAttr(proto::Attr* attr) {
   attr->set_size(std::max<uint64_t>(attr->size(), CachedEnd(it->second)));
   attr->set_mtime_ns(std::max<int64_t>(attr->mtime_ns(), it->second.mtime_ns));
   attr->set_ctime_ns(std::max<int64_t>(attr->ctime_ns(), it->second.mtime_ns));
+}
+
+WriteCache::AttrFetch::AttrFetch(WriteCache* cache) : cache_(cache) {
+  if (cache_ == nullptr) return;
+  absl::MutexLock l(&cache_->mu_);
+  since_ = cache_->ack_seq_;
+  cache_->fetches_.insert(since_);
+}
+
+WriteCache::AttrFetch::~AttrFetch() {
+  if (cache_ == nullptr) return;
+  absl::MutexLock l(&cache_->mu_);
+  cache_->fetches_.erase(cache_->fetches_.find(since_));
+  // Acknowledgements no fetch in flight predates are not needed any more.
+  const uint64_t oldest = cache_->fetches_.empty() ? cache_->ack_seq_ : *cache_->fetches_.begin();
+  for (auto it = cache_->acks_.begin(); it != cache_->acks_.end();) {
+    it = it->second.seq <= oldest ? cache_->acks_.erase(it) : std::next(it);
+  }
+}
+
+void WriteCache::AttrFetch::Patch(proto::Attr* attr) {
+  if (cache_ == nullptr) return;
+  {
+    absl::MutexLock l(&cache_->mu_);
+    auto it = cache_->acks_.find(attr->ino());
+    if (it != cache_->acks_.end() && it->second.seq > since_ &&
+        attr->ctime_ns() < it->second.ctime_ns) {
+      // The server answered before that flush landed.
+      attr->set_size(std::max(attr->size(), it->second.size));
+      attr->set_mtime_ns(std::max(attr->mtime_ns(), it->second.mtime_ns));
+      attr->set_ctime_ns(it->second.ctime_ns);
+    }
+  }
+  cache_->PatchAttr(attr);
 }
 
 uint64_t WriteCache::dirty_bytes() {

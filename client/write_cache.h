@@ -26,6 +26,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,10 @@ class WriteCache {
   // What the server said about a flushed extent.
   struct FlushResult {
     uint64_t grant_used = 0;  // bytes of the session's grant it consumed
+    // The file on the server right after the write (0: not known).
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
   };
   // Sends one extent. `data` is never changed once it was handed to a
   // FlushRpc (an extent whose flush failed is sealed), so the RPC may keep
@@ -123,6 +128,26 @@ class WriteCache {
   // Makes attributes from the server reflect cached writes (size, mtime).
   void PatchAttr(proto::Attr* attr);
 
+  // Attributes fetched from the server while flushes complete: a reply
+  // the server computed before a flush landed, read after the flush left
+  // the cache, would make the size go backwards (and the kernel drop pages
+  // and misplace O_APPEND writes). An AttrFetch spans the RPC: its Patch
+  // also raises an attribute to what any flush acknowledged since the
+  // fetch began said the file was, when the reply is older (by the
+  // server's ctime) than that flush. `cache` may be null.
+  class AttrFetch {
+   public:
+    explicit AttrFetch(WriteCache* cache);
+    ~AttrFetch();
+    AttrFetch(const AttrFetch&) = delete;
+    AttrFetch& operator=(const AttrFetch&) = delete;
+    void Patch(proto::Attr* attr);
+
+   private:
+    WriteCache* const cache_;
+    uint64_t since_ = 0;  // acknowledgements numbered above this are newer
+  };
+
   uint64_t dirty_bytes();
   // Bytes of idle extent buffers kept for reuse (at most
   // min(dirty_limit / 8, 64 MiB)).
@@ -182,7 +207,19 @@ class WriteCache {
   const FlushRpc flush_;
   const std::shared_ptr<Spares> spares_;
 
+  // What the latest acknowledged flush of a file said it was, kept while an
+  // AttrFetch that began before it is in flight.
+  struct Ack {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+    uint64_t seq = 0;
+  };
+
   absl::Mutex mu_;
+  uint64_t ack_seq_ ABSL_GUARDED_BY(mu_) = 0;             // acknowledgements so far
+  std::multiset<uint64_t> fetches_ ABSL_GUARDED_BY(mu_);  // ack_seq_ at each fetch's start
+  std::map<uint64_t, Ack> acks_ ABSL_GUARDED_BY(mu_);     // by inode
   std::map<uint64_t, Inode> inodes_ ABSL_GUARDED_BY(mu_);
   uint64_t dirty_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -579,15 +579,27 @@ absl::StatusOr<proto::Attr> MetaStore::MkNod(const Caller& caller, uint64_t pare
   proto::InodeRecord rec;
   rec.set_mode(type | (mode & 07777 & ~umask));
   rec.set_rdev(type == S_IFCHR || type == S_IFBLK ? rdev : 0);
-  absl::StatusOr<proto::Attr> created = CreateEntry(caller, parent, name, rec);
-  if (created.ok() || type == S_IFDIR || exclusive || ToErrno(created.status()) != EEXIST) {
-    if (created.ok() && created_out != nullptr) *created_out = true;
-    return created;
+  // open(O_CREAT) without O_EXCL of an existing name opens it; a name
+  // removed again between the two steps (another node) is created anew.
+  absl::StatusOr<proto::Attr> created;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    created = CreateEntry(caller, parent, name, rec);
+    if (created.ok() || type == S_IFDIR || exclusive || ToErrno(created.status()) != EEXIST) {
+      if (created.ok() && created_out != nullptr) *created_out = true;
+      return created;
+    }
+    absl::StatusOr<proto::Attr> attr = Lookup(caller, parent, name);
+    if (!attr.ok() && ToErrno(attr.status()) == ENOENT) continue;
+    RETURN_IF_ERROR(attr.status());
+    // The kernel creates only after it found no such name: one that is not
+    // a regular file now (a directory, a symlink made on another node)
+    // means its view was stale; ESTALE makes it look the name up again and
+    // retry the open, which then follows the symlink or says EISDIR or
+    // ELOOP as POSIX wants.
+    if (!S_ISREG(attr->mode())) return ErrnoStatus(ESTALE, "the name is no longer a regular file");
+    return attr;
   }
-  // open(O_CREAT) without O_EXCL of an existing name opens it.
-  ASSIGN_OR_RETURN(proto::Attr attr, Lookup(caller, parent, name));
-  if (S_ISDIR(attr.mode())) return ErrnoStatus(EISDIR, name);
-  return attr;
+  return created;
 }
 
 absl::StatusOr<proto::Attr> MetaStore::Symlink(const Caller& caller, uint64_t parent,
@@ -643,7 +655,8 @@ absl::StatusOr<bool> MetaStore::DirIsEmpty(uint64_t ino) {
 }
 
 absl::StatusOr<Removed> MetaStore::Remove(const Caller& caller, uint64_t parent,
-                                          const std::string& name, bool is_dir) {
+                                          const std::string& name, bool is_dir,
+                                          uint64_t expected_ino) {
   if (name == ".") return ErrnoStatus(EINVAL, "rmdir .");
   if (name == "..") return ErrnoStatus(ENOTEMPTY, "rmdir ..");
   RETURN_IF_ERROR(ValidateName(name));
@@ -654,6 +667,9 @@ absl::StatusOr<Removed> MetaStore::Remove(const Caller& caller, uint64_t parent,
     RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite | kMayExec));
     ASSIGN_OR_RETURN(auto d, txn->GetDirent(parent, name));
     if (!d) return ErrnoStatus(ENOENT, name);
+    if (expected_ino != 0 && d->ino() != expected_ino) {
+      return ErrnoStatus(ESTALE, "the name was replaced since the caller looked it up");
+    }
     ASSIGN_OR_RETURN(proto::InodeRecord inode, txn->GetInode(d->ino()));
     if (is_dir && !IsDir(inode)) return ErrnoStatus(ENOTDIR, name);
     if (!is_dir && IsDir(inode)) return ErrnoStatus(EISDIR, name);
@@ -696,7 +712,8 @@ absl::StatusOr<bool> MetaStore::IsAncestor(Txn* txn, uint64_t ancestor, uint64_t
 
 absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
                                           const std::string& name, uint64_t new_parent,
-                                          const std::string& new_name, uint32_t flags) {
+                                          const std::string& new_name, uint32_t flags,
+                                          uint64_t expected_ino, uint64_t expected_new_ino) {
   constexpr uint32_t kNoReplace = 1, kExchange = 2;
   if (flags & ~(kNoReplace | kExchange)) return ErrnoStatus(EINVAL, "rename flags");
   if ((flags & kNoReplace) && (flags & kExchange)) {
@@ -718,6 +735,10 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
     ASSIGN_OR_RETURN(auto src, txn->GetDirent(parent, name));
     if (!src) return ErrnoStatus(ENOENT, name);
     ASSIGN_OR_RETURN(auto dst, txn->GetDirent(new_parent, new_name));
+    if ((expected_ino != 0 && src->ino() != expected_ino) ||
+        (expected_new_ino != 0 && dst && dst->ino() != expected_new_ino)) {
+      return ErrnoStatus(ESTALE, "a name was replaced since the caller looked it up");
+    }
     if ((flags & kNoReplace) && dst) return ErrnoStatus(EEXIST, new_name);
     if ((flags & kExchange) && !dst) return ErrnoStatus(ENOENT, new_name);
     ASSIGN_OR_RETURN(proto::InodeRecord src_inode, txn->GetInode(src->ino()));

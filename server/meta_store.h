@@ -131,11 +131,15 @@ class MetaStore {
                                       const std::string& name, const std::string& target);
   absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
                                    const std::string& new_name);
+  // `expected_ino`: the inode the caller believes `name` is (0: any); when
+  // the name points elsewhere now, ESTALE.
   absl::StatusOr<Removed> Remove(const Caller& caller, uint64_t parent, const std::string& name,
-                                 bool is_dir);
+                                 bool is_dir, uint64_t expected_ino = 0);
   // rename(2) / renameat2(2) with RENAME_NOREPLACE (1) or RENAME_EXCHANGE (2).
+  // `expected_ino`, `expected_new_ino`: as in Remove, for both names.
   absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent, const std::string& name,
-                                 uint64_t new_parent, const std::string& new_name, uint32_t flags);
+                                 uint64_t new_parent, const std::string& new_name, uint32_t flags,
+                                 uint64_t expected_ino = 0, uint64_t expected_new_ino = 0);
   // chmod/chown/utimes and the metadata half of truncate. For a size change
   // the caller has already cut the chunk files (see Volume). `opened`: the
   // change comes through a handle the caller's mount holds open for writing

@@ -350,7 +350,8 @@ TEST_F(MetaStoreTest, NonExclusiveCreateReturnsTheExistingFile) {
   EXPECT_EQ(store_->Space().inodes, before.inodes);
   // An existing directory cannot be opened for creation.
   ASSERT_OK(Mkdir(kRootIno, "d"));
-  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "d", S_IFREG | 0644, 0, 0, false)), EISDIR);
+  // Non-exclusive create over a directory: the caller's view was stale.
+  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "d", S_IFREG | 0644, 0, 0, false)), ESTALE);
 }
 
 TEST_F(MetaStoreTest, NonExclusiveCreateOfAnExistingFileNeedsNoWriteAccessToTheDirectory) {
@@ -1167,6 +1168,24 @@ TEST_F(MetaStoreTest, ReservationsPastCapacityAreEnospc) {
   // Full, but overwriting in place still works.
   ASSERT_OK(Write(g.ino(), kBlockSize, 100));
   EXPECT_EQ(store_->Space().used_bytes, kCapacity);
+}
+
+TEST_F(MetaStoreTest, RemovalsOfANameThatWasReplacedAreStale) {
+  // The caller's kernel cached "d" as one directory; another node replaced
+  // it. Removing by name would remove the new one while the caller marks
+  // the old one dead: ESTALE instead (the kernel looks up and retries).
+  ASSERT_OK_AND_ASSIGN(proto::Attr old_d, Mkdir(kRootIno, "d"));
+  ASSERT_OK(store_->Remove(kRoot, kRootIno, "d", true).status());
+  ASSERT_OK_AND_ASSIGN(proto::Attr new_d, Mkdir(kRootIno, "d"));
+  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "d", true, old_d.ino())), ESTALE);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
+  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", kRootIno, "d", 0, f.ino(), old_d.ino())),
+            ESTALE);
+  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, old_d.ino(), 0)), ESTALE);
+  // The right inodes (or none known): as before.
+  ASSERT_OK(store_->Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, f.ino(), 0).status());
+  ASSERT_OK(store_->Remove(kRoot, kRootIno, "d", true, new_d.ino()).status());
+  ASSERT_OK(store_->Remove(kRoot, kRootIno, "g", false, 0).status());
 }
 
 // --- grants and reservations across a crash (issue: the ledger survives crashes) ----------------

@@ -330,7 +330,9 @@ grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
   GRANTFS_CHECK_INO("Remove", req->parent(), reply);
   GRANTFS_ONCE("Remove", req, reply);
   GRANTFS_PRIOR_OK("Remove", reply);
-  return Done("Remove", volume_->Remove(rc, req->parent(), req->name(), req->is_dir()), reply);
+  return Done("Remove",
+              volume_->Remove(rc, req->parent(), req->name(), req->is_dir(), req->expected_ino()),
+              reply);
 }
 
 grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,

@@ -272,8 +272,8 @@ absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino
 }
 
 absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
-                            bool is_dir) {
-  ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir));
+                            bool is_dir, uint64_t expected_ino) {
+  ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir, expected_ino));
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
   if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino).status());
@@ -282,7 +282,8 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const st
 
 absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameRequest& req) {
   ASSIGN_OR_RETURN(Removed replaced, meta_->Rename(ctx.caller, req.parent(), req.name(),
-                                                   req.new_parent(), req.new_name(), req.flags()));
+                                                   req.new_parent(), req.new_name(), req.flags(),
+                                                   req.expected_ino(), req.expected_new_ino()));
   Publish(ctx, req.parent(), req.parent(), req.name());
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
@@ -314,11 +315,18 @@ absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
 
 absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
                                          uint64_t handle, bool created) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CheckOpen(ctx.caller, ino, flags, created));
-  // A file removed elsewhere is gone, unless this client still holds it
-  // open (a second open of an unlinked file on the same node).
+  absl::StatusOr<proto::Attr> checked = meta_->CheckOpen(ctx.caller, ino, flags, created);
+  // An inode that is gone, or a file removed elsewhere (unless this client
+  // still holds it open: a second open of an unlinked file on the same
+  // node), was reached through a name the node's kernel cached before the
+  // removal: ESTALE makes the kernel look the name up again and retry the
+  // open (open(O_CREAT) then creates the file, a plain open says ENOENT).
+  if (!checked.ok() && ToErrno(checked.status()) == ENOENT) {
+    return ErrnoStatus(ESTALE, "inode no longer exists");
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr, std::move(checked));
   if (attr.nlink() == 0 && sessions_.OpenCountBy(ctx.client_id, ino) == 0) {
-    return ErrnoStatus(ENOENT, "file was removed");
+    return ErrnoStatus(ESTALE, "file was removed");
   }
   if ((flags & O_TRUNC) && S_ISREG(attr.mode()) && attr.size() > 0) {
     // open(O_TRUNC): the kernel passes it here (atomic O_TRUNC) instead of
@@ -339,7 +347,7 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
   RETURN_IF_ERROR(SyncOrphan(ino).status());
   if (!meta_->GetInode(ino).ok()) {  // reaped before this open was counted
     sessions_.CloseFile(ctx.client_id, ino, handle);
-    return ErrnoStatus(ENOENT, "file was removed");
+    return ErrnoStatus(ESTALE, "file was removed");
   }
   return attr;
 }

@@ -305,7 +305,7 @@ TEST_F(VolumeTest, UnlinkedOpenFileStaysReadableUntilRelease) {
   // Still writable through the open handle.
   ASSERT_OK(volume_->Write(a_, f.ino(), 0, "Z", false));
   // Another client cannot open it any more; the holder can open it again.
-  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY)), ENOENT);
+  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY)), ESTALE);
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY));
 
   ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
@@ -422,7 +422,7 @@ TEST_F(VolumeTest, OrphansOfAPreviousRunAreKeptForTheirHolders) {
   EXPECT_EQ(volume_->sessions().OpenCountBy(a_.client_id, f.ino()), 2u);
   EXPECT_EQ(volume_->sessions().OpenCountBy(b_.client_id, g.ino()), 1u);
   // The holder can still open it; nobody else can.
-  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY, 1)), ENOENT);
+  EXPECT_EQ(Err(volume_->Open(b_, f.ino(), O_RDONLY, 1)), ESTALE);
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDONLY, 9));
   ASSERT_OK(volume_->Release(a_, f.ino(), 9));
 

@@ -174,6 +174,22 @@ class TestFiles:
             os.close(fd)
         assert read_file(q) == b"a" * 100 + b"\0" * (200000 - 100) + b"b" * 100
 
+    def test_size_never_goes_back_while_a_flush_lands(self, cluster):
+        # Found by tests/fsx.py: a GETATTR answered before a flush landed,
+        # read after the flush left the write cache, showed the old size;
+        # the kernel then cut its size (reads hit EOF, O_APPEND wrote inside
+        # the file).
+        p = os.path.join(cluster.n1, "f")
+        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for i in range(1500):
+                os.ftruncate(fd, 0)  # flushes: the server's size is 0
+                os.pwrite(fd, b"x" * 16384, 4096)  # cached
+                os.pwrite(fd, b"y", 0)  # seals the extent above: flushed now
+                assert os.fstat(fd).st_size == 20480, f"iteration {i}"
+        finally:
+            os.close(fd)
+
     def test_o_trunc_empties_file(self, cluster):
         p = os.path.join(cluster.n1, "f")
         write_file(p, b"x" * 1000)
