@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -650,15 +651,20 @@ TEST(WriteCache, FlushErrorIsReportedDataStaysAndIsRetried) {
   EXPECT_EQ(h.pool.available(), h.grants.granted() - h.server.used());
 }
 
+// The first `n` flushes fail as if the server were unreachable.
+void FailFirstFlushes(Harness* h, int n) {
+  auto left = std::make_shared<std::atomic<int>>(n);
+  h->server.set_hook([left](int, uint64_t, uint64_t, const std::string&) {
+    if (left->fetch_sub(1) > 0) return absl::UnavailableError("server unreachable");
+    return absl::OkStatus();
+  });
+}
+
 TEST(WriteCache, AFlushAfterAFailureWaitsForTheRetryAndReportsOnlyItsOutcome) {
   // Found by review: after one failed flush, close() and fsync() returned
   // the old error at once without waiting, and again after a retry worked.
   Harness h;
-  std::atomic<int> fail_left{1};
-  h.server.set_hook([&](int, uint64_t, uint64_t, const std::string&) {
-    if (fail_left.fetch_sub(1) > 0) return absl::UnavailableError("server unreachable");
-    return absl::OkStatus();
-  });
+  FailFirstFlushes(&h, 1);
   h.cache.Start();
   ASSERT_TRUE(h.Write(1, 0, std::string(100 * kKiB, 'a')));
   EXPECT_EQ(h.FlushInode(1).code(), absl::StatusCode::kUnavailable);
@@ -674,11 +680,7 @@ TEST(WriteCache, AFailureThatIsNotNewDoesNotEndTheWait) {
   // The extent failed in the background, before anyone flushed: the flush
   // waits for its retry (which works) instead of returning the old error.
   Harness h;
-  std::atomic<int> fail_left{1};
-  h.server.set_hook([&](int, uint64_t, uint64_t, const std::string&) {
-    if (fail_left.fetch_sub(1) > 0) return absl::UnavailableError("server unreachable");
-    return absl::OkStatus();
-  });
+  FailFirstFlushes(&h, 1);
   h.cache.Start();
   ASSERT_TRUE(h.Write(1, 0, std::string(64 * kKiB, 'a')));
   h.clock.Advance(absl::Seconds(60));  // comes of age: flushed unasked, and fails

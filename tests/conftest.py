@@ -245,16 +245,24 @@ def _cleanup_mounts_under(base):
             _live_mounts.discard(m)
 
 
-@pytest.fixture
-def cluster(tmp_base):
-    c = Cluster(tmp_base)
+def running_cluster(base, **kwargs):
+    """Yields a started Cluster(base, **kwargs) and stops it afterwards, also
+    when starting it failed: the body of a cluster fixture."""
+    c = Cluster(base, **kwargs)
     try:
         c.start()
     except Exception:
         c.stop()
         raise
-    yield c
-    c.stop()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(tmp_base):
+    yield from running_cluster(tmp_base)
 
 
 def as_user(uid, gid, fn, groups=()):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import Cluster
+from conftest import Cluster, running_cluster
 
 MiB = 1 << 20
 
@@ -47,14 +47,7 @@ def pattern(seed, n):
 
 @pytest.fixture
 def small_cluster(tmp_base):
-    c = Cluster(tmp_base, capacity="256M", lease_ms=2000)
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from running_cluster(tmp_base, capacity="256M", lease_ms=2000)
 
 
 def test_enospc_comes_from_write_and_every_accepted_byte_is_stored(small_cluster):

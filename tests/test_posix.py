@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import expect_errno
+from conftest import expect_errno, running_cluster
 from treesnap import poll_until
 
 # --- helpers -------------------------------------------------------------------
@@ -987,15 +987,7 @@ TIB = 1 << 40  # the server's largest file size
 
 @pytest.fixture(params=["fastwrite", "writethrough"])
 def any_mode_cluster(request, tmp_base):
-    from conftest import Cluster
-    c = Cluster(tmp_base, nodes=1, mount_extra=[f"--write_mode={request.param}"])
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    yield from running_cluster(tmp_base, nodes=1, mount_extra=[f"--write_mode={request.param}"])
 
 
 class TestMaxFileSize:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import Cluster
+from conftest import running_cluster
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -61,15 +61,9 @@ def served_from_read_ahead(mount):
 @pytest.fixture(params=["readahead", "off"])
 def ra_cluster(request, tmp_base):
     extra = [] if request.param == "readahead" else ["--readahead_kib=0"]
-    c = Cluster(tmp_base, capacity="2G", mount_extra=extra)
-    c.readahead = request.param == "readahead"
-    try:
-        c.start()
-    except Exception:
-        c.stop()
-        raise
-    yield c
-    c.stop()
+    for c in running_cluster(tmp_base, capacity="2G", mount_extra=extra):
+        c.readahead = request.param == "readahead"
+        yield c
 
 
 def test_sequential_read_on_another_node_is_exact(ra_cluster):
