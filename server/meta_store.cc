@@ -856,6 +856,14 @@ absl::StatusOr<proto::InodeRecord> MetaStore::CheckTruncate(const Caller& caller
   return rec;
 }
 
+absl::StatusOr<bool> MetaStore::HasChunk(uint64_t ino, uint64_t index) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Chunk(ino, index), &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return DbError(s, "reading a chunk record");
+  return true;
+}
+
 absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec,
                                       uint64_t new_size) {
   const uint64_t cs = options_.chunk_size;

@@ -237,6 +237,8 @@ class MetaStore {
   // The chunk indexes recorded for garbage inode `ino`, and the number of
   // chunks its size spans (chunk files may exist without a record).
   absl::StatusOr<uint64_t> GarbageChunkSpan(uint64_t ino);
+  // Whether chunk `index` of `ino` has a record (some block allocated).
+  absl::StatusOr<bool> HasChunk(uint64_t ino, uint64_t index);
   // Forgets garbage inode `ino` after its chunk files are gone; credits its
   // blocks back to free space.
   absl::Status FinishGarbage(uint64_t ino);

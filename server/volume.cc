@@ -243,6 +243,13 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
     RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
   }
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
+  if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
+    // The cut chunk may have lost its last allocated block (its record is
+    // gone): then its file goes too (grantfsctl fsck found it left behind).
+    const uint64_t index = req.size() / chunks_->chunk_size();
+    ASSIGN_OR_RETURN(bool recorded, meta_->HasChunk(req.ino(), index));
+    if (!recorded) RETURN_IF_ERROR(chunks_->RemoveChunk(req.ino(), index));
+  }
   Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
   return attr;
 }
