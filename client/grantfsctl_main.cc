@@ -4,6 +4,10 @@
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df       capacity, used, available
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
 //                                   moves the primary role to the in-sync replica
+//   grantfsctl fsck --data_dir=DIR [--repair] [--json]
+//                                   checks a stopped server's data directory
+//                                   (server/fsck.h); exit 0 clean, 1 problems
+//                                   (with --repair: problems left), 2 cannot run
 //
 // With several servers, `status` shows every server that answers (the
 // primary and its replica), one block each; `df` asks the primary.
@@ -19,10 +23,17 @@
 #include "absl/time/clock.h"
 #include "client/rpc_client.h"
 #include "common/secret.h"
+#include "server/fsck.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:7420",
           "server addresses, comma-separated (HOST[:PORT], port 7420 by default)");
 ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
+ABSL_FLAG(std::string, data_dir, "",
+          "fsck: the data directory of a stopped server (holds meta/ and chunks/)");
+ABSL_FLAG(bool, repair, false,
+          "fsck: fix what has one right answer (counters, link counts, allocated blocks, "
+          "records of inodes that do not exist, chunk files without a record)");
+ABSL_FLAG(bool, json, false, "fsck: print the report as one JSON object");
 
 namespace {
 
@@ -126,17 +137,45 @@ void PrintDf(const std::string& server, const grantfs::proto::StatusReply& st) {
          st.capacity_bytes() ? 100.0 * st.used_bytes() / st.capacity_bytes() : 0.0);
 }
 
+// `grantfsctl fsck`: the report on stdout, one problem per line, then a
+// summary line. Exit 0 clean (with --repair: nothing left unrepaired), 1
+// problems, 2 when the check could not run.
+int Fsck() {
+  grantfs::FsckOptions o;
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.repair = absl::GetFlag(FLAGS_repair);
+  if (o.data_dir.empty()) {
+    fprintf(stderr, "grantfsctl fsck: --data_dir=DIR is required\n");
+    return 2;
+  }
+  absl::StatusOr<grantfs::FsckReport> report = grantfs::CheckVolume(o);
+  if (!report.ok()) {
+    fprintf(stderr, "grantfsctl fsck: %s\n", std::string(report.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    printf("%s\n", report->ToJson().c_str());
+  } else {
+    for (const grantfs::FsckProblem& p : report->problems) printf("%s\n", p.ToString().c_str());
+    printf("%s\n", report->Summary().c_str());
+  }
+  if (o.repair) return report->unrepaired() == 0 ? 0 : 1;
+  return report->clean() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover");
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover\n"
+      "       grantfsctl fsck --data_dir=DIR [--repair] [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
+  if (cmd == "fsck") return Fsck();
   if (cmd != "status" && cmd != "df" && cmd != "switchover") {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
