@@ -751,7 +751,19 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
       ASSIGN_OR_RETURN(bool loop, IsAncestor(txn, src->ino(), new_parent));
       if (loop) return ErrnoStatus(EINVAL, "rename a directory into itself");
     }
-    if (dst && dst->ino() == src->ino()) return absl::OkStatus();  // same file
+    if (dst && dst->ino() == src->ino()) {
+      // rename(2) onto another name of the same file does nothing. The
+      // kernel never sends one (it answers it itself when both of its
+      // entries hold the same inode), so from a mount that says which
+      // inodes it meant, this means its two entries differed: one is stale,
+      // and the kernel would mark the target it cached as removed (a live
+      // directory then lists empty on that node). ESTALE makes it look both
+      // names up again.
+      if (expected_ino != 0) {
+        return ErrnoStatus(ESTALE, "source and target are one inode here, not for the caller");
+      }
+      return absl::OkStatus();
+    }
     const int64_t now = options_.clock->NowNanos();
 
     std::optional<proto::InodeRecord> dst_inode;

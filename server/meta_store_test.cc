@@ -494,6 +494,12 @@ TEST_F(MetaStoreTest, RenamePlain) {
   EXPECT_EQ(InoOf(kRootIno, "b"), f.ino());
   EXPECT_EQ(InoOf(kRootIno, "c"), f.ino());
   EXPECT_EQ(Nlink(f.ino()), 2);
+  // From a mount, whose kernel only sends it when its two entries hold
+  // different inodes (found by tests/nscheck.py: "a" -> "a" with a stale
+  // source entry made the node mark the live target directory dead).
+  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", kRootIno, "c", 0, f.ino(), f.ino())), ESTALE);
+  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", kRootIno, "b", 0, f.ino(), f.ino())), ESTALE);
+  EXPECT_EQ(Nlink(f.ino()), 2);
 }
 
 TEST_F(MetaStoreTest, RenameOfAFileAcrossDirectories) {

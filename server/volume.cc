@@ -342,7 +342,12 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
     cut.set_ino(ino);
     cut.set_valid(proto::SetAttrRequest::SIZE);
     cut.set_size(0);
-    ASSIGN_OR_RETURN(attr, SetAttr(ctx, cut));
+    absl::StatusOr<proto::Attr> truncated = SetAttr(ctx, cut);
+    // Removed (and freed) by another node since the check above: as there.
+    if (!truncated.ok() && ToErrno(truncated.status()) == ENOENT) {
+      return ErrnoStatus(ESTALE, "inode no longer exists");
+    }
+    ASSIGN_OR_RETURN(attr, std::move(truncated));
   }
   RETURN_IF_ERROR(CountOpen(ctx, ino, handle));
   // The last link may have gone since the check above. The orphan's record
