@@ -640,10 +640,10 @@ class Checker {
       return;
     }
     root->second.reachable = true;
-    std::vector<uint64_t> todo = {kRootIno};
-    while (!todo.empty()) {
-      const uint64_t dir = todo.back();
-      todo.pop_back();
+    std::vector<uint64_t> to_visit = {kRootIno};
+    while (!to_visit.empty()) {
+      const uint64_t dir = to_visit.back();
+      to_visit.pop_back();
       auto kids = children_.find(dir);
       if (kids == children_.end()) continue;
       for (const auto& [ino, name] : kids->second) {
@@ -651,7 +651,7 @@ class Checker {
         if (info.reachable) continue;
         info.reachable = true;
         found_as_[ino] = {dir, *name};
-        if (!info.corrupt && S_ISDIR(info.mode)) todo.push_back(ino);
+        if (!info.corrupt && S_ISDIR(info.mode)) to_visit.push_back(ino);
       }
     }
   }

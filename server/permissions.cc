@@ -13,8 +13,7 @@ bool Caller::InGroup(uint32_t g) const {
   return gid == g || std::find(groups.begin(), groups.end(), g) != groups.end();
 }
 
-absl::Status CheckAccess(const proto::InodeRecord& inode, const Caller& caller,
-                         int mask) {
+absl::Status CheckAccess(const proto::InodeRecord& inode, const Caller& caller, int mask) {
   const uint32_t mode = inode.mode();
   if (caller.IsRoot()) {
     if ((mask & kMayExec) && !S_ISDIR(mode) && (mode & 0111) == 0) {
@@ -34,8 +33,8 @@ absl::Status CheckAccess(const proto::InodeRecord& inode, const Caller& caller,
   return absl::OkStatus();
 }
 
-absl::Status CheckSticky(const proto::InodeRecord& dir,
-                         const proto::InodeRecord& victim, const Caller& caller) {
+absl::Status CheckSticky(const proto::InodeRecord& dir, const proto::InodeRecord& victim,
+                         const Caller& caller) {
   if (!(dir.mode() & S_ISVTX) || caller.IsRoot()) return absl::OkStatus();
   if (caller.uid == dir.uid() || caller.uid == victim.uid()) return absl::OkStatus();
   return ErrnoStatus(EPERM, "sticky directory");

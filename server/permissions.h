@@ -28,13 +28,12 @@ inline constexpr int kMayExec = 1;
 
 // OK when `caller` has all of `mask` (kMay*) on `inode`, else EACCES.
 // Root passes except for exec on a file with no exec bit at all.
-absl::Status CheckAccess(const proto::InodeRecord& inode, const Caller& caller,
-                         int mask);
+absl::Status CheckAccess(const proto::InodeRecord& inode, const Caller& caller, int mask);
 
 // The sticky-bit rule for removing or renaming an entry of `dir` that names
 // `victim`: OK, or EPERM when `dir` is sticky and the caller owns neither.
-absl::Status CheckSticky(const proto::InodeRecord& dir,
-                         const proto::InodeRecord& victim, const Caller& caller);
+absl::Status CheckSticky(const proto::InodeRecord& dir, const proto::InodeRecord& victim,
+                         const Caller& caller);
 
 // OK when the caller is the owner or root, else EPERM (chmod, utimes with
 // explicit times, xattrs on trusted namespaces).
