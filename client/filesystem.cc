@@ -300,7 +300,13 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   req.set_ino(ino);
   proto::AttrReply reply;
   WriteCache::AttrFetch fetch(cache_.get());
-  RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
+  absl::Status s = rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply);
+  // The kernel asks only about inodes it holds: one that no longer exists
+  // (removed on another node) is a stale reference, and ESTALE makes the
+  // kernel look its path up again (an open(O_CREAT) checking permission
+  // then creates the file) instead of failing with ENOENT.
+  if (!s.ok() && ToErrno(s) == ENOENT) return ErrnoStatus(ESTALE, "inode no longer exists");
+  RETURN_IF_ERROR(s);
   fetch.Patch(reply.mutable_attr());
   return reply.attr();
 }
