@@ -401,8 +401,8 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
   req.set_expected_new_ino(names_.Get(new_parent, new_name));
   proto::ErrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply));
-  names_.Rename(parent, name, new_parent, new_name,
-                /*exchange=*/(flags & 2) != 0);  // RENAME_EXCHANGE
+  constexpr uint32_t kRenameExchange = 2;  // RenameRequest.flags
+  names_.Rename(parent, name, new_parent, new_name, (flags & kRenameExchange) != 0);
   return absl::OkStatus();
 }
 

@@ -285,6 +285,21 @@ class Checker {
                      type),
         0, KeyName(key));
   }
+  // A record whose key must be `key_size` bytes and whose value a `Rec`:
+  // true when both hold (else the problem is reported).
+  template <typename Rec>
+  bool CheckRecord(const std::string& key, const rocksdb::Slice& v, size_t key_size,
+                   const char* type, Rec* rec) {
+    if (key.size() != key_size) {
+      BadKey(key);
+      return false;
+    }
+    if (!Parse(v, rec)) {
+      Corrupt(key, v, type);
+      return false;
+    }
+    return true;
+  }
   void BadKey(const std::string& key) {
     Add("corrupt_record",
         absl::StrCat("key ", KeyName(key), " (", key.size(), " bytes) has the wrong length for a '",
@@ -394,13 +409,7 @@ class Checker {
         }
         case 'L': {
           proto::GrantRecord rec;
-          if (key.size() != 9) {
-            BadKey(key);
-          } else if (!Parse(v, &rec)) {
-            Corrupt(key, v, "GrantRecord");
-          } else {
-            granted_sum_ += rec.blocks();
-          }
+          if (CheckRecord(key, v, 9, "GrantRecord", &rec)) granted_sum_ += rec.blocks();
           break;
         }
         case 'M': {
@@ -448,11 +457,7 @@ class Checker {
         }
         case 'Q': {
           proto::DedupeRecord rec;
-          if (key.size() != 17) {
-            BadKey(key);
-          } else if (!Parse(v, &rec)) {
-            Corrupt(key, v, "DedupeRecord");
-          }
+          CheckRecord(key, v, 17, "DedupeRecord", &rec);
           break;
         }
         case 'R': {
@@ -465,11 +470,7 @@ class Checker {
         }
         case 'S': {
           proto::SessionRecord rec;
-          if (key.size() != 9) {
-            BadKey(key);
-          } else if (!Parse(v, &rec)) {
-            Corrupt(key, v, "SessionRecord");
-          }
+          CheckRecord(key, v, 9, "SessionRecord", &rec);
           break;
         }
         default:
