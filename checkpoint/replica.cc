@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/rocks_logger.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -153,7 +154,7 @@ absl::Status Replica::OpenCopy() {
   rocksdb::Options o;
   o.create_if_missing = false;
   o.max_background_jobs = 2;
-  o.keep_log_file_num = 4;
+  o.info_log = NewRocksLogger();  // not meta/LOG (common/rocks_logger.h)
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, options_.data_dir + "/meta", &db);
   if (!s.ok()) return DbError(s, "opening the copy");

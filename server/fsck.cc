@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/rocks_logger.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -1102,6 +1103,7 @@ absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options) {
   }
   rocksdb::Options db_options;
   db_options.create_if_missing = false;
+  db_options.info_log = NewRocksLogger();  // not meta/LOG (common/rocks_logger.h)
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s;
   if (options.repair) {

@@ -5,10 +5,13 @@
 #include <sys/xattr.h>
 
 #include <cerrno>
+#include <cstring>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/rocks_logger.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
@@ -25,9 +28,16 @@ namespace {
 
 constexpr uint64_t kBlocksPerChunkBits = 8;  // bits per bitmap byte
 
+// RocksDB's ENOSPC: the status itself, or a background error it keeps
+// answering with until it is resumed.
+bool IsNoSpace(const rocksdb::Status& s) {
+  return s.IsNoSpace() || absl::StrContains(s.ToString(), "No space left on device");
+}
+
 absl::Status DbError(const rocksdb::Status& s, const char* what) {
   LOG(ERROR) << "metadata store: " << what << ": " << s.ToString();
-  return ErrnoStatus(EIO, absl::StrCat(what, ": ", s.ToString()));
+  // A full disk is ENOSPC to the caller, anything else EIO.
+  return ErrnoStatus(IsNoSpace(s) ? ENOSPC : EIO, absl::StrCat(what, ": ", s.ToString()));
 }
 
 bool IsDir(const proto::InodeRecord& r) { return S_ISDIR(r.mode()); }
@@ -138,13 +148,18 @@ absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(const MetaStoreOption
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
   db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 4;
+  db_options.info_log = NewRocksLogger();  // not meta/LOG: common/rocks_logger.h
   // Metadata records are small: a 16 MiB memtable is plenty, and it bounds
   // what the WAL preallocates on the data disk (1.1 x this per WAL file;
   // with the default 64 MiB, 75 MiB of a small disk went to meta/).
   db_options.write_buffer_size = 16ull << 20;
   db_options.max_total_wal_size = 32ull << 20;
   rocksdb::DB* db = nullptr;
+  // Made here, so that RocksDB does not log a missing directory as an error.
+  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mkdir ", options.dir, ": ", strerror(errno)));
+  }
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.dir, &db);
   if (!s.ok()) {
     return absl::FailedPreconditionError(
@@ -266,6 +281,12 @@ absl::Status MetaStore::Mutate(Fn fn) {
     // Applied without fsync under mu_ so the next change reads this one;
     // the fsync happens in WaitDurable, outside mu_.
     rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), txn.batch());
+    if (!s.ok() && IsNoSpace(s) && options_.make_room && options_.make_room()) {
+      LOG(WARNING) << "metadata store: the disk is full (" << s.ToString()
+                   << "); writing again in room lent from the metadata reserve";
+      rocksdb::Status resumed = db_->Resume();
+      s = resumed.ok() ? db_->Write(rocksdb::WriteOptions(), txn.batch()) : resumed;
+    }
     if (!s.ok()) {
       counters_ = saved;
       grants_ = std::move(saved_grants);
@@ -1258,6 +1279,11 @@ uint64_t MetaStore::GrantOf(uint64_t client_id) {
   absl::MutexLock l(&mu_);
   auto it = grants_.find(client_id);
   return it == grants_.end() ? 0 : it->second;
+}
+
+uint64_t MetaStore::GrantedBlocks() {
+  absl::MutexLock l(&mu_);
+  return counters_.granted_blocks();
 }
 
 std::vector<uint64_t> MetaStore::GrantHolders() {

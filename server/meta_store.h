@@ -57,6 +57,11 @@ struct MetaStoreOptions {
   // grant and reservation so that nothing is promised the disk cannot hold.
   // Null: no limit but the capacity.
   std::function<uint64_t()> disk_available;
+  // Called when a metadata write found the disk full (RocksDB NoSpace):
+  // makes room (server/space_hold.h lends the metadata reserve) and returns
+  // whether it did; the store then resumes RocksDB and tries the write once
+  // more. Null: the write fails with ENOSPC.
+  std::function<bool()> make_room;
   // Bytes per chunk; must match the ChunkStore's. Default 4 MiB.
   uint64_t chunk_size = 4 << 20;
   // Time source for timestamps. Default: the real clock. Not owned.
@@ -184,6 +189,8 @@ class MetaStore {
   // (PutSession) is deleted, in one batch.
   absl::Status EndSession(uint64_t client_id);
   uint64_t GrantOf(uint64_t client_id);
+  // The sum of the sessions' grants, in blocks.
+  uint64_t GrantedBlocks();
   // Sessions that hold a grant (persisted; they survive a restart).
   std::vector<uint64_t> GrantHolders();
 

@@ -52,6 +52,15 @@ std::vector<FileLock> FromLockRecord(const proto::LockRecord& rec) {
   return out;
 }
 
+// Room a metadata write that found the disk full gets from the hold at once
+// (a RocksDB memtable flush or WAL file at most, at the sizes meta_store.cc
+// sets).
+constexpr uint64_t kMetadataRoomBytes = 16ull << 20;
+// What a data write that found the disk full borrows beyond its own blocks:
+// the file system's own blocks for the chunk file (extent tree, indirect
+// blocks).
+constexpr uint64_t kWriteRoomMarginBytes = 1ull << 20;
+
 uint64_t NewIncarnation() {
   std::random_device rd;
   uint64_t id = 0;
@@ -67,26 +76,32 @@ absl::StatusOr<uint64_t> DiskFree(const std::string& dir) {
   return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
 }
 
-// The free space of a file system, asked at most every 50 ms (it is asked
-// before every write's reservation). A failed statvfs counts as no space:
-// nothing more is promised until it works again.
+// The space of the data file system that file data may still take: its free
+// space plus what the space hold keeps for promises (server/space_hold.h),
+// both read at the same moment, at most every 50 ms (it is asked before
+// every write's reservation). A failed statvfs counts as no space: nothing
+// more is promised until it works again.
 class DiskFreeCache {
  public:
-  uint64_t Get(const std::string& dir) {
+  DiskFreeCache(std::string dir, const SpaceHold* hold) : dir_(std::move(dir)), hold_(hold) {}
+
+  uint64_t Get() {
     absl::MutexLock l(&mu_);
     const absl::Time now = absl::Now();
     if (now - at_ >= absl::Milliseconds(50)) {
-      absl::StatusOr<uint64_t> free = DiskFree(dir);
+      absl::StatusOr<uint64_t> free = DiskFree(dir_);
       if (!free.ok()) {
         LOG_EVERY_N(ERROR, 100) << free.status();
       }
-      bytes_ = free.ok() ? *free : 0;
+      bytes_ = free.ok() ? *free + hold_->held() : 0;
       at_ = now;
     }
     return bytes_;
   }
 
  private:
+  const std::string dir_;
+  const SpaceHold* const hold_;
   absl::Mutex mu_;
   absl::Time at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -102,6 +117,11 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   }
   ASSIGN_OR_RETURN(uint64_t free_now, DiskFree(options.dir));
   const uint64_t reserve = options.metadata_reserve_bytes;
+  SpaceHoldOptions ho;
+  ho.path = options.dir + "/space.hold";
+  ASSIGN_OR_RETURN(std::unique_ptr<SpaceHold> hold, SpaceHold::Open(ho));
+  // What the hold keeps from an earlier run is free space for a new volume.
+  free_now += hold->held();
   ChunkStoreOptions co;
   co.dir = options.dir + "/chunks";
   co.change_sink = options.change_sink;
@@ -111,16 +131,28 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.dir = options.dir + "/meta";
   mo.capacity_bytes = options.capacity_bytes;
   mo.new_volume_capacity_bytes = free_now > reserve ? free_now - reserve : 0;
-  mo.disk_available = [dir = options.dir, reserve, cache = std::make_shared<DiskFreeCache>()] {
-    const uint64_t free = cache->Get(dir);
-    return free > reserve ? free - reserve : 0;
+  // The metadata reserve is part of the hold: file data gets the rest.
+  mo.disk_available = [reserve, cache = std::make_shared<DiskFreeCache>(options.dir, hold.get())] {
+    const uint64_t space = cache->Get();
+    return space > reserve ? space - reserve : 0;
+  };
+  // A metadata write that found the disk full gets room from the
+  // metadata reserve held for it.
+  mo.make_room = [h = hold.get()] {
+    const uint64_t lent = h->Lend(kMetadataRoomBytes);
+    h->Repay(lent);  // RocksDB keeps the room; Cover grows the hold back once there is space
+    return lent > 0;
   };
   mo.chunk_size = co.chunk_size;
   mo.clock = options.clock;
   mo.change_sink = options.change_sink;
   ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
-  std::unique_ptr<Volume> v(new Volume(options, std::move(meta), std::move(chunks)));
+  std::unique_ptr<Volume> v(
+      new Volume(options, std::move(meta), std::move(chunks), std::move(hold)));
   v->meta_->SetOpenHolders([p = v.get()](uint64_t ino) { return p->sessions_.Holders(ino); });
+  // On a full disk the server still starts: it serves what it has and
+  // promises nothing new until the hold is whole again.
+  v->CoverPromises();
   RETURN_IF_ERROR(v->Recover());
   if (options.background) v->background_ = std::thread([p = v.get()] { p->BackgroundLoop(); });
   return v;
@@ -182,11 +214,12 @@ absl::Status Volume::Recover() {
 }
 
 Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
-               std::unique_ptr<ChunkStore> chunks)
+               std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold)
     : options_(options),
       incarnation_(NewIncarnation()),
       meta_(std::move(meta)),
       chunks_(std::move(chunks)),
+      hold_(std::move(hold)),
       sessions_(options.clock, options.lease),
       flow_(
           FlowControlOptions{.budget_bytes = options.write_budget_bytes, .clock = options.clock}) {}
@@ -402,12 +435,28 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // A retry of this write answers with the grant it used (server/dedupe.h).
   if (RequestTag* tag = RequestTag::Current()) tag->value = r.from_grant * kBlockSize;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+  // Space promised in a grant is held on the disk (server/space_hold.h):
+  // if another program filled the disk meanwhile, the write borrows it.
+  uint64_t lent = 0;
+  for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && r.from_grant > 0 && attempt < 3;
+       ++attempt) {
+    const uint64_t got = hold_->Lend(r.blocks * kBlockSize + kWriteRoomMarginBytes);
+    if (got == 0) break;
+    lent += got;
+    LOG_EVERY_N(WARNING, 100) << "the data disk is full: a write of inode " << ino
+                              << " promised in a grant borrows " << got
+                              << " bytes of the space hold";
+    st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+  }
   if (!st.ok()) {
+    hold_->Repay(lent);
     meta_->Unreserve(r);  // the grant's part goes back to the grant
     if (grant_used != nullptr) *grant_used = 0;
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, data.size(), true, r));
+  absl::StatusOr<proto::Attr> committed = meta_->CommitWrite(ino, offset, data.size(), true, r);
+  hold_->Repay(lent);
+  ASSIGN_OR_RETURN(proto::Attr attr, std::move(committed));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
 }
@@ -421,9 +470,31 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
                    meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
                                 (return_bytes + kBlockSize - 1) / kBlockSize, &added_blocks));
   *added = added_blocks * kBlockSize;
+  if (added_blocks > 0 && !CoverPromises()) {
+    // The disk cannot hold what was just promised (another program took
+    // the space): the promise is taken back.
+    uint64_t ignored = 0;
+    ASSIGN_OR_RETURN(blocks, meta_->Grant(ctx.client_id, 0, added_blocks, &ignored));
+    *added = 0;
+  }
   // Short of what was asked: others may sit on grants they do not need.
   if (*added < wanted_bytes / kBlockSize * kBlockSize) RecallGrants(ctx.client_id);
   return blocks * kBlockSize;
+}
+
+bool Volume::CoverPromises() {
+  const uint64_t promised = meta_->GrantedBlocks() * kBlockSize + options_.metadata_reserve_bytes;
+  absl::Status st = hold_->Cover(promised);
+  absl::MutexLock l(&hold_mu_);
+  if (!st.ok() && hold_whole_) {
+    LOG(WARNING) << "the data disk is full: " << promised << " bytes are promised (grants and "
+                 << "the metadata reserve), " << hold_->held() << " are held for them; no new "
+                 << "grants until there is space (" << st << ")";
+  } else if (st.ok() && !hold_whole_) {
+    LOG(INFO) << "the data disk has space again: every promise is held";
+  }
+  hold_whole_ = st.ok();
+  return st.ok();
 }
 
 bool Volume::RecallGrants(uint64_t origin) {
@@ -712,6 +783,7 @@ void Volume::BackgroundLoop() {
     bg_mu_.Unlock();
     absl::StatusOr<int> done = RunMaintenance();
     if (!done.ok()) LOG(ERROR) << "background maintenance: " << done.status();
+    CoverPromises();  // the space of written and returned grants goes back
     bg_mu_.Lock();
   }
 }

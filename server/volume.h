@@ -33,6 +33,7 @@
 #include "server/lock_manager.h"
 #include "server/meta_store.h"
 #include "server/session_table.h"
+#include "server/space_hold.h"
 
 namespace grantfs {
 
@@ -44,10 +45,11 @@ struct VolumeOptions {
   // of the file system holding `dir` less `metadata_reserve_bytes`. Another
   // value changes the recorded one (MetaStoreOptions::capacity_bytes).
   uint64_t capacity_bytes = 0;
-  // Free space of the data file system never promised to file data: room
-  // for the metadata store (RocksDB, its WAL and compactions) to grow.
-  // Every grant and reservation also fits in the file system's free space
-  // less this reserve, whatever the capacity says. Default 64 MiB.
+  // Space of the data file system never promised to file data: room for
+  // the metadata store (RocksDB, its WAL and compactions) to grow. It is
+  // held on the disk with the grants (server/space_hold.h); every grant and
+  // reservation also fits in the free space plus the hold less this
+  // reserve, whatever the capacity says. Default 64 MiB.
   uint64_t metadata_reserve_bytes = 64ull << 20;
   // Client lease: a client not heard from for this long loses its session.
   absl::Duration lease = absl::Seconds(10);
@@ -184,7 +186,7 @@ class Volume {
 
  private:
   Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
-         std::unique_ptr<ChunkStore> chunks);
+         std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold);
 
   absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
   absl::Mutex& FileLockMu(uint64_t ino) { return file_lock_mu_[ino % file_lock_mu_.size()]; }
@@ -214,6 +216,11 @@ class Volume {
   // need (at most every 200 ms). Returns whether any other session holds one.
   bool RecallGrants(uint64_t origin);
 
+  // Makes the space hold cover every grant and the metadata reserve (grows
+  // it, or shrinks it once grants were written or returned). Returns false
+  // when the disk cannot hold them; logs when that starts and ends.
+  bool CoverPromises();
+
   // Reserve for a write, recalling other sessions' grants and waiting up to
   // options_.recall_wait when the volume is full.
   absl::StatusOr<Reservation> ReserveForWrite(const RequestContext& ctx, uint64_t ino,
@@ -225,6 +232,9 @@ class Volume {
   const uint64_t incarnation_;
   const std::unique_ptr<MetaStore> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
+  const std::unique_ptr<SpaceHold> hold_;
+  absl::Mutex hold_mu_;
+  bool hold_whole_ ABSL_GUARDED_BY(hold_mu_) = true;  // as of the last CoverPromises
 
   // Reader lock: reads and writes of file data; writer lock: truncation.
   std::array<absl::Mutex, 1024> data_locks_;

@@ -907,11 +907,16 @@ class Worker:
         is remembered, so the final check can tell it is gone everywhere."""
         path = join(base, *op[1])
         fd = None
+        ino = None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             ino = os.fstat(fd).st_ino
         except OSError:
-            pass
+            # Not a directory, or removed by another node between the open
+            # and the fstat (ESTALE): nothing to remember.
+            if fd is not None:
+                os.close(fd)
+                fd = None
         try:
             os.rmdir(path)
             got = 0

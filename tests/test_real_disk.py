@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import Cluster, wait_for
+from conftest import Cluster, stop_process, wait_for
 
 MIB = 1 << 20
 
@@ -128,5 +128,107 @@ def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
                 return False
 
         wait_for(room, timeout=60, what="space to come back after the deletes")
+    finally:
+        c.stop()
+
+
+def fill_disk(path):
+    """Another program (not GrantFS) takes every free byte of the file
+    system holding `path`, down to the last 4 KiB. Returns the bytes it
+    wrote."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (MIB, 64 << 10, 4 << 10):
+            chunk = b"\xa5" * size
+            while True:
+                try:
+                    n = os.write(fd, chunk)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+                written += n
+                if n < size:
+                    break
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return written
+
+
+def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp_base):
+    """The space GrantFS promised (the mounts' grants, the metadata reserve)
+    is held on the data disk, so a program that fills the file system behind
+    the server's back cannot take it: what write() accepted is stored, the
+    server keeps serving and stops on SIGTERM, and it restarts on the full
+    disk."""
+    c = Cluster(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
+    c.start()
+    filler = os.path.join(small_disk, "filler")
+    try:
+        path = os.path.join(c.n1, "w0")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        accepted = 0
+        error = None
+        try:
+            # Some data first, so that the mount holds a grant.
+            for index in range(4):
+                accepted += os.write(fd, block(0, index))
+            os.fsync(fd)
+            took = fill_disk(filler)
+            assert took > 0
+            # The mount writes on into its grant until write() says ENOSPC.
+            index = 4
+            while True:
+                data = block(0, index)
+                done = 0
+                try:
+                    while done < len(data):
+                        done += os.write(fd, data[done:])
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    accepted += done
+                    break
+                accepted += done
+                index += 1
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                error = f"fsync after {accepted} accepted bytes: {e}"
+        finally:
+            try:
+                os.close(fd)
+            except OSError as e:
+                error = error or f"close after {accepted} accepted bytes: {e}"
+        assert error is None, error
+        assert accepted > 4 * MIB, "the grant let nothing more be written"
+        with open(os.path.join(c.n2, "w0"), "rb") as f:
+            got = f.read()
+        assert len(got) == accepted
+        assert got == expected(0, accepted)
+        # Metadata still changes on the full disk (its reserve is held too).
+        os.mkdir(os.path.join(c.n2, "dir"))
+        with open(os.path.join(c.n2, "dir", "small"), "wb") as f:
+            f.write(b"")
+        # SIGTERM stops the server cleanly on the full disk, and it restarts.
+        assert stop_process(c.server.proc) == 0, c.server.log()
+        c.server.start()
+        with open(os.path.join(c.n1, "w0"), "rb") as f:
+            assert f.read() == got
+        # The other program lets go: writing works again, with no operator action.
+        os.unlink(filler)
+
+        def room():
+            try:
+                with open(os.path.join(c.n1, "again"), "wb") as f:
+                    f.write(block(1, 0) * 8)
+                    f.flush()
+                    os.fsync(f.fileno())
+                return True
+            except OSError:
+                return False
+
+        wait_for(room, timeout=60, what="space to come back after the filler went away")
     finally:
         c.stop()
