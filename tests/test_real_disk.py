@@ -36,14 +36,12 @@ def block(writer, index):
     return seed * (MIB // len(seed))
 
 
-def fill(path, writer, results):
-    """Writes MiB after MiB until write() says ENOSPC; then fsync and close,
-    which must succeed. Records the bytes write() accepted."""
-    accepted = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_on(fd, writer, index=0, accepted=0):
+    """Writes MiB `index`, `index + 1`, ... of `writer` until write() fails,
+    then fsync and close, which must succeed. Returns (bytes write()
+    accepted in all, counting `accepted` from before, error or None)."""
     error = None
     try:
-        index = 0
         while True:
             data = block(writer, index)
             done = 0
@@ -66,7 +64,14 @@ def fill(path, writer, results):
             os.close(fd)
         except OSError as e:
             error = error or f"close after {accepted} accepted bytes: {e}"
-    results[writer] = (accepted, error)
+    return accepted, error
+
+
+def fill(path, writer, results):
+    """Writes MiB after MiB until write() says ENOSPC; records the bytes
+    write() accepted and any error (write_on)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    results[writer] = write_on(fd, writer)
 
 
 def expected(writer, length):
@@ -169,38 +174,14 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
     try:
         path = os.path.join(c.n1, "w0")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # Some data first, so that the mount holds a grant.
         accepted = 0
-        error = None
-        try:
-            # Some data first, so that the mount holds a grant.
-            for index in range(4):
-                accepted += os.write(fd, block(0, index))
-            os.fsync(fd)
-            took = fill_disk(filler)
-            assert took > 0
-            # The mount writes on into its grant until write() says ENOSPC.
-            index = 4
-            while True:
-                data = block(0, index)
-                done = 0
-                try:
-                    while done < len(data):
-                        done += os.write(fd, data[done:])
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC, e
-                    accepted += done
-                    break
-                accepted += done
-                index += 1
-            try:
-                os.fsync(fd)
-            except OSError as e:
-                error = f"fsync after {accepted} accepted bytes: {e}"
-        finally:
-            try:
-                os.close(fd)
-            except OSError as e:
-                error = error or f"close after {accepted} accepted bytes: {e}"
+        for index in range(4):
+            accepted += os.write(fd, block(0, index))
+        os.fsync(fd)
+        assert fill_disk(filler) > 0
+        # The mount writes on into its grant until write() says ENOSPC.
+        accepted, error = write_on(fd, 0, index=4, accepted=accepted)
         assert error is None, error
         assert accepted > 4 * MIB, "the grant let nothing more be written"
         with open(os.path.join(c.n2, "w0"), "rb") as f:
