@@ -74,6 +74,18 @@ def fill(path, writer, results):
     results[writer] = write_on(fd, writer)
 
 
+def room(mount):
+    """Whether 8 MiB can be written and fsync'd on `mount` now."""
+    try:
+        with open(os.path.join(mount, "again"), "wb") as f:
+            f.write(block(1, 0) * 8)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
+
+
 def expected(writer, length):
     out = bytearray()
     index = 0
@@ -120,19 +132,7 @@ def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
         for w in range(4):
             os.unlink(os.path.join(c.n1, f"w{w}"))
 
-        def room():
-            try:
-                fd = os.open(os.path.join(c.n1, "again"), os.O_WRONLY | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, b"x" * (32 * MIB))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                return True
-            except OSError:
-                return False
-
-        wait_for(room, timeout=60, what="space to come back after the deletes")
+        wait_for(lambda: room(c.n1), timeout=60, what="space to come back after the deletes")
     finally:
         c.stop()
 
@@ -200,16 +200,7 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
         # The other program lets go: writing works again, with no operator action.
         os.unlink(filler)
 
-        def room():
-            try:
-                with open(os.path.join(c.n1, "again"), "wb") as f:
-                    f.write(block(1, 0) * 8)
-                    f.flush()
-                    os.fsync(f.fileno())
-                return True
-            except OSError:
-                return False
-
-        wait_for(room, timeout=60, what="space to come back after the filler went away")
+        wait_for(lambda: room(c.n1), timeout=60,
+                 what="space to come back after the filler went away")
     finally:
         c.stop()
