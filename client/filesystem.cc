@@ -76,6 +76,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   proto::OpenSessionRequest req;
   req.set_client_name(options_.client_name);
   proto::OpenSessionReply reply;
+  const absl::Time sent = options_.grants.clock->Now();
   RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
   rpc_->set_client_id(reply.client_id());
   incarnation_ = reply.incarnation();
@@ -90,6 +91,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (ra_) ra_->Start();
   if (cache_) {
+    pool_->Renewed(LeaseEnd(sent));
     pool_->Start();
     cache_->Start();
   }
@@ -149,6 +151,7 @@ void FileSystem::Stop() {
 
 void FileSystem::HeartbeatLoop() {
   int failures = 0;  // heartbeats failed in a row
+  uint64_t lost_acked = 0;  // HeartbeatReply.session_lost acted on
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
@@ -164,12 +167,23 @@ void FileSystem::HeartbeatLoop() {
     proto::HeartbeatRequest req;
     proto::HeartbeatReply reply;
     req.mutable_header()->set_client_id(rpc_->client_id());
+    req.set_lost_acked(lost_acked);
     grpc::ClientContext ctx;
     rpc_->PrepareContext(&ctx, absl::Seconds(5));
     const size_t index = rpc_->current();
+    const absl::Time sent = options_.grants.clock->Now();
     grpc::Status s = rpc_->stub(index)->Heartbeat(&ctx, req, &reply);
     if (s.ok()) {
       failures = 0;
+      if (pool_) {
+        // The server may have released the grant while this mount was cut
+        // off; else the grant is good for another lease from `sent`.
+        if (reply.session_lost() != 0 && reply.session_lost() != lost_acked) {
+          pool_->Lost();
+          lost_acked = reply.session_lost();
+        }
+        pool_->Renewed(LeaseEnd(sent));
+      }
       // A failed reclaim is tried again at the next heartbeat.
       NoteIncarnation(reply.incarnation());
       mu_.Lock();
@@ -186,6 +200,17 @@ void FileSystem::HeartbeatLoop() {
     mu_.Lock();
     if (unreachable) kick_ = true;
   }
+}
+
+absl::Time FileSystem::LeaseEnd(absl::Time sent) {
+  uint64_t lease_ms;
+  {
+    absl::MutexLock l(&mu_);
+    lease_ms = lease_ms_;
+  }
+  // The server's lease started when the request arrived, after `sent`; a
+  // tenth off covers the rate difference of the two monotonic clocks.
+  return sent + absl::Milliseconds(lease_ms * 9 / 10);
 }
 
 bool FileSystem::NoteIncarnation(uint64_t incarnation) {

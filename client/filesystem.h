@@ -161,6 +161,9 @@ class FileSystem {
   // (Reclaim). Returns false when that failed (tried again on the next
   // heartbeat).
   bool NoteIncarnation(uint64_t incarnation);
+  // Where the session's lease ends, seen from the mount, for a request sent
+  // at `sent` (options.grants.clock) that the server answered.
+  absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);

@@ -35,6 +35,56 @@ uint64_t GrantPool::available() {
   return available_;
 }
 
+uint64_t GrantPool::outstanding() {
+  absl::MutexLock l(&mu_);
+  return outstanding_;
+}
+
+uint64_t GrantPool::debt() {
+  absl::MutexLock l(&mu_);
+  return debt_;
+}
+
+void GrantPool::Renewed(absl::Time until) {
+  absl::MutexLock l(&mu_);
+  lease_until_ = std::max(lease_until_ == absl::InfiniteFuture() ? until : lease_until_, until);
+  Lapsed();  // logs the end of a lapse
+}
+
+void GrantPool::Lost() {
+  absl::MutexLock l(&mu_);
+  LOG(WARNING) << "the server released this mount's grant (its lease ran out): " << available_
+               << " bytes unused are gone, " << outstanding_
+               << " bytes of cached data are written against the next grants";
+  available_ = 0;
+  debt_ = outstanding_;
+  synced_ = false;
+  // Ask for the next grant now: the cached data's writes draw on it.
+  active_ = true;
+  last_debit_ = options_.clock->Now();
+}
+
+bool GrantPool::Lapsed() {
+  const bool lapsed = options_.clock->Now() >= lease_until_;
+  if (lapsed != lapsed_) {
+    lapsed_ = lapsed;
+    if (lapsed) {
+      LOG(WARNING) << "the session's lease has lapsed (the server is out of reach): writes go "
+                      "to the server until it answers; "
+                   << available_ << " bytes of grant are not counted on";
+    } else {
+      LOG(INFO) << "the session's lease holds again";
+    }
+  }
+  return lapsed;
+}
+
+void GrantPool::Credit(uint64_t bytes) {
+  const uint64_t paid = std::min(debt_, bytes);
+  debt_ -= paid;
+  available_ += bytes - paid;
+}
+
 uint64_t GrantPool::refill_size() {
   absl::MutexLock l(&mu_);
   return refill_;
@@ -54,7 +104,7 @@ uint64_t GrantPool::Refill(uint64_t at_least) {
       debited_recently_ = 0;
       rate_since_ = options_.clock->Now();
     }
-    wanted = std::max(refill_, at_least);
+    wanted = std::max(refill_, at_least) + debt_;
   }
   absl::StatusOr<uint64_t> added = grant_rpc_(wanted, 0);
   absl::MutexLock l(&mu_);
@@ -64,7 +114,7 @@ uint64_t GrantPool::Refill(uint64_t at_least) {
     empty_since_ = options_.clock->Now();
     return 0;
   }
-  available_ += *added;
+  Credit(*added);
   server_empty_ = *added == 0;
   if (server_empty_) empty_since_ = options_.clock->Now();
   return *added;
@@ -73,7 +123,7 @@ uint64_t GrantPool::Refill(uint64_t at_least) {
 uint64_t GrantPool::MaybeRefill() {
   {
     absl::MutexLock l(&mu_);
-    if (refilling_ || available_ >= options_.low_watermark * refill_) return 0;
+    if (refilling_ || Lapsed() || available_ >= options_.low_watermark * refill_) return 0;
     // Near full the server has nothing to give: ask again once a second.
     if (server_empty_ && options_.clock->Now() - empty_since_ < absl::Seconds(1)) return 0;
     refilling_ = true;
@@ -87,15 +137,21 @@ uint64_t GrantPool::MaybeRefill() {
 bool GrantPool::Debit(uint64_t bytes) {
   if (bytes == 0) return true;
   absl::MutexLock l(&mu_);
+  // Cut off longer than the lease: the server may have given the grant to
+  // others. The write goes to the server (write-through), which decides.
+  if (Lapsed()) return false;
+  synced_ = false;
   active_ = true;
   last_debit_ = options_.clock->Now();
   bool own_refill_short = false;
   for (int attempt = 0;; ++attempt) {
-    if (available_ >= bytes) {
+    if (available_ >= bytes && !Lapsed()) {
       available_ -= bytes;
+      outstanding_ += bytes;
       debited_recently_ += bytes;
       return true;
     }
+    if (Lapsed()) return false;
     // Short: wait for a refill in flight, or make one; give up when the
     // server had nothing to give.
     if (attempt > 0 && server_empty_) return false;
@@ -119,36 +175,55 @@ bool GrantPool::Debit(uint64_t bytes) {
 
 void GrantPool::Settle(uint64_t debited, uint64_t used) {
   absl::MutexLock l(&mu_);
+  outstanding_ -= std::min(outstanding_, debited);
   if (used <= debited) {
-    available_ += debited - used;
+    Credit(debited - used);
   } else {
-    available_ -= std::min(available_, used - debited);
+    const uint64_t more = used - debited;
+    const uint64_t taken = std::min(available_, more);
+    available_ -= taken;
+    debt_ += more - taken;
   }
 }
 
 void GrantPool::Refund(uint64_t debited) {
   absl::MutexLock l(&mu_);
-  available_ += debited;
+  outstanding_ -= std::min(outstanding_, debited);
+  Credit(debited);
 }
 
 uint64_t GrantPool::Recall(uint64_t wanted) {
+  absl::StatusOr<uint64_t> back = GiveBack(wanted, false);
+  return back.ok() ? *back : 0;
+}
+
+absl::StatusOr<uint64_t> GrantPool::GiveBack(uint64_t wanted, bool everything) {
   uint64_t back;
   {
     absl::MutexLock l(&mu_);
+    if (Lapsed()) return absl::UnavailableError("the session's lease has lapsed");
     back = std::min(available_, wanted);
-    if (back == 0) return 0;
+    if (back == 0 && !everything) return 0;
     available_ -= back;
-    // The server is short: no background refill for a while (a writer that
-    // runs dry still asks, and gets what the policy allows).
-    server_empty_ = true;
-    empty_since_ = options_.clock->Now();
+    if (!everything) {
+      // The server is short: no background refill for a while (a writer
+      // that runs dry still asks, and gets what the policy allows).
+      server_empty_ = true;
+      empty_since_ = options_.clock->Now();
+    }
   }
-  absl::StatusOr<uint64_t> r = grant_rpc_(0, back);
+  // Everything: more than any grant, so that the server's whole grant for
+  // this session goes back even where the two counts had drifted apart.
+  absl::StatusOr<uint64_t> r = grant_rpc_(0, everything ? (1ull << 62) : back);
   if (!r.ok()) {
-    LOG(WARNING) << "giving back " << back << " bytes of grant: " << r.status();
+    // The server may have applied it before the reply was lost: counted as
+    // given back (the mount never counts on grant the server may not
+    // hold; the next give-back of everything brings the two together).
+    LOG(WARNING) << "giving back " << back << " bytes of grant: " << r.status()
+                 << " (counted as given back)";
     absl::MutexLock l(&mu_);
-    available_ += back;  // still ours at the server
-    return 0;
+    synced_ = false;
+    return r.status();
   }
   return back;
 }
@@ -159,16 +234,27 @@ uint64_t GrantPool::ReturnIfIdle() {
 }
 
 uint64_t GrantPool::MaybeReturnIdle() {
-  if (options_.return_idle_after <= absl::ZeroDuration() || available_ == 0) return 0;
+  // With nothing cached and no refill in flight, everything the server
+  // holds for the mount goes back (once), whatever this pool counts.
+  const bool everything = !synced_ && outstanding_ == 0 && debt_ == 0 && !refilling_;
+  if (options_.return_idle_after <= absl::ZeroDuration() || (available_ == 0 && !everything)) {
+    return 0;
+  }
   const absl::Time now = options_.clock->Now();
   if (now - last_debit_ < options_.return_idle_after || now < idle_retry_at_) return 0;
+  if (everything) refilling_ = true;  // no refill while the whole grant goes back
   mu_.Unlock();
-  const uint64_t back = Recall(std::numeric_limits<uint64_t>::max());
+  absl::StatusOr<uint64_t> r = GiveBack(std::numeric_limits<uint64_t>::max(), everything);
   mu_.Lock();
-  if (back > 0) {
+  const uint64_t back = r.ok() ? *r : 0;
+  if (everything) {
+    refilling_ = false;
+    if (r.ok()) synced_ = true;
+  }
+  if (back > 0 || (everything && r.ok())) {
     VLOG(1) << "idle: gave back " << back << " bytes of grant";
     active_ = false;  // the next write starts the refills again
-  } else {
+  } else if (!r.ok()) {
     idle_retry_at_ = now + options_.return_idle_after;  // the RPC failed: later
   }
   return back;

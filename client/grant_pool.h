@@ -9,6 +9,12 @@
 // how much of the grant the write really used (overwrites use none), and the
 // difference comes back to `available`.
 //
+// The grant lives only as long as the mount's session lease (Renewed): once
+// the lease has lapsed (the mount was cut off from the server) no write is
+// accepted against the grant, because the server may have taken it back.
+// If the server did (Lost), cached data debited before is owed to the
+// next grant: refills pay that debt before anything becomes available.
+//
 // Thread-safe.
 #ifndef GRANTFS_CLIENT_GRANT_POOL_H_
 #define GRANTFS_CLIENT_GRANT_POOL_H_
@@ -35,7 +41,8 @@ struct GrantPoolOptions {
   // holds beyond its cached data, so an idle node does not keep space that
   // others and `df` should see. Zero: never. Default 10 s.
   absl::Duration return_idle_after = absl::Seconds(10);
-  Clock* clock = Clock::Real();
+  // Monotonic: the lease must not stretch when the wall clock steps back.
+  Clock* clock = Clock::Monotonic();
 };
 
 class GrantPool {
@@ -73,8 +80,21 @@ class GrantPool {
   // given back.
   uint64_t Recall(uint64_t wanted);
 
+  // The session's lease holds until `until` (options.clock time): the
+  // server heard from the mount. Until the first call the lease never
+  // lapses (a pool used without a session, in unit tests).
+  void Renewed(absl::Time until);
+  // The server says it released the session's grant (its lease ran out):
+  // nothing is available, and every byte debited for data still cached is
+  // owed to the next grants, which that data's writes will draw on.
+  void Lost();
+
   uint64_t available();
   uint64_t refill_size();
+  // Debited for data not yet settled or refunded.
+  uint64_t outstanding();
+  // Owed after Lost(): refills pay it before they add to available.
+  uint64_t debt();
 
   // One refill decision: asks for a refill when under the watermark. Returns
   // the bytes added. The background thread calls it only once the mount has
@@ -91,12 +111,29 @@ class GrantPool {
   uint64_t MaybeReturnIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the server for more; `wait_for` > 0 means a writer is waiting.
   uint64_t Refill(uint64_t at_least);
+  // Gives back up to `wanted` of available (everything the server holds for
+  // the session when `everything`). Returns the bytes given back; an error
+  // when the RPC failed (they are counted as given back all the same) or
+  // the lease has lapsed.
+  absl::StatusOr<uint64_t> GiveBack(uint64_t wanted, bool everything);
+  // Adds grant the server holds for this mount: pays the debt first.
+  void Credit(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lease ran out: the grant cannot be counted on. Logs the change.
+  bool Lapsed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const GrantPoolOptions options_;
   const GrantRpc grant_rpc_;
 
   absl::Mutex mu_;
   uint64_t available_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t debt_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool lapsed_ ABSL_GUARDED_BY(mu_) = false;  // as last logged
+  // The server holds nothing for this mount that the pool does not count:
+  // set by an idle give-back of everything, cleared by any debit, loss or
+  // failed give-back. A new pool holds nothing.
+  bool synced_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t refill_ ABSL_GUARDED_BY(mu_);
   bool refilling_ ABSL_GUARDED_BY(mu_) = false;
   bool server_empty_ ABSL_GUARDED_BY(mu_) = false;  // last ask got nothing

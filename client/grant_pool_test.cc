@@ -199,17 +199,21 @@ TEST(GrantPool, SettleReturnsTheDifference) {
   EXPECT_EQ(server.call_count(), 1u);  // settling never calls the server
 }
 
-TEST(GrantPool, SettleOverdrawIsClampedAtZero) {
+TEST(GrantPool, SettleOverdrawBecomesDebt) {
   FakeClock clock;
   FakeGrantServer server;
   GrantPool pool(Options(&clock, /*initial=*/4096, /*max=*/4096), server.Rpc());
   ASSERT_EQ(pool.MaybeRefill(), 4096u);
   ASSERT_TRUE(pool.Debit(4096));
+  ASSERT_TRUE(pool.Debit(0));
   ASSERT_EQ(pool.available(), 0u);
   pool.Settle(4096, 8192);
   EXPECT_EQ(pool.available(), 0u);  // not wrapped around to ~2^64
-  pool.Refund(4096);
-  EXPECT_EQ(pool.available(), 4096u);
+  EXPECT_EQ(pool.debt(), 4096u);
+  EXPECT_EQ(pool.outstanding(), 0u);
+  pool.Refund(4096);  // pays the debt first
+  EXPECT_EQ(pool.available(), 0u);
+  EXPECT_EQ(pool.debt(), 0u);
 }
 
 TEST(GrantPool, MaybeRefillOnlyUnderTheWatermark) {
@@ -425,18 +429,30 @@ TEST(GrantPool, AnIdleMountGivesItsUnpromisedGrantBack) {
   const FakeGrantServer::Call last = server.call(server.call_count() - 1);
   EXPECT_EQ(last.wanted, 0u);
   EXPECT_EQ(last.back, 1 * kMiB - 100 * kKiB);
+  const size_t calls = server.call_count();
   EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // nothing left to give
-  // A failed give-back keeps the grant and waits another idle period.
+  EXPECT_EQ(server.call_count(), calls);
+  // A failed give-back is counted as given back (the server may have
+  // applied it) and waits another idle period before the next one.
   ASSERT_TRUE(pool.Debit(10 * kKiB));
   clock.Advance(absl::Seconds(10));
   server.set_error(absl::UnavailableError("server unreachable"));
   EXPECT_EQ(pool.ReturnIfIdle(), 0u);
-  const uint64_t held = pool.available();
-  EXPECT_GT(held, 0u);
+  EXPECT_EQ(pool.available(), 0u);
   server.set_error(absl::OkStatus());
+  // Once nothing is cached, everything the server may still hold for the
+  // mount goes back, once.
+  pool.Settle(110 * kKiB, 110 * kKiB);
+  ASSERT_EQ(pool.outstanding(), 0u);
   EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // not yet
   clock.Advance(absl::Seconds(10));
-  EXPECT_EQ(pool.ReturnIfIdle(), held);
+  const size_t before = server.call_count();
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);  // nothing counted here...
+  ASSERT_EQ(server.call_count(), before + 1);
+  EXPECT_GE(server.call(before).back, 1ull << 40);  // ...but all of it at the server
+  clock.Advance(absl::Seconds(20));
+  EXPECT_EQ(pool.ReturnIfIdle(), 0u);
+  EXPECT_EQ(server.call_count(), before + 1);  // once
 }
 
 TEST(GrantPool, RecallIsBoundedByWhatTheServerAsked) {
@@ -448,15 +464,85 @@ TEST(GrantPool, RecallIsBoundedByWhatTheServerAsked) {
   EXPECT_EQ(pool.available(), 3 * kMiB);
 }
 
-TEST(GrantPool, FailedRecallKeepsTheGrant) {
+TEST(GrantPool, FailedRecallCountsAsGivenBack) {
+  // The reply may be what was lost: the server may hold less than before,
+  // and the mount must never count on grant the server does not hold.
   FakeClock clock;
   FakeGrantServer server;
   GrantPool pool(Options(&clock, 4 * kMiB), server.Rpc());
   ASSERT_EQ(pool.MaybeRefill(), 4 * kMiB);
   server.set_error(absl::UnavailableError("down"));
-  EXPECT_EQ(pool.Recall(4 * kMiB), 0u);
-  EXPECT_EQ(pool.available(), 4 * kMiB);
+  EXPECT_EQ(pool.Recall(3 * kMiB), 0u);
+  EXPECT_EQ(pool.available(), 1 * kMiB);
   EXPECT_EQ(GrantPool(Options(&clock), server.Rpc()).Recall(1), 0u);  // nothing to give
+}
+
+TEST(GrantPool, ALapsedLeaseAcceptsNoWriteAndMakesNoRpcUntilRenewed) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 4 * kMiB), server.Rpc());
+  pool.Renewed(clock.Now() + absl::Seconds(9));
+  ASSERT_EQ(pool.MaybeRefill(), 4 * kMiB);
+  ASSERT_TRUE(pool.Debit(1 * kMiB));
+  const size_t calls = server.call_count();
+  clock.Advance(absl::Seconds(9));
+  // The server may have given the grant to others: write through.
+  EXPECT_FALSE(pool.Debit(4 * kKiB));
+  EXPECT_EQ(pool.MaybeRefill(), 0u);
+  EXPECT_EQ(pool.Recall(1 * kMiB), 0u);
+  EXPECT_EQ(server.call_count(), calls);
+  // The server answered again and did not release the grant: it counts.
+  pool.Renewed(clock.Now() + absl::Seconds(9));
+  EXPECT_EQ(pool.available(), 3 * kMiB);
+  EXPECT_TRUE(pool.Debit(4 * kKiB));
+  EXPECT_EQ(server.call_count(), calls);
+}
+
+TEST(GrantPool, ALostGrantMakesCachedDataADebtThatRefillsPayFirst) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 1 * kMiB), server.Rpc());
+  pool.Renewed(clock.Now() + absl::Seconds(9));
+  ASSERT_EQ(pool.MaybeRefill(), 1 * kMiB);
+  ASSERT_TRUE(pool.Debit(300 * kKiB));  // cached, not yet written
+  clock.Advance(absl::Seconds(20));
+  EXPECT_FALSE(pool.Debit(4 * kKiB));  // lapsed
+  // The server expired the session: its grant is gone.
+  pool.Lost();
+  pool.Renewed(clock.Now() + absl::Seconds(9));
+  EXPECT_EQ(pool.available(), 0u);
+  EXPECT_EQ(pool.debt(), 300 * kKiB);
+  EXPECT_EQ(pool.outstanding(), 300 * kKiB);
+  // The next refill asks for the debt on top, and pays it first.
+  const size_t calls = server.call_count();
+  EXPECT_EQ(pool.MaybeRefill(), 1 * kMiB + 300 * kKiB);
+  EXPECT_EQ(server.call(calls).wanted, 1 * kMiB + 300 * kKiB);
+  EXPECT_EQ(pool.available(), 1 * kMiB);
+  EXPECT_EQ(pool.debt(), 0u);
+  // The cached data's write draws on the new grant.
+  pool.Settle(300 * kKiB, 300 * kKiB);
+  EXPECT_EQ(pool.available(), 1 * kMiB);
+  EXPECT_EQ(pool.outstanding(), 0u);
+}
+
+TEST(GrantPool, ALostGrantWithNothingGrantedAgainKeepsTheDebt) {
+  FakeClock clock;
+  FakeGrantServer server;
+  GrantPool pool(Options(&clock, 1 * kMiB), server.Rpc());
+  ASSERT_EQ(pool.MaybeRefill(), 1 * kMiB);
+  ASSERT_TRUE(pool.Debit(300 * kKiB));
+  pool.Lost();
+  server.set_limit(100 * kKiB);  // the volume filled meanwhile
+  EXPECT_EQ(pool.MaybeRefill(), 100 * kKiB);
+  EXPECT_EQ(pool.available(), 0u);
+  EXPECT_EQ(pool.debt(), 200 * kKiB);
+  server.set_limit(0);
+  EXPECT_FALSE(pool.Debit(4 * kKiB));  // nothing to give: write through
+  EXPECT_EQ(pool.debt(), 200 * kKiB);
+  // The write took 100 KiB from the grant and the rest from free space.
+  pool.Settle(300 * kKiB, 100 * kKiB);
+  EXPECT_EQ(pool.debt(), 0u);
+  EXPECT_EQ(pool.available(), 0u);
 }
 
 }  // namespace

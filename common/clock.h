@@ -17,8 +17,12 @@ class Clock {
   virtual absl::Time Now() = 0;
   int64_t NowNanos() { return absl::ToUnixNanos(Now()); }
 
-  // The process-wide real clock; never deleted.
+  // The process-wide real clock (wall time); never deleted.
   static Clock* Real();
+  // The process-wide monotonic clock (CLOCK_MONOTONIC as time since the
+  // Unix epoch): for leases and timeouts, which a step of the wall clock
+  // must not stretch or cut. Only differences of its times mean anything.
+  static Clock* Monotonic();
 };
 
 // A clock that moves only when told to. Thread-safe.

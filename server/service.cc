@@ -212,6 +212,12 @@ grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* 
                                        proto::HeartbeatReply* reply) {
   GRANTFS_BEGIN(req);
   reply->set_incarnation(volume_->incarnation());
+  const uint64_t lost = volume_->sessions().LostToken(rc.client_id, req->lost_acked());
+  if (lost != 0) {
+    LOG(WARNING) << "session " << rc.client_id
+                 << " came back after its lease ran out: told that its grant is gone";
+    reply->set_session_lost(lost);
+  }
   return grpc::Status::OK;
 }
 

@@ -8,13 +8,23 @@ namespace grantfs {
 SessionTable::SessionTable(Clock* clock, absl::Duration lease, size_t max_queued)
     : clock_(clock), lease_(lease), max_queued_(max_queued) {}
 
-uint64_t SessionTable::Open(const std::string& client_name) {
+namespace {
+uint64_t NonZeroRandom() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
+  uint64_t r;
+  do {
+    r = rng();
+  } while (r == 0);
+  return r;
+}
+}  // namespace
+
+uint64_t SessionTable::Open(const std::string& client_name) {
   absl::MutexLock l(&mu_);
   uint64_t id;
   do {
-    id = rng();
-  } while (id == 0 || sessions_.count(id));
+    id = NonZeroRandom();
+  } while (sessions_.count(id));
   Session& s = sessions_[id];
   s.name = client_name;
   s.expires = clock_->Now() + lease_;
@@ -26,9 +36,20 @@ SessionTable::TouchResult SessionTable::Touch(uint64_t client_id) {
   absl::MutexLock l(&mu_);
   if (forgetting_.count(client_id)) return TouchResult::kEnding;
   auto [it, created] = sessions_.try_emplace(client_id);
-  if (created) it->second.name = "(reconnected)";
+  if (created) {
+    it->second.name = "(reconnected)";
+    it->second.lost = NonZeroRandom();
+  }
   it->second.expires = clock_->Now() + lease_;
   return created ? TouchResult::kCreated : TouchResult::kRenewed;
+}
+
+uint64_t SessionTable::LostToken(uint64_t client_id, uint64_t acked) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return 0;
+  if (acked != 0 && it->second.lost == acked) it->second.lost = 0;
+  return it->second.lost;
 }
 
 void SessionTable::Restore(uint64_t client_id, const std::string& client_name) {

@@ -44,6 +44,12 @@ class SessionTable {
   // the caller asks the client to retry. No-op (kRenewed) for 0.
   enum class TouchResult { kRenewed, kCreated, kEnding };
   TouchResult Touch(uint64_t client_id);
+  // After Touch re-created the session of `client_id` (its client held a
+  // session this server did not know: its lease ran out and what it held,
+  // its grant first, was released), a random token, never 0, until the
+  // client acknowledges it by passing it as `acked`; else 0. Heartbeats
+  // carry it both ways, so a lost reply loses nothing.
+  uint64_t LostToken(uint64_t client_id, uint64_t acked);
 
   // Gives every session a fresh lease (the server could not be reached).
   void RenewAll();
@@ -117,6 +123,7 @@ class SessionTable {
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()
+    uint64_t lost = 0;          // re-created by Touch: token not yet acked
   };
   // Drops the session's opens from open_total_ and returns them as counts;
   // the session is being ended (forgetting_).

@@ -147,6 +147,35 @@ TEST_F(SessionTableTest, AnEndingSessionIsNotRecreatedUntilItIsForgotten) {
   EXPECT_EQ(table_.Touch(0), R::kRenewed);
 }
 
+TEST_F(SessionTableTest, AClientWhoseSessionExpiredIsToldOnce) {
+  const uint64_t id = table_.Open("a");
+  table_.Restore(555, "b");  // known from the last run: not lost
+  EXPECT_EQ(table_.LostToken(id, 0), 0u);
+  EXPECT_EQ(table_.LostToken(555, 0), 0u);
+  clock_.Advance(kLease);
+  ASSERT_EQ(Ids(table_.Expire()).size(), 2u);
+  table_.Forgotten(id);
+  // Its next request, whichever it is, re-creates the session; heartbeats
+  // tell the client that what it held is gone until it acks the token.
+  EXPECT_EQ(table_.Touch(id), SessionTable::TouchResult::kCreated);
+  EXPECT_EQ(table_.Touch(id), SessionTable::TouchResult::kRenewed);
+  const uint64_t token = table_.LostToken(id, 0);
+  EXPECT_NE(token, 0u);
+  EXPECT_EQ(table_.LostToken(id, 0), token);  // the reply was lost: again
+  EXPECT_EQ(table_.LostToken(id, token + 1), token);
+  EXPECT_EQ(table_.LostToken(id, token), 0u);  // acked
+  EXPECT_EQ(table_.LostToken(id, token), 0u);
+  EXPECT_EQ(table_.LostToken(42, 0), 0u);  // unknown
+  // Lost again later: a new token, which the old ack does not clear.
+  clock_.Advance(kLease);
+  table_.Expire();
+  table_.Forgotten(id);
+  EXPECT_EQ(table_.Touch(id), SessionTable::TouchResult::kCreated);
+  const uint64_t again = table_.LostToken(id, token);
+  EXPECT_NE(again, 0u);
+  EXPECT_NE(again, token);
+}
+
 TEST_F(SessionTableTest, GraceLastsUntilEveryRestoredSessionReclaimedOrEnded) {
   table_.Restore(1, "host1:/mnt");
   table_.Restore(2, "host2:/mnt");

@@ -466,9 +466,10 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
   // Bytes are rounded to whole blocks: down for what is asked, up for what
   // is given back, so a client never holds more than it was told.
   uint64_t added_blocks = 0;
-  ASSIGN_OR_RETURN(uint64_t blocks,
-                   meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
-                                (return_bytes + kBlockSize - 1) / kBlockSize, &added_blocks));
+  ASSIGN_OR_RETURN(
+      uint64_t blocks,
+      meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
+                   return_bytes / kBlockSize + (return_bytes % kBlockSize != 0), &added_blocks));
   *added = added_blocks * kBlockSize;
   if (added_blocks > 0 && !CoverPromises()) {
     // The disk cannot hold what was just promised (another program took
