@@ -112,16 +112,10 @@ def test_grantfs(grantfs_mounts, seed):
     assert not r.cfg["disabled"], f"GrantFS lacks {r.cfg['disabled']}"
 
 
-# Open bugs, not yet fixed (the issue's note and docs/testing.md say what is
-# known), found by the racing area shared/: after racing directory renames,
-# exchanges and removals, one node can list a directory that is alive on the
-# server and on the other nodes as empty until its kernel evicts the inode
-# (grantfsctl fsck finds the server's state clean), and open(O_CREAT) can
-# rarely fail with ENOENT while another node removes the name. Until they are
-# fixed this run reports an expected failure instead of failing CI; when it
-# passes it shows as XPASS.
-@pytest.mark.xfail(reason="open bugs in the racing area: a stale directory listing on one "
-                   "node; ENOENT from open(O_CREAT) racing a removal", strict=False)
+# The racing area shared/: every worker also races the others' changes
+# through other mounts (renames, exchanges, removals, creates of one name);
+# every errno must be one some order of the racing ops allows, and every
+# node must list what the server holds once the bound has passed. Strict.
 @pytest.mark.parametrize("seed", [pytest.param(TIME_SEED, id=f"seed={TIME_SEED}")])
 def test_grantfs_racing(grantfs_mounts, seed):
     check(grantfs_mounts, "grantfs", seed)
