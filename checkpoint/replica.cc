@@ -314,7 +314,8 @@ absl::Status Replica::SavePosition() {
   return absl::OkStatus();
 }
 
-absl::Status Replica::Apply(const proto::ReplRecord& rec) {
+absl::Status Replica::Apply(const proto::ReplRecord& rec,
+                            std::set<std::pair<uint64_t, uint64_t>>* unsynced) {
   if (db_ == nullptr || chunks_ == nullptr || in_snapshot_) {
     return absl::FailedPreconditionError("a change before the copy exists");
   }
@@ -325,9 +326,18 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec) {
       if (!s.ok()) return DbError(s, "applying a batch");
       return absl::OkStatus();
     }
-    case proto::ReplRecord::kData:
-      return chunks_->Write(rec.data().ino(), rec.data().offset(), rec.data().data().data(),
-                            rec.data().data().size(), rec.data().sync());
+    case proto::ReplRecord::kData: {
+      const proto::ReplData& d = rec.data();
+      RETURN_IF_ERROR(
+          chunks_->Write(d.ino(), d.offset(), d.data().data(), d.data().size(), /*sync=*/false));
+      if (d.sync() && !d.data().empty()) {
+        const uint64_t cs = chunks_->chunk_size();
+        for (uint64_t i = d.offset() / cs; i <= (d.offset() + d.data().size() - 1) / cs; ++i) {
+          unsynced->emplace(d.ino(), i);
+        }
+      }
+      return absl::OkStatus();
+    }
     case proto::ReplRecord::kTruncate:
       return chunks_->Truncate(rec.truncate().ino(), rec.truncate().a(), rec.truncate().b());
     case proto::ReplRecord::kAllocate:
@@ -346,6 +356,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
                              grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) {
   if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "replica"); !auth.ok()) return auth;
   proto::ReplMessage msg;
+  std::set<std::pair<uint64_t, uint64_t>> unsynced;  // chunk files to sync before the ack
   if (!stream->Read(&msg)) return grpc::Status::OK;
   if (!msg.has_hello() || msg.hello().epoch() == 0) {
     LOG(WARNING) << "replica: a stream from " << ctx->peer() << " without a hello";
@@ -463,11 +474,17 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
             absl::StrCat("change ", r.seq(), " arrived, expected ", expect));
         break;
       }
-      st = Apply(r);
+      st = Apply(r, &unsynced);
       if (!st.ok()) break;
       absl::MutexLock l(&mu_);
       applied_ = r.seq();
     }
+    if (!st.ok()) break;
+    for (const auto& [ino, index] : unsynced) {
+      st = chunks_->SyncChunk(ino, index);
+      if (!st.ok()) break;
+    }
+    unsynced.clear();
     if (!st.ok()) break;
     if (msg.records_size() > 0) {
       st = SavePosition();

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -97,7 +98,13 @@ class Replica : public proto::Replication::Service, public ServerRole {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status FinishSnapshot(uint64_t epoch, uint64_t start_seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  absl::Status Apply(const proto::ReplRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Data records that ask for a sync are written without one; their chunk
+  // files go to `unsynced`, which the stream fdatasyncs (one call per
+  // file) before it acknowledges the message: the syncs of a message's
+  // writes are grouped.
+  absl::Status Apply(const proto::ReplRecord& rec,
+                     std::set<std::pair<uint64_t, uint64_t>>* unsynced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void Watchdog();
   // Tries to become the primary; true when this server was promoted.

@@ -150,7 +150,7 @@ absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t withi
   }
   // Durability: data must be on disk before the metadata that makes it
   // visible is acknowledged.
-  if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+  if (sync) RETURN_IF_ERROR(DataSync(fd.get(), path));
   return absl::OkStatus();
 }
 
@@ -181,7 +181,20 @@ absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, c
   direct_writes_.fetch_add(1, std::memory_order_relaxed);
   // Durability as for a buffered write: the device cache and the block
   // allocation are only stable after fdatasync.
-  if (sync && fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+  if (sync) RETURN_IF_ERROR(DataSync(fd.get(), path));
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::SyncChunk(uint64_t ino, uint64_t index) {
+  const std::string path = ChunkPath(ino, index);
+  Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errno == ENOENT ? absl::OkStatus() : IoError("open", path);
+  return DataSync(fd.get(), path);
+}
+
+absl::Status ChunkStore::DataSync(int fd, const std::string& path) {
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  if (fdatasync(fd) != 0) return IoError("fdatasync", path);
   return absl::OkStatus();
 }
 
@@ -225,7 +238,7 @@ absl::Status ChunkStore::Sync(uint64_t ino, uint64_t size) {
       if (errno == ENOENT) continue;
       return IoError("open", path);
     }
-    if (fdatasync(fd.get()) != 0) return IoError("fdatasync", path);
+    RETURN_IF_ERROR(DataSync(fd.get(), path));
   }
   if (options_.change_sink != nullptr) {
     proto::ReplRecord rec;

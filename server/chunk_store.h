@@ -58,6 +58,8 @@ class ChunkStore {
   uint64_t chunk_size() const { return options_.chunk_size; }
   // Writes (pieces within one chunk) that went to disk with O_DIRECT.
   uint64_t direct_writes() const { return direct_writes_.load(std::memory_order_relaxed); }
+  // fdatasync calls made (by writes with `sync` and by Sync).
+  uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
   // False once the file system refused O_DIRECT (or direct_io was off).
   bool direct_io() const { return direct_ok_.load(std::memory_order_relaxed); }
 
@@ -73,6 +75,9 @@ class ChunkStore {
   // fdatasyncs every existing chunk of `ino` below `size` bytes (and, with
   // a change sink, waits until the replica did the same).
   absl::Status Sync(uint64_t ino, uint64_t size);
+
+  // fdatasyncs chunk `index` of `ino` if it exists (not replicated).
+  absl::Status SyncChunk(uint64_t ino, uint64_t index);
 
   // Reserves disk blocks for [offset, offset + length) (fallocate mode 0,
   // keeping chunk file sizes).
@@ -108,6 +113,9 @@ class ChunkStore {
 
   std::atomic<bool> direct_ok_;
   std::atomic<uint64_t> direct_writes_{0};
+  std::atomic<uint64_t> syncs_{0};
+  // fdatasync of `fd` (the chunk file `path`), counted. EIO on failure.
+  absl::Status DataSync(int fd, const std::string& path);
   static constexpr size_t kKeepBuffers = 8;
   absl::Mutex buffers_mu_;
   std::vector<char*> buffers_ ABSL_GUARDED_BY(buffers_mu_);

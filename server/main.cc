@@ -67,6 +67,10 @@ ABSL_FLAG(int, threads, 256,
           "call that finds none free is refused (clients retry it)");
 ABSL_FLAG(int, write_backlog_mb, 64,
           "flow control: MiB of client writes the server lets be in flight at once");
+ABSL_FLAG(bool, sync_data, true,
+          "fdatasync every data write here and on the replica before it is acknowledged "
+          "(false: acknowledged data sits in both servers' page cache until the file's fsync, "
+          "and a power loss of both servers can lose it)");
 ABSL_FLAG(bool, direct_io, true,
           "write large block-aligned pieces of file data with O_DIRECT, past the page cache "
           "(see docs/write-path.md)");
@@ -295,6 +299,7 @@ int main(int argc, char** argv) {
   vo.write_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_write_backlog_mb)) << 20;
   vo.recall_wait = absl::Milliseconds(absl::GetFlag(FLAGS_recall_wait_ms));
   vo.direct_io = absl::GetFlag(FLAGS_direct_io);
+  vo.sync_data = absl::GetFlag(FLAGS_sync_data);
 
   // Which role: the witness decides.
   grantfs::WitnessCall witness_call;

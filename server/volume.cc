@@ -427,13 +427,15 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
   // Reserve first so that ENOSPC is decided before any byte lands; the data
-  // is on disk (fdatasync'd when `sync`) before the metadata that makes it
-  // part of the file is committed.
+  // is on disk (fdatasync'd, here and on the replica, unless both `sync`
+  // and options.sync_data are off) before the metadata that makes it part
+  // of the file is committed.
   const uint64_t grant_client = from_grant ? ctx.client_id : 0;
   ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
   if (grant_used != nullptr) *grant_used = r.from_grant * kBlockSize;
   // A retry of this write answers with the grant it used (server/dedupe.h).
   if (RequestTag* tag = RequestTag::Current()) tag->value = r.from_grant * kBlockSize;
+  sync = sync || options_.sync_data;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   // Space promised in a grant is held on the disk (server/space_hold.h):
   // if another program filled the disk meanwhile, the write borrows it.

@@ -70,6 +70,11 @@ struct VolumeOptions {
   ChangeSink* change_sink = nullptr;
   // Large aligned data writes bypass the page cache (ChunkStoreOptions).
   bool direct_io = true;
+  // Every data write is fdatasync'd, here and on the replica, before it is
+  // acknowledged (promise 3: a mount drops its copy on the ack, so a power
+  // loss of both servers must not lose it). False: the data is in the page
+  // cache of both servers at the ack, durable at the file's fsync().
+  bool sync_data = true;
   // Run the background threads (chunk freeing, lease expiry). Unit tests
   // turn them off and call RunMaintenance() themselves.
   bool background = true;
@@ -92,6 +97,7 @@ class Volume {
   ~Volume();
 
   SessionTable& sessions() { return sessions_; }
+  const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
   InFlightRequests& in_flight() { return in_flight_; }
   MetaStore& meta() { return *meta_; }

@@ -151,6 +151,67 @@ TEST_F(VolumeTest, WriteThenReadReturnsTheData) {
   EXPECT_EQ(got, data);
 }
 
+// Records what the volume sends to the replica; every change counts as
+// replicated at once.
+class RecordingSink : public ChangeSink {
+ public:
+  uint64_t Append(proto::ReplRecord record) override {
+    absl::MutexLock l(&mu_);
+    records_.push_back(std::move(record));
+    return records_.size();
+  }
+  absl::Status WaitReplicated(uint64_t) override { return absl::OkStatus(); }
+  uint64_t Head() override {
+    absl::MutexLock l(&mu_);
+    return records_.size();
+  }
+  std::vector<proto::ReplRecord> records() {
+    absl::MutexLock l(&mu_);
+    return records_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<proto::ReplRecord> records_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(VolumeTest, AcknowledgedDataIsFdatasyncedHereAndOnTheReplica) {
+  // Promise 3: a mount drops its copy of the data when the write is
+  // acknowledged, so the data must be durable on both servers by then, not
+  // only in their page caches (a power loss of both would lose it).
+  for (bool sync_data : {true, false}) {
+    SCOPED_TRACE(sync_data);
+    RecordingSink sink;
+    VolumeOptions options;
+    options.dir = root_dir_ + (sync_data ? "/synced" : "/unsynced");
+    options.capacity_bytes = 64 * kMiB;
+    options.clock = &clock_;
+    options.background = false;
+    options.change_sink = &sink;
+    options.sync_data = sync_data;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Volume> v, Volume::Open(options));
+    RequestContext c;
+    ASSERT_OK_AND_ASSIGN(c.client_id, v->OpenSession("c"));
+    proto::MkNodRequest req;
+    req.set_parent(kRootIno);
+    req.set_name("f");
+    req.set_mode(S_IFREG | 0644);
+    ASSERT_OK_AND_ASSIGN(proto::Attr f, v->MkNod(c, req));
+    const uint64_t before = v->chunks().syncs();
+    // A flush from a mount's write cache: no sync asked for.
+    ASSERT_OK(v->Write(c, f.ino(), kVolumeChunk - kMiB / 2, std::string(kMiB, 'd'), /*sync=*/false)
+                  .status());
+    EXPECT_EQ(v->chunks().syncs() - before, sync_data ? 2u : 0u);  // two chunk pieces
+    int data_records = 0;
+    for (const proto::ReplRecord& rec : sink.records()) {
+      if (!rec.has_data()) continue;
+      ++data_records;
+      EXPECT_EQ(rec.data().sync(), sync_data);  // the replica syncs before it acks
+    }
+    EXPECT_EQ(data_records, 2);
+  }
+}
+
 TEST_F(VolumeTest, ReadPastEndOfFileIsShort) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
   const std::string data = Pattern(10000, 2);
