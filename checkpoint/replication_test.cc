@@ -161,6 +161,8 @@ class ReplicationTest : public ::testing::Test {
     root_ = tmpl;
     primary_dir_ = root_ + "/primary";
     replica_dir_ = root_ + "/replica";
+    ASSERT_TRUE(std::filesystem::create_directory(primary_dir_));
+    ASSERT_TRUE(std::filesystem::create_directory(replica_dir_));
     replica_port_ = PickPort();
     ASSERT_NE(replica_port_, 0);
     replica_addr_ = absl::StrCat("127.0.0.1:", replica_port_);
@@ -917,7 +919,7 @@ TEST_F(ReplicaInputTest, SnapshotPathsOutsideTheDataDirAreRefused) {
     top.push_back(e.path().filename().string());
   }
   std::sort(top.begin(), top.end());
-  EXPECT_EQ(top, (std::vector<std::string>{"replica", "witness"}));
+  EXPECT_EQ(top, (std::vector<std::string>{"primary", "replica", "witness"}));
   EXPECT_EQ(replica_->epoch(), 0u);
 }
 
