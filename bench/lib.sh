@@ -18,6 +18,7 @@ bench_cleanup() {
 bench_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 bench_start_server() {
   SP=$(bench_port)
+  mkdir -p "$W/server"  # the server refuses a missing data directory
   "$1/server/grantfs-server" --data_dir="$W/server" --listen=127.0.0.1:$SP --capacity=16G \
     >"$W/server.log" 2>&1 &
   PIDS+=($!)

@@ -18,15 +18,16 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "server/data_dir.h"
 #include "server/keys.h"
 
 namespace grantfs {
 namespace {
 
 constexpr char kPositionKey[] = "Rposition";  // epoch, seq (big-endian)
-// Present from the start of a snapshot until the copy is whole: a copy cut
-// short (stream broken, crash) is no copy and must not be opened.
-constexpr char kPartialFile[] = "snapshot.partial";
+// kPartialSnapshotFile (server/data_dir.h) is present from the start of a
+// snapshot until the copy is whole: a copy cut short (stream broken, crash)
+// is no copy and must not be opened.
 
 // fsyncs directory `dir` (a created or removed name in it is durable).
 absl::Status SyncDir(const std::string& dir) {
@@ -78,17 +79,21 @@ bool SafeRelPath(const std::string& p) {
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("data dir is empty");
-  std::error_code ec;
-  std::filesystem::create_directories(options.data_dir, ec);
-  if (ec) return absl::FailedPreconditionError("mkdir " + options.data_dir + ": " + ec.message());
+  // Not created here: a data disk that is not mounted must not pass for an
+  // empty copy (server/data_dir.h).
+  if (!std::filesystem::is_directory(options.data_dir)) {
+    return absl::FailedPreconditionError("data directory " + options.data_dir +
+                                         " does not exist or is not a directory");
+  }
   std::unique_ptr<Replica> r(new Replica(options));
   absl::MutexLock l(&r->apply_mu_);
-  if (std::filesystem::exists(options.data_dir + "/" + kPartialFile)) {
+  if (std::filesystem::exists(options.data_dir + "/" + kPartialSnapshotFile)) {
     LOG(WARNING) << "replica: the copy in " << options.data_dir
                  << " is an unfinished snapshot; starting empty";
     RETURN_IF_ERROR(RemoveCopy(options.data_dir));
-    if (unlink((options.data_dir + "/" + kPartialFile).c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+    if (unlink((options.data_dir + "/" + kPartialSnapshotFile).c_str()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("unlink ", kPartialSnapshotFile, ": ", strerror(errno)));
     }
     RETURN_IF_ERROR(SyncDir(options.data_dir));
   }
@@ -171,11 +176,70 @@ absl::Status Replica::OpenCopy() {
   co.chunk_size = options_.chunk_size;
   co.direct_io = options_.direct_io;
   ASSIGN_OR_RETURN(chunks_, ChunkStore::Create(co));
+  RETURN_IF_ERROR(LoadIdentity());
   absl::MutexLock l(&mu_);
   epoch_ = epoch;
   applied_ = seq;
+  copy_epoch_ = epoch;
   max_epoch_ = std::max(max_epoch_, epoch);
   return absl::OkStatus();
+}
+
+absl::Status Replica::LoadIdentity() {
+  std::optional<proto::VolumeIdentity> id;
+  if (db_ != nullptr) {
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Identity(), &v);
+    if (s.ok()) {
+      id.emplace();
+      if (!id->ParseFromString(v) || id->volume_id().empty()) {
+        return absl::DataLossError("corrupt volume identity in the copy");
+      }
+    } else if (!s.IsNotFound()) {
+      return DbError(s, "reading the volume identity");
+    }
+  }
+  absl::MutexLock l(&mu_);
+  copy_identity_ = std::move(id);
+  return absl::OkStatus();
+}
+
+std::string Replica::DataRefusal(const proto::ReplHello& hello) {
+  if (!copy_identity_.has_value()) return "";  // nothing to keep: any volume will do
+  const proto::VolumeIdentity& mine = *copy_identity_;
+  const proto::VolumeIdentity& theirs = hello.identity();
+  if (theirs.volume_id() != mine.volume_id()) {
+    return absl::StrCat("the primary serves volume ",
+                        theirs.volume_id().empty() ? "(none named)" : theirs.volume_id(),
+                        " but this copy is of volume ", mine.volume_id());
+  }
+  if (theirs.data_epoch() < mine.data_epoch()) {
+    return absl::StrCat("the primary's data (data epoch ", theirs.data_epoch(),
+                        ") is older than this copy (data epoch ", mine.data_epoch(), ")");
+  }
+  // The same data epoch is the same data only when the copy has it from
+  // this primary, in this epoch (a stream resuming). A primary of another
+  // epoch at the same data epoch carries another history of the volume
+  // (after the witness lost its state): which is newer cannot be told.
+  if (theirs.data_epoch() == mine.data_epoch() && hello.epoch() != copy_epoch_) {
+    return absl::StrCat("the primary's data (epoch ", hello.epoch(), ") and this copy (epoch ",
+                        copy_epoch_, ") are both at data epoch ", mine.data_epoch(),
+                        ": two histories of the volume");
+  }
+  return "";
+}
+
+proto::WitnessRequest Replica::MakeWitnessRequest(proto::WitnessRequest::Op op, uint64_t epoch) {
+  proto::WitnessRequest req;
+  req.set_op(op);
+  req.set_epoch(epoch);
+  absl::MutexLock l(&mu_);
+  if (copy_identity_.has_value()) {
+    *req.mutable_data() = *copy_identity_;
+  } else if (db_ != nullptr) {
+    req.mutable_data();  // a copy from before identities: data of no known volume
+  }
+  return req;
 }
 
 void Replica::CloseCopy() {
@@ -223,11 +287,13 @@ absl::Status Replica::BeginSnapshot() {
     absl::MutexLock l(&mu_);
     epoch_ = 0;
     applied_ = 0;
+    copy_identity_.reset();
+    copy_epoch_ = 0;
     state_ = "syncing";
   }
   // Marked before the old copy goes: from here until FinishSnapshot the
   // directory holds no copy, whatever files it has.
-  const std::string mark = options_.data_dir + "/" + kPartialFile;
+  const std::string mark = options_.data_dir + "/" + kPartialSnapshotFile;
   int fd = open(mark.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return absl::InternalError("create " + mark + ": " + strerror(errno));
   close(fd);
@@ -290,12 +356,14 @@ absl::Status Replica::FinishSnapshot(uint64_t epoch, uint64_t start_seq) {
     absl::MutexLock l(&mu_);
     epoch_ = epoch;
     applied_ = start_seq - 1;
+    copy_epoch_ = epoch;
     state_ = "in sync";
   }
   RETURN_IF_ERROR(SavePosition());
   // The copy is whole (and its position durable): no longer partial.
-  if (unlink((options_.data_dir + "/" + kPartialFile).c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("unlink ", kPartialFile, ": ", strerror(errno)));
+  if (unlink((options_.data_dir + "/" + kPartialSnapshotFile).c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("unlink ", kPartialSnapshotFile, ": ", strerror(errno)));
   }
   return SyncDir(options_.data_dir);
 }
@@ -367,13 +435,23 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
   {
     absl::MutexLock l(&mu_);
     std::string refuse;
+    bool data = false;  // refused for the primary's data
     if (promoting_ || promoted_ || stopping_) {
       refuse = "this server is taking over";
     } else if (hello.epoch() < max_epoch_) {
       refuse = absl::StrCat("stale epoch ", hello.epoch(), " (seen ", max_epoch_, ")");
+    } else if (refuse = DataRefusal(hello); !refuse.empty()) {
+      data = true;
+    }
+    if (data) {
+      // The primary retries every second: once a minute in the log.
+      LOG_EVERY_N(ERROR, 60) << "replica: refused the stream of " << hello.server() << ": "
+                             << refuse << "; keeping the copy in " << options_.data_dir
+                             << " (see docs/operations.md, \"Refusals\")";
+    } else if (!refuse.empty()) {
+      LOG(WARNING) << "replica: refused the stream of " << hello.server() << ": " << refuse;
     }
     if (!refuse.empty()) {
-      LOG(WARNING) << "replica: refused the stream of " << hello.server() << ": " << refuse;
       proto::ReplAck a;
       a.set_error(refuse);
       stream->Write(a);
@@ -463,6 +541,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     }
     if (!st.ok()) break;
     if (in_snapshot_) continue;  // acknowledged only once whole (no ack reader meanwhile)
+    bool identity_changed = false;
     for (const proto::ReplRecord& r : msg.records()) {
       uint64_t expect;
       {
@@ -476,9 +555,13 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       }
       st = Apply(r, &unsynced);
       if (!st.ok()) break;
+      // A batch holding the key is the primary's new data epoch (rare: at
+      // its start); a name that merely contains it costs one extra read.
+      identity_changed |= r.has_meta_batch() && absl::StrContains(r.meta_batch(), keys::Identity());
       absl::MutexLock l(&mu_);
       applied_ = r.seq();
     }
+    if (st.ok() && identity_changed) st = LoadIdentity();
     if (!st.ok()) break;
     for (const auto& [ino, index] : unsynced) {
       st = chunks_->SyncChunk(ino, index);
@@ -566,7 +649,7 @@ bool Replica::TryPromote(bool claim) {
   }
   if (epoch == 0) return give_up();
   absl::StatusOr<proto::WitnessReply> r =
-      options_.witness_call(proto::WitnessRequest::GET, epoch, "");
+      options_.witness_call(MakeWitnessRequest(proto::WitnessRequest::GET, epoch));
   if (!r.ok()) {
     LOG_EVERY_N(WARNING, 20) << "replica: witness unreachable: " << r.status();
     return give_up();
@@ -577,7 +660,7 @@ bool Replica::TryPromote(bool claim) {
     LOG(INFO) << "replica: the primary handed epoch " << granted << " over to this server";
   } else if (claim && r->state().epoch() == epoch) {
     absl::StatusOr<proto::WitnessReply> c =
-        options_.witness_call(proto::WitnessRequest::CLAIM, epoch, "");
+        options_.witness_call(MakeWitnessRequest(proto::WitnessRequest::CLAIM, epoch));
     if (!c.ok() || !c->granted()) {
       LOG_EVERY_N(INFO, 10) << "replica: claim of epoch " << epoch + 1 << " not granted: "
                             << (c.ok() ? c->reason() : std::string(c.status().message()));
@@ -621,6 +704,10 @@ void Replica::FillStatus(proto::StatusReply* reply) {
   reply->set_replica_state(state_);
   reply->set_log_seq(applied_);
   reply->set_acked_seq(applied_);
+  if (copy_identity_.has_value()) {
+    reply->set_volume_id(copy_identity_->volume_id());
+    reply->set_data_epoch(copy_identity_->data_epoch());
+  }
 }
 
 absl::Status Replica::Switchover() {

@@ -14,6 +14,12 @@
 // (fdatasync'd when the primary's fsync asked: sync records), exactly what the
 // primary itself promises for its own copy.
 //
+// Whose data: the primary's hello names its volume (proto VolumeIdentity).
+// The replica refuses the stream, and keeps its copy, when the copy is of
+// another volume, or newer than the primary's data (a higher data epoch, or
+// the same one from another epoch: two histories of the volume). An empty
+// copy, or one from before identities, takes any primary's.
+//
 // Failover: when no message came for `failover_timeout` (the primary sends
 // one at least every 100 ms), the replica asks the witness for the next
 // epoch (CLAIM); the witness grants it only to the in-sync replica of the
@@ -31,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -56,7 +63,7 @@ struct ReplicaOptions {
   std::string peer;      // the configured other server (for status)
   std::string witness;   // for status
   std::string secret;    // required of the primary's stream
-  std::string data_dir;  // meta/ and chunks/
+  std::string data_dir;  // meta/ and chunks/; must exist (server/data_dir.h)
   uint64_t chunk_size = 4 << 20;
   bool direct_io = true;  // ChunkStoreOptions::direct_io
   WitnessCall witness_call;
@@ -106,6 +113,14 @@ class Replica : public proto::Replication::Service, public ServerRole {
                      std::set<std::pair<uint64_t, uint64_t>>* unsynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Reads the copy's identity from its store into copy_identity_.
+  absl::Status LoadIdentity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Why the stream of `hello` must not replace or change the copy ("" when
+  // it may).
+  std::string DataRefusal(const proto::ReplHello& hello) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A witness request of `op` about `epoch`, with the copy's identity.
+  proto::WitnessRequest MakeWitnessRequest(proto::WitnessRequest::Op op, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void Watchdog();
   // Tries to become the primary; true when this server was promoted.
   bool TryPromote(bool claim);
@@ -124,6 +139,11 @@ class Replica : public proto::Replication::Service, public ServerRole {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;      // of the changes applied
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;    // last change applied
   uint64_t max_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // newest epoch a primary showed
+  // The copy's volume (nullopt: no copy, or one from before identities),
+  // and the epoch of its saved position (0: none; kept when CheckBoot
+  // forgets the position).
+  std::optional<proto::VolumeIdentity> copy_identity_ ABSL_GUARDED_BY(mu_);
+  uint64_t copy_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::string primary_ ABSL_GUARDED_BY(mu_);
   std::string state_ ABSL_GUARDED_BY(mu_) = "waiting";
   uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;

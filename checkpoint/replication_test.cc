@@ -32,6 +32,7 @@
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/data_dir.h"
 #include "server/meta_store.h"
 #include "server/volume.h"
 
@@ -161,6 +162,8 @@ class ReplicationTest : public ::testing::Test {
     root_ = tmpl;
     primary_dir_ = root_ + "/primary";
     replica_dir_ = root_ + "/replica";
+    ASSERT_TRUE(std::filesystem::create_directory(primary_dir_));
+    ASSERT_TRUE(std::filesystem::create_directory(replica_dir_));
     replica_port_ = PickPort();
     ASSERT_NE(replica_port_, 0);
     replica_addr_ = absl::StrCat("127.0.0.1:", replica_port_);
@@ -200,10 +203,10 @@ class ReplicationTest : public ::testing::Test {
   // the caller off from the witness (calls fail as unreachable).
   WitnessCall MakeWitnessCall(const std::string& self, std::atomic<bool>* cut) {
     auto client = std::make_shared<WitnessClient>(witness_addr_, "");
-    return [client, self, cut](WitnessRequest::Op op, uint64_t epoch,
-                               const std::string& replica) -> absl::StatusOr<WitnessReply> {
+    return [client, self, cut](WitnessRequest req) -> absl::StatusOr<WitnessReply> {
       if (cut != nullptr && cut->load()) return absl::UnavailableError("cut off by the test");
-      return client->Update(op, epoch, self, replica);
+      req.set_server(self);
+      return client->Update(req);
     };
   }
 
@@ -217,7 +220,14 @@ class ReplicationTest : public ::testing::Test {
                     const std::function<void(ReplicatorOptions*)>& tweak = nullptr) {
     WitnessCall call = MakeWitnessCall(kPrimary, &primary_cut_);
     const absl::Time sent = absl::Now();
-    absl::StatusOr<WitnessReply> r = call(WitnessRequest::CLAIM, WitnessState().epoch(), "");
+    // With the data of the primary's directory, as main.cc claims.
+    absl::StatusOr<DataDirInfo> data = InspectDataDir(primary_dir_);
+    ASSERT_TRUE(data.ok()) << data.status();
+    WitnessRequest claim;
+    claim.set_op(WitnessRequest::CLAIM);
+    claim.set_epoch(WitnessState().epoch());
+    if (data->state == DataDirState::kVolume) *claim.mutable_data() = *data->identity;
+    absl::StatusOr<WitnessReply> r = call(claim);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(r->granted()) << r->reason();
     epoch_ = r->state().epoch();
@@ -230,6 +240,7 @@ class ReplicationTest : public ::testing::Test {
     ro.data_dir = primary_dir_;
     ro.witness_call = call;
     ro.checkpoint = [this](const std::string& dir) { return volume_->meta().Checkpoint(dir); };
+    ro.identity = [this] { return volume_->meta().identity(); };
     ro.on_fenced = [this] { fenced_.fetch_add(1); };
     ro.lease = kLease;
     ro.replica_timeout = kLease;
@@ -241,6 +252,7 @@ class ReplicationTest : public ::testing::Test {
     vo.dir = primary_dir_;
     vo.capacity_bytes = 1ull << 30;
     vo.change_sink = replicator_.get();
+    vo.epoch = epoch_;
     vo.background = false;
     auto v = Volume::Open(vo);
     ASSERT_TRUE(v.ok()) << v.status();
@@ -785,14 +797,16 @@ class ReplicaInputTest : public ReplicationTest {
     c->stream = stub_->Stream(&c->ctx);
     return c;
   }
-  static ReplMessage Hello(uint64_t epoch) {
+  // A primary's hello, naming volume identity_ (none while unset).
+  ReplMessage Hello(uint64_t epoch) {
     ReplMessage m;
     m.mutable_hello()->set_epoch(epoch);
     m.mutable_hello()->set_server("raw.test:1");
+    if (identity_) *m.mutable_hello()->mutable_identity() = *identity_;
     return m;
   }
   // Sends the hello; returns the replica's first ack.
-  static ReplAck Handshake(Call* c, uint64_t epoch) {
+  ReplAck Handshake(Call* c, uint64_t epoch) {
     EXPECT_TRUE(c->stream->Write(Hello(epoch)));
     ReplAck a;
     EXPECT_TRUE(c->stream->Read(&a));
@@ -819,6 +833,7 @@ class ReplicaInputTest : public ReplicationTest {
       auto m = MetaStore::Open(mo);
       ASSERT_TRUE(m.ok()) << m.status();
       ASSERT_OK((*m)->Checkpoint(root_ + "/cp"));
+      identity_ = (*m)->identity();
     }
     ReplMessage h = Hello(epoch);
     h.mutable_hello()->set_snapshot(true);
@@ -859,6 +874,7 @@ class ReplicaInputTest : public ReplicationTest {
   }
 
   std::unique_ptr<proto::Replication::Stub> stub_;
+  std::optional<proto::VolumeIdentity> identity_;  // of the last snapshot sent
 };
 
 TEST_F(ReplicaInputTest, FirstMessageWithoutHelloIsInvalid) {
@@ -917,7 +933,7 @@ TEST_F(ReplicaInputTest, SnapshotPathsOutsideTheDataDirAreRefused) {
     top.push_back(e.path().filename().string());
   }
   std::sort(top.begin(), top.end());
-  EXPECT_EQ(top, (std::vector<std::string>{"replica", "witness"}));
+  EXPECT_EQ(top, (std::vector<std::string>{"primary", "replica", "witness"}));
   EXPECT_EQ(replica_->epoch(), 0u);
 }
 
@@ -957,6 +973,83 @@ TEST_F(ReplicaInputTest, RecordsWithAGapAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartReplica(absl::Seconds(60)));
   EXPECT_EQ(replica_->epoch(), 2u);
   EXPECT_EQ(replica_->applied_seq(), 10u);
+}
+
+// The replica keeps its copy rather than take a stream of other data: a
+// primary restarted on the wrong disk, or (after the witness lost its
+// state) an older copy of the volume.
+TEST_F(ReplicaInputTest, AStreamOfAnotherVolumeOrOfOlderDataIsRefusedAndTheCopyKept) {
+  auto c = Open();
+  ASSERT_TRUE(Handshake(c.get(), 2).error().empty());  // an empty copy takes any volume
+  ASSERT_NO_FATAL_FAILURE(SendSnapshot(c.get(), 2, 1));
+  ReplAck a;
+  ASSERT_TRUE(c->stream->Read(&a));
+  ASSERT_TRUE(a.error().empty()) << a.error();
+  std::string error;
+  EXPECT_TRUE(Drain(c.get(), &error).ok());
+  const proto::VolumeIdentity copy = *identity_;
+  ASSERT_EQ(copy.data_epoch(), 1u);
+  proto::StatusReply st;
+  replica_->FillStatus(&st);
+  EXPECT_EQ(st.volume_id(), copy.volume_id());
+  EXPECT_EQ(st.data_epoch(), 1u);
+
+  // A stream that ends makes the replica ask the witness at once whether the
+  // role was handed to it; meanwhile it turns new streams away ("taking
+  // over") or cancels them. Each stream below is tried again past that.
+  auto stream = [&](const std::optional<proto::VolumeIdentity>& primary, uint64_t epoch,
+                    grpc::Status* status) {
+    identity_ = primary;
+    std::string error;
+    for (int i = 0; i < 200; ++i) {
+      auto c = Open();
+      EXPECT_TRUE(c->stream->Write(Hello(epoch)));
+      error.clear();
+      *status = Drain(c.get(), &error);
+      if (error != "this server is taking over" &&
+          status->error_code() != grpc::StatusCode::CANCELLED) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return error;
+  };
+  auto refused = [&](const std::optional<proto::VolumeIdentity>& primary, uint64_t epoch) {
+    grpc::Status s;
+    std::string error = stream(primary, epoch, &s);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    return error;
+  };
+  auto accepted = [&](const std::optional<proto::VolumeIdentity>& primary, uint64_t epoch) {
+    grpc::Status s;
+    std::string error = stream(primary, epoch, &s);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return error;
+  };
+  proto::VolumeIdentity other = copy;
+  other.set_volume_id("fedcba9876543210fedcba9876543210");
+  other.set_data_epoch(9);
+  EXPECT_EQ(refused(other, 3),
+            "the primary serves volume fedcba9876543210fedcba9876543210 but "
+            "this copy is of volume " +
+                copy.volume_id());
+  EXPECT_THAT(refused(std::nullopt, 3), HasSubstr("the primary serves volume (none named)"));
+  proto::VolumeIdentity older = copy;
+  older.set_data_epoch(0);
+  EXPECT_EQ(refused(older, 3),
+            "the primary's data (data epoch 0) is older than this copy (data "
+            "epoch 1)");
+  EXPECT_EQ(refused(copy, 3),
+            "the primary's data (epoch 3) and this copy (epoch 2) are both at "
+            "data epoch 1: two histories of the volume");
+  EXPECT_EQ(replica_->epoch(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(replica_dir_ + "/meta/CURRENT"));
+
+  // The same data from the same epoch resumes; newer data replaces it.
+  EXPECT_EQ(accepted(copy, 2), "");
+  proto::VolumeIdentity newer = copy;
+  newer.set_data_epoch(3);
+  EXPECT_EQ(accepted(newer, 3), "");
 }
 
 TEST_F(ReplicaInputTest, ASnapshotCutShortLeavesAReplicaThatStillOpens) {

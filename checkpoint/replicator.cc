@@ -294,6 +294,7 @@ absl::Status Replicator::RunStream() {
   proto::ReplMessage hello;
   hello.mutable_hello()->set_epoch(options_.epoch);
   hello.mutable_hello()->set_server(options_.self);
+  *hello.mutable_hello()->mutable_identity() = options_.identity();
   if (!Send(stream.get(), hello)) return absl::UnavailableError("replica unreachable");
   proto::ReplAck first;
   if (!stream->Read(&first)) {
@@ -301,7 +302,14 @@ absl::Status Replicator::RunStream() {
     return absl::UnavailableError(absl::StrCat("replica refused the stream: ", s.error_message()));
   }
   if (!first.error().empty()) {
-    LOG(WARNING) << "replica " << options_.peer << " refused the stream: " << first.error();
+    bool again;  // the same refusal as last time: once in the log is enough
+    {
+      absl::MutexLock l(&mu_);
+      again = last_error_ == first.error();
+    }
+    if (!again) {
+      LOG(WARNING) << "replica " << options_.peer << " refused the stream: " << first.error();
+    }
     stream->WritesDone();
     stream->Finish();
     return absl::FailedPreconditionError(first.error());
@@ -512,8 +520,17 @@ void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
 
 // --- the witness ------------------------------------------------------------------
 
+proto::WitnessRequest Replicator::MakeWitnessRequest(proto::WitnessRequest::Op op) const {
+  proto::WitnessRequest req;
+  req.set_op(op);
+  req.set_epoch(options_.epoch);
+  req.set_replica(options_.peer);
+  *req.mutable_data() = options_.identity();
+  return req;
+}
+
 absl::StatusOr<proto::WitnessReply> Replicator::AskWitness(proto::WitnessRequest::Op op) {
-  absl::StatusOr<proto::WitnessReply> r = options_.witness_call(op, options_.epoch, options_.peer);
+  absl::StatusOr<proto::WitnessReply> r = options_.witness_call(MakeWitnessRequest(op));
   if (r.ok() && !r->granted() &&
       (r->state().epoch() != options_.epoch || r->state().primary() != options_.self)) {
     Fence(absl::StrCat("the witness says epoch ", r->state().epoch(), " belongs to ",
@@ -667,7 +684,7 @@ absl::Status Replicator::Switchover() {
     }
   }
   absl::StatusOr<proto::WitnessReply> r =
-      options_.witness_call(proto::WitnessRequest::HANDOVER, options_.epoch, options_.peer);
+      options_.witness_call(MakeWitnessRequest(proto::WitnessRequest::HANDOVER));
   if (!r.ok() || !r->granted()) {
     absl::MutexLock l(&mu_);
     handing_over_ = false;

@@ -50,10 +50,10 @@
 
 namespace grantfs {
 
-// A witness call: op, epoch, replica (the server is the caller). Transport
-// failures are UNAVAILABLE; a refusal is OK with granted = false.
-using WitnessCall = std::function<absl::StatusOr<proto::WitnessReply>(
-    proto::WitnessRequest::Op op, uint64_t epoch, const std::string& replica)>;
+// A witness call: `req` with its op, epoch, replica and data; the call fills
+// in the server (the caller). Transport failures are UNAVAILABLE; a refusal
+// is OK with granted = false.
+using WitnessCall = std::function<absl::StatusOr<proto::WitnessReply>(proto::WitnessRequest req)>;
 
 struct ReplicatorOptions {
   std::string self;      // this server's advertised address
@@ -68,6 +68,10 @@ struct ReplicatorOptions {
   // A consistent RocksDB copy into a new directory; returns the log's head
   // at the cut (MetaStore::Checkpoint).
   std::function<absl::StatusOr<uint64_t>(const std::string& dir)> checkpoint;
+  // The volume's identity (MetaStore::identity()), sent to the replica in
+  // the stream's hello and to the witness with every request. Called once
+  // Start() ran. Required.
+  std::function<proto::VolumeIdentity()> identity;
   // Runs once when this server learns it is fenced (from a witness thread).
   std::function<void()> on_fenced;
   absl::Duration lease = absl::Seconds(1);
@@ -124,6 +128,8 @@ class Replicator : public ChangeSink, public ServerRole {
   absl::Status SendSnapshot(Stream* stream, uint64_t* start_seq);
   void AckLoop(Stream* stream, uint64_t stream_id);
   void WitnessLoop();
+  // A request of `op` at this epoch about the replica, with the volume.
+  proto::WitnessRequest MakeWitnessRequest(proto::WitnessRequest::Op op) const;
   // Asks the witness; handles a fencing answer. Returns the reply.
   absl::StatusOr<proto::WitnessReply> AskWitness(proto::WitnessRequest::Op op);
   void Fence(const std::string& why);

@@ -66,14 +66,54 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
 // alone does not tell a corrupt file.
 bool Plausible(const proto::WitnessState& s) {
   if (!s.GetReflection()->GetUnknownFields(s).empty()) return false;
-  if (s.epoch() == 0) return s.primary().empty() && s.replica().empty() && !s.replica_in_sync();
+  if (s.epoch() == 0) {
+    return s.primary().empty() && s.replica().empty() && !s.replica_in_sync() &&
+           s.volume_id().empty() && s.data_epoch() == 0;
+  }
   return !s.primary().empty() && s.replica() != s.primary() &&
          (!s.replica_in_sync() || !s.replica().empty());
 }
 
 std::string Describe(const proto::WitnessState& s) {
   return absl::StrCat("epoch ", s.epoch(), " primary '", s.primary(), "' replica '", s.replica(),
-                      "'", s.replica_in_sync() ? " (in sync)" : "");
+                      "'", s.replica_in_sync() ? " (in sync)" : "",
+                      s.volume_id().empty() ? "" : " volume " + s.volume_id(), " data epoch ",
+                      s.data_epoch());
+}
+
+// Why the data `req` says its sender holds must not be primary ("" when it
+// may): a restarted server whose data disk was not mounted, was replaced,
+// or was rolled back must not become primary and have its (empty, other or
+// old) data streamed over the replica's good copy.
+std::string DataRefusal(const proto::WitnessState& s, const proto::WitnessRequest& req) {
+  if (!req.has_data()) {
+    // At epoch 0 no volume exists yet: the first primary creates it.
+    if (s.epoch() == 0) return "";
+    return absl::StrCat(req.server(), " has no data (its data directory is empty), but ",
+                        s.volume_id().empty() ? "the volume" : "volume " + s.volume_id(),
+                        " has been served up to epoch ", s.epoch(), ": its data is elsewhere");
+  }
+  const proto::VolumeIdentity& d = req.data();
+  if (!s.volume_id().empty() && !d.volume_id().empty() && d.volume_id() != s.volume_id()) {
+    return absl::StrCat(req.server(), " holds volume ", d.volume_id(), ", not volume ",
+                        s.volume_id(), " of this cluster");
+  }
+  if (d.data_epoch() < s.data_epoch()) {
+    return absl::StrCat(req.server(), " holds data epoch ", d.data_epoch(),
+                        " of the volume, older than data epoch ", s.data_epoch(),
+                        " that a primary served");
+  }
+  return "";
+}
+
+// Notes in `next` the data of a granted request's sender (the primary, or
+// the one that just became or stopped being it): the volume, once known,
+// and the newest data epoch.
+void RecordData(const proto::WitnessRequest& req, proto::WitnessState* next) {
+  if (!req.has_data() || req.data().volume_id().empty()) return;
+  if (next->volume_id().empty()) next->set_volume_id(req.data().volume_id());
+  if (next->volume_id() != req.data().volume_id()) return;
+  next->set_data_epoch(std::max(next->data_epoch(), req.data().data_epoch()));
 }
 
 // The fields each op needs; "" when `req` has them.
@@ -229,8 +269,9 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
   // may not have run yet).
   NoteRunning(now);
   proto::WitnessState next = state_;
-  std::string refused;  // non-empty: not granted, and why
-  bool renew = false;   // the (new) primary's lease starts again
+  std::string refused;        // non-empty: not granted, and why
+  bool refused_data = false;  // ... because of the sender's data (DataRefusal)
+  bool renew = false;         // the (new) primary's lease starts again
   auto fenced = [&] {
     return absl::StrCat("fenced: epoch ", state_.epoch(), " is owned by ", state_.primary());
   };
@@ -241,7 +282,11 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
     case proto::WitnessRequest::GET:
       break;
     case proto::WitnessRequest::CLAIM:
-      if (state_.epoch() == 0 || state_.primary() == req.server()) {
+      refused = DataRefusal(state_, req);
+      refused_data = !refused.empty();
+      if (refused_data) {
+        // Whoever it is: not with this data, however long it waits.
+      } else if (state_.epoch() == 0 || state_.primary() == req.server()) {
         // The first primary, or the primary restarting: its in-memory log
         // is gone, so its replica no longer counts as in sync.
       } else if (now < lease_expiry_) {
@@ -261,10 +306,14 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
       }
       break;
     case proto::WitnessRequest::RENEW:
-      if (is_primary) {
-        renew = true;
-      } else {
+      if (!is_primary) {
         refused = fenced();
+      } else {
+        // A replica promoted by a handover starts with a RENEW: its copy
+        // is checked like a claimant's.
+        refused = DataRefusal(state_, req);
+        refused_data = !refused.empty();
+        renew = !refused_data;
       }
       break;
     case proto::WitnessRequest::DEGRADE:
@@ -303,6 +352,7 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
       return absl::InvalidArgumentError("unknown op");  // MissingFields caught it
   }
 
+  if (refused.empty() && req.op() != proto::WitnessRequest::GET) RecordData(req, &next);
   // Durable before anybody is told: a witness that restarts must not grant
   // the same epoch twice.
   if (refused.empty() && next.SerializeAsString() != state_.SerializeAsString()) {
@@ -318,10 +368,14 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
   proto::WitnessReply reply;
   reply.set_granted(refused.empty());
   reply.set_reason(refused);
+  reply.set_refused_data(refused_data);
   reply.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
   *reply.mutable_state() = state_;
   if (req.op() == proto::WitnessRequest::RENEW && refused.empty()) {
     VLOG(1) << "witness: RENEW from '" << req.server() << "' at epoch " << req.epoch();
+  } else if (refused_data) {
+    LOG(WARNING) << "witness: " << op_name << " from '" << req.server()
+                 << "' refused for its data: " << refused << "; now " << Describe(state_);
   } else {
     LOG(INFO) << "witness: " << op_name << " from '" << req.server() << "' epoch " << req.epoch()
               << (req.replica().empty() ? "" : " replica '" + req.replica() + "'") << ": "
@@ -344,15 +398,8 @@ WitnessClient::WitnessClient(const std::string& address, const std::string& secr
   stub_ = proto::Witness::NewStub(channel_);
 }
 
-absl::StatusOr<proto::WitnessReply> WitnessClient::Update(proto::WitnessRequest::Op op,
-                                                          uint64_t epoch, const std::string& server,
-                                                          const std::string& replica,
+absl::StatusOr<proto::WitnessReply> WitnessClient::Update(const proto::WitnessRequest& req,
                                                           absl::Duration timeout) {
-  proto::WitnessRequest req;
-  req.set_op(op);
-  req.set_epoch(epoch);
-  req.set_server(server);
-  req.set_replica(replica);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   AddSecret(&ctx, secret_);

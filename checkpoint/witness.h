@@ -2,13 +2,22 @@
 // (`grantfs-server --role=witness`), and the client the servers ask it with.
 //
 // The witness stores only proto::WitnessState: the current epoch, who owns
-// it, and which replica is known to hold every acknowledged change. It also
+// it, which replica is known to hold every acknowledged change, and the
+// volume with the newest data epoch its primaries reported. It also
 // keeps, in memory only, the primary's lease: the primary renews it; the
 // replica may claim the primary role only once the lease has run out on the
 // witness's clock and only while it is the in-sync replica. So a primary that
 // is cut off from the witness stops being primary (its RENEW is refused or
 // unanswered) before anybody else can become primary, and a primary that was
 // only slow is fenced: its epoch is gone. docs/failover.md tells the story.
+//
+// Whose data: every request carries the sender's data (its volume identity,
+// none for an empty data directory). A CLAIM, or the RENEW that starts a
+// handed-over primary, is refused with refused_data when that data is empty
+// (after epoch 0), of another volume, or older than the newest data epoch a
+// primary reported: such a server runs as the replica and gets the
+// volume from the real primary, instead of becoming primary and replacing
+// the replica's copy with what it has.
 #ifndef GRANTFS_CHECKPOINT_WITNESS_H_
 #define GRANTFS_CHECKPOINT_WITNESS_H_
 
@@ -108,12 +117,12 @@ class WitnessClient {
   WitnessClient(const std::string& address, const std::string& secret,
                 std::shared_ptr<grpc::Channel> channel = nullptr);
 
-  // One Update call with `timeout` as its deadline, no retry. OK with the
-  // witness's reply (granted or not) when it answered; UNAVAILABLE when it
-  // could not be reached in time (down, cut off, deadline); other codes as
-  // the witness returned them (INVALID_ARGUMENT, UNAUTHENTICATED, INTERNAL).
-  absl::StatusOr<proto::WitnessReply> Update(proto::WitnessRequest::Op op, uint64_t epoch,
-                                             const std::string& server, const std::string& replica,
+  // One Update call of `req` with `timeout` as its deadline, no retry. OK
+  // with the witness's reply (granted or not) when it answered; UNAVAILABLE
+  // when it could not be reached in time (down, cut off, deadline); other
+  // codes as the witness returned them (INVALID_ARGUMENT, UNAUTHENTICATED,
+  // INTERNAL).
+  absl::StatusOr<proto::WitnessReply> Update(const proto::WitnessRequest& req,
                                              absl::Duration timeout = absl::Milliseconds(500));
 
   const std::string& address() const { return address_; }

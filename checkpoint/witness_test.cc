@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -22,6 +23,28 @@ using ::testing::HasSubstr;
 constexpr char kA[] = "a:7420";
 constexpr char kB[] = "b:7420";
 constexpr char kC[] = "c:7420";
+constexpr char kVolume[] = "0123456789abcdef0123456789abcdef";
+constexpr char kOtherVolume[] = "fedcba9876543210fedcba9876543210";
+
+proto::VolumeIdentity Data(const std::string& volume_id = kVolume, uint64_t data_epoch = 1) {
+  proto::VolumeIdentity d;
+  d.set_volume_id(volume_id);
+  d.set_data_epoch(data_epoch);
+  return d;
+}
+
+// A request from `server` holding `data` (nullopt: an empty data directory).
+WitnessRequest Request(WitnessRequest::Op op, uint64_t epoch, const std::string& server,
+                       const std::string& replica = "",
+                       const std::optional<proto::VolumeIdentity>& data = Data()) {
+  WitnessRequest req;
+  req.set_op(op);
+  req.set_epoch(epoch);
+  req.set_server(server);
+  req.set_replica(replica);
+  if (data) *req.mutable_data() = *data;
+  return req;
+}
 
 class WitnessTest : public ::testing::Test {
  protected:
@@ -44,13 +67,9 @@ class WitnessTest : public ::testing::Test {
   }
 
   WitnessReply Ask(WitnessRequest::Op op, uint64_t epoch, const std::string& server,
-                   const std::string& replica = "") {
-    WitnessRequest req;
-    req.set_op(op);
-    req.set_epoch(epoch);
-    req.set_server(server);
-    req.set_replica(replica);
-    absl::StatusOr<WitnessReply> r = w_->Decide(req);
+                   const std::string& replica = "",
+                   const std::optional<proto::VolumeIdentity>& data = Data()) {
+    absl::StatusOr<WitnessReply> r = w_->Decide(Request(op, epoch, server, replica, data));
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->lease_ms(), 1000u);
     return r.ok() ? *r : WitnessReply();
@@ -242,6 +261,96 @@ TEST_F(WitnessTest, StateSurvivesReopenAndTheLeaseStartsFresh) {
   EXPECT_FALSE(std::filesystem::exists(options_.dir + "/witness.state.tmp"));
 }
 
+// Whose data: the disk of a restarted primary that was not mounted (an
+// empty data directory), another volume's, or an older copy of this one
+// never becomes primary; the in-sync replica still takes over.
+TEST_F(WitnessTest, AnEmptyDataDirectoryNeverBecomesPrimaryOnceTheVolumeExists) {
+  // A new cluster: the first primary creates the volume.
+  ASSERT_TRUE(Ask(WitnessRequest::CLAIM, 0, kA, "", std::nullopt).granted());
+  ASSERT_TRUE(Ask(WitnessRequest::RENEW, 1, kA).granted());
+  ASSERT_TRUE(Ask(WitnessRequest::IN_SYNC, 1, kA, kB).granted());
+  EXPECT_EQ(w_->state().volume_id(), kVolume);
+  EXPECT_EQ(w_->state().data_epoch(), 1u);
+
+  // A restarts on an empty data directory: refused, for good.
+  WitnessReply r = Ask(WitnessRequest::CLAIM, 1, kA, "", std::nullopt);
+  EXPECT_FALSE(r.granted());
+  EXPECT_TRUE(r.refused_data());
+  EXPECT_THAT(r.reason(), HasSubstr("a:7420 has no data (its data directory is empty), but volume "
+                                    "0123456789abcdef0123456789abcdef has been served up to "
+                                    "epoch 1"));
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_TRUE(Ask(WitnessRequest::CLAIM, 1, kA, "", std::nullopt).refused_data());
+  EXPECT_EQ(w_->state().epoch(), 1u);
+  EXPECT_TRUE(w_->state().replica_in_sync());  // nothing changed
+
+  // The in-sync replica takes over with its copy.
+  r = Ask(WitnessRequest::CLAIM, 1, kB);
+  ASSERT_TRUE(r.granted()) << r.reason();
+  EXPECT_EQ(r.state().primary(), kB);
+  EXPECT_FALSE(r.refused_data());
+}
+
+TEST_F(WitnessTest, AnotherVolumeIsRefused) {
+  PrimaryAWithReplicaB();
+  clock_.Advance(absl::Seconds(2));
+  WitnessReply r = Ask(WitnessRequest::CLAIM, 1, kA, "", Data(kOtherVolume, 9));
+  EXPECT_FALSE(r.granted());
+  EXPECT_TRUE(r.refused_data());
+  EXPECT_THAT(r.reason(), HasSubstr("a:7420 holds volume fedcba9876543210fedcba9876543210, not "
+                                    "volume 0123456789abcdef0123456789abcdef"));
+  // Also the in-sync replica, if its copy were another volume's.
+  r = Ask(WitnessRequest::CLAIM, 1, kB, "", Data(kOtherVolume));
+  EXPECT_TRUE(r.refused_data());
+  EXPECT_EQ(w_->state().epoch(), 1u);
+  EXPECT_EQ(w_->state().volume_id(), kVolume);
+}
+
+TEST_F(WitnessTest, OlderDataIsRefusedAndTheNewestIsRecordedDurably) {
+  ASSERT_TRUE(Ask(WitnessRequest::CLAIM, 0, kA, "", Data(kVolume, 4)).granted());
+  EXPECT_EQ(w_->state().data_epoch(), 4u);
+  ASSERT_TRUE(Ask(WitnessRequest::RENEW, 1, kA, "", Data(kVolume, 5)).granted());
+  EXPECT_EQ(w_->state().data_epoch(), 5u);
+  Reopen();
+  EXPECT_EQ(w_->state().volume_id(), kVolume);
+  EXPECT_EQ(w_->state().data_epoch(), 5u);
+
+  // A's disk rolled back to an older copy of the volume.
+  WitnessReply r = Ask(WitnessRequest::CLAIM, 1, kA, "", Data(kVolume, 3));
+  EXPECT_FALSE(r.granted());
+  EXPECT_TRUE(r.refused_data());
+  EXPECT_THAT(r.reason(), HasSubstr("holds data epoch 3 of the volume, older than data epoch 5"));
+  r = Ask(WitnessRequest::CLAIM, 1, kA, "", Data(kVolume, 5));
+  EXPECT_TRUE(r.granted()) << r.reason();
+  EXPECT_EQ(r.state().epoch(), 2u);
+}
+
+TEST_F(WitnessTest, AHandedOverPrimaryIsCheckedAtItsFirstRenew) {
+  PrimaryAWithReplicaB();
+  ASSERT_TRUE(Ask(WitnessRequest::HANDOVER, 1, kA, kB).granted());
+  WitnessReply r = Ask(WitnessRequest::RENEW, 2, kB, "", Data(kOtherVolume));
+  EXPECT_FALSE(r.granted());
+  EXPECT_TRUE(r.refused_data());
+  EXPECT_TRUE(Ask(WitnessRequest::RENEW, 2, kB).granted());
+  // A fenced server is told it is fenced, not about its data.
+  r = Ask(WitnessRequest::RENEW, 1, kA, "", std::nullopt);
+  EXPECT_EQ(r.reason(), "fenced: epoch 2 is owned by b:7420");
+  EXPECT_FALSE(r.refused_data());
+}
+
+TEST_F(WitnessTest, AWitnessFromBeforeIdentitiesLearnsTheVolume) {
+  // Its state knows epochs but no volume: a volume from before identities
+  // claims without an id, then the primary reports the one it was given.
+  ASSERT_TRUE(Ask(WitnessRequest::CLAIM, 0, kA, "", Data("", 0)).granted());
+  EXPECT_EQ(w_->state().volume_id(), "");
+  ASSERT_TRUE(Ask(WitnessRequest::CLAIM, 1, kA, "", Data("", 0)).granted());
+  ASSERT_TRUE(Ask(WitnessRequest::RENEW, 2, kA, "", Data(kVolume, 3)).granted());
+  EXPECT_EQ(w_->state().volume_id(), kVolume);
+  EXPECT_EQ(w_->state().data_epoch(), 3u);
+  // Still, an empty data directory never gets the role after epoch 0.
+  EXPECT_TRUE(Ask(WitnessRequest::CLAIM, 2, kA, "", std::nullopt).refused_data());
+}
+
 TEST_F(WitnessTest, InvalidRequests) {
   auto decide = [&](WitnessRequest::Op op, uint64_t epoch, const std::string& server,
                     const std::string& replica) {
@@ -311,31 +420,31 @@ class WitnessGrpcTest : public WitnessTest {
 TEST_F(WitnessGrpcTest, ClaimRenewFailoverThroughGrpc) {
   StartServer("s3cret");
   WitnessClient c(address_, "s3cret");
-  absl::StatusOr<WitnessReply> r = c.Update(WitnessRequest::CLAIM, 0, kA, "");
+  absl::StatusOr<WitnessReply> r = c.Update(Request(WitnessRequest::CLAIM, 0, kA));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->granted());
   EXPECT_EQ(r->state().epoch(), 1u);
   EXPECT_EQ(r->lease_ms(), 1000u);
-  ASSERT_TRUE(c.Update(WitnessRequest::IN_SYNC, 1, kA, kB)->granted());
+  ASSERT_TRUE(c.Update(Request(WitnessRequest::IN_SYNC, 1, kA, kB))->granted());
 
   // Refused is an OK status with granted=false.
-  r = c.Update(WitnessRequest::CLAIM, 0, kB, "");
+  r = c.Update(Request(WitnessRequest::CLAIM, 0, kB));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->granted());
   EXPECT_THAT(r->reason(), HasSubstr("holds a lease"));
 
   clock_.Advance(absl::Seconds(2));
-  r = c.Update(WitnessRequest::CLAIM, 0, kB, "");
+  r = c.Update(Request(WitnessRequest::CLAIM, 0, kB));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->granted());
   EXPECT_EQ(r->state().epoch(), 2u);
-  r = c.Update(WitnessRequest::RENEW, 1, kA, "");
+  r = c.Update(Request(WitnessRequest::RENEW, 1, kA));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->granted());
   EXPECT_EQ(r->reason(), "fenced: epoch 2 is owned by b:7420");
 
   // A malformed request is a status, not a decision.
-  r = c.Update(WitnessRequest::RENEW, 0, kA, "");
+  r = c.Update(Request(WitnessRequest::RENEW, 0, kA));
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
 }
 
@@ -343,7 +452,7 @@ TEST_F(WitnessGrpcTest, BadSecretIsUnauthenticated) {
   StartServer("s3cret");
   for (const char* secret : {"wrong", ""}) {
     WitnessClient c(address_, secret);
-    absl::StatusOr<WitnessReply> r = c.Update(WitnessRequest::CLAIM, 0, kA, "");
+    absl::StatusOr<WitnessReply> r = c.Update(Request(WitnessRequest::CLAIM, 0, kA));
     EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
   }
   EXPECT_EQ(w_->state().epoch(), 0u);
@@ -356,7 +465,7 @@ TEST_F(WitnessGrpcTest, UnreachableWitnessIsUnavailableWithinTheDeadline) {
   WitnessClient c(address_, "");
   const absl::Time start = absl::Now();
   absl::StatusOr<WitnessReply> r =
-      c.Update(WitnessRequest::GET, 0, "", "", absl::Milliseconds(300));
+      c.Update(Request(WitnessRequest::GET, 0, ""), absl::Milliseconds(300));
   EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
   EXPECT_THAT(std::string(r.status().message()), HasSubstr(address_));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));

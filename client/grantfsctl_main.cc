@@ -77,6 +77,12 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   printf("server:          %s\n", server.c_str());
   printf("role:            %s\n", st.role().c_str());
   if (!st.not_serving().empty()) printf("not serving:     %s\n", st.not_serving().c_str());
+  if (!st.volume_id().empty()) {
+    // Which volume, and how new this server's data of it is (a replica:
+    // its copy's); docs/failover.md, "Whose data".
+    printf("volume:          %s\n", st.volume_id().c_str());
+    printf("data epoch:      %llu\n", (unsigned long long)st.data_epoch());
+  }
   if (st.epoch() > 0 || !st.replica_state().empty()) {
     printf("epoch:           %llu\n", (unsigned long long)st.epoch());
     if (!st.peer().empty()) printf("peer:            %s\n", st.peer().c_str());

@@ -33,7 +33,9 @@ if [ "${1:-}" = "stop" ]; then stop; exit 0; fi
 scripts/install-deps.sh
 scripts/build.sh
 BIN="$ROOT/$BUILD_DIR"
-mkdir -p "$DATA" "${NODES[@]}"
+# The servers refuse a missing data directory (a data disk not mounted);
+# an empty one is a new volume.
+mkdir -p "$DATA" "$DATA/a" "$DATA/b" "${NODES[@]}"
 stop >/dev/null 2>&1 || true
 "$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" \
   >"$DATA/witness.log" 2>&1 &

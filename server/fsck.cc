@@ -31,6 +31,7 @@
 #include "rocksdb/env.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "server/data_dir.h"
 #include "server/keys.h"
 #include "server/meta_store.h"
 #include "server/names.h"
@@ -56,8 +57,6 @@
 namespace grantfs {
 namespace {
 
-// Written by a replica while a state transfer is under way (checkpoint/replica.cc).
-constexpr char kPartialCopyFile[] = "snapshot.partial";
 constexpr char kReplicaPositionKey[] = "Rposition";
 constexpr uint64_t kFirstCookie = 3;  // 1 and 2 are "." and ".."
 
@@ -70,7 +69,7 @@ class NullLogger : public rocksdb::Logger {
 
 // A printable name of a metadata key: "I/12", "D/1/name", "C/12/0".
 std::string KeyName(const std::string& k) {
-  if (k == keys::Counters() || k == kReplicaPositionKey) return k;
+  if (k == keys::Counters() || k == keys::Identity() || k == kReplicaPositionKey) return k;
   if (!k.empty()) {
     const std::string kind(1, k[0]);
     auto id = [&k](size_t at) { return keys::GetBigEndian64(k.data() + at); };
@@ -414,6 +413,11 @@ class Checker {
           break;
         }
         case 'M': {
+          if (key == keys::Identity()) {
+            proto::VolumeIdentity rec;
+            if (!Parse(v, &rec) || rec.volume_id().empty()) Corrupt(key, v, "VolumeIdentity");
+            break;
+          }
           if (key != keys::Counters()) {
             Add("unknown_key", absl::StrCat("unknown key ", KeyName(key)), 0, KeyName(key));
             break;
@@ -1087,9 +1091,9 @@ absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options) {
     return absl::NotFoundError(
         absl::StrCat("no metadata store in ", meta, " (", strerror(errno), ")"));
   }
-  if (stat((options.data_dir + "/" + kPartialCopyFile).c_str(), &st) == 0) {
+  if (stat((options.data_dir + "/" + kPartialSnapshotFile).c_str(), &st) == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(options.data_dir, " holds a replica's partial copy (", kPartialCopyFile,
+        absl::StrCat(options.data_dir, " holds a replica's partial copy (", kPartialSnapshotFile,
                      "): the replica discards it when it starts; there is nothing to check"));
   }
   // A read-only open of a store a server is changing sees a moment of it

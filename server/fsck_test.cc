@@ -79,6 +79,7 @@ class FsckTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr) << strerror(errno);
     root_dir_ = tmpl;
     dir_ = root_dir_ + "/vol";
+    ASSERT_EQ(mkdir(dir_.c_str(), 0700), 0) << strerror(errno);
     OpenVolume();
   }
   void TearDown() override {

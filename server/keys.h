@@ -10,6 +10,7 @@
 //   'G' ino                -> InodeRecord        (unlinked, chunks to free)
 //   'L' client_id          -> GrantRecord        (a session's space grant)
 //   'M' "counters"         -> Counters
+//   'M' "identity"         -> VolumeIdentity     (which volume, how new: server/data_dir.h)
 //   'P' ino                -> LockRecord         (file locks held on ino)
 //   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
 //   'R' "position"         -> epoch, seq         (a replica's copy: checkpoint/replica.cc)
@@ -59,6 +60,7 @@ inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
 inline std::string Locks(uint64_t ino) { return Prefix('P', ino); }
 inline std::string Session(uint64_t client_id) { return Prefix('S', client_id); }
 inline std::string Counters() { return "Mcounters"; }
+inline std::string Identity() { return "Midentity"; }
 inline std::string Dedupe(uint64_t client_id, uint64_t seq) {
   std::string k = Prefix('Q', client_id);
   PutBigEndian64(&k, seq);

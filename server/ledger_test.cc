@@ -18,6 +18,7 @@ class LedgerTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/grantfs-ledger-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
+    std::filesystem::create_directory(dir_ + "/vol");
     Open();
   }
   void TearDown() override {

@@ -8,6 +8,9 @@
 // With a witness, --role only matters for a new cluster (epoch 0): after that
 // the witness says who is primary, and a server that learns another one owns
 // the epoch (fenced), or is granted it (promoted), re-executes itself.
+// The data directory must exist (an empty one makes a new volume); a server
+// whose data the witness refuses (empty, of another volume, or older than
+// the volume's) runs as the replica (docs/failover.md, "Whose data").
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <linux/close_range.h>
@@ -33,6 +36,7 @@
 #include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
+#include "server/data_dir.h"
 #include "server/service.h"
 #include "server/volume.h"
 
@@ -155,9 +159,9 @@ void ReexecSoon(std::vector<std::string> extra, absl::Duration delay) {
 grantfs::WitnessCall MakeWitnessCall(const std::string& witness, const std::string& self,
                                      const std::string& secret) {
   auto client = std::make_shared<grantfs::WitnessClient>(witness, secret);
-  return [client, self](grantfs::proto::WitnessRequest::Op op, uint64_t epoch,
-                        const std::string& replica) {
-    return client->Update(op, epoch, self, replica);
+  return [client, self](grantfs::proto::WitnessRequest req) {
+    req.set_server(self);
+    return client->Update(req);
   };
 }
 
@@ -301,6 +305,47 @@ int main(int argc, char** argv) {
   vo.direct_io = absl::GetFlag(FLAGS_direct_io);
   vo.sync_data = absl::GetFlag(FLAGS_sync_data);
 
+  // What the data directory holds, before anything opens or creates it.
+  absl::StatusOr<grantfs::DataDirInfo> data = grantfs::InspectDataDir(vo.dir);
+  if (!data.ok()) {
+    LOG(ERROR) << "cannot use the data directory " << vo.dir << ": " << data.status();
+    return 1;
+  }
+  switch (data->state) {
+    case grantfs::DataDirState::kMissing:
+      LOG(ERROR) << "data directory " << vo.dir
+                 << " does not exist: refusing to start (is the data disk mounted?). For a new "
+                    "volume, create the directory first (mkdir -p "
+                 << vo.dir << ")";
+      return 1;
+    case grantfs::DataDirState::kForeign:
+      LOG(ERROR) << "data directory " << vo.dir << " holds " << data->detail
+                 << ", not a GrantFS volume: refusing to start. Point --data_dir at the volume, "
+                    "or at an empty directory for a new one";
+      return 1;
+    case grantfs::DataDirState::kEmpty:
+      LOG(INFO) << "data directory " << vo.dir << " holds no volume"
+                << (data->detail.empty() ? "" : " (" + data->detail + ")")
+                << (replicated ? "" : ": a new volume");
+      break;
+    case grantfs::DataDirState::kVolume:
+      LOG(INFO) << "data directory " << vo.dir << " holds volume "
+                << (data->identity ? data->identity->volume_id() : "(from before identities)")
+                << ", data epoch " << (data->identity ? data->identity->data_epoch() : 0);
+      break;
+  }
+  // A witness request of `op` at `epoch`, with this server's data.
+  auto request = [&data](grantfs::proto::WitnessRequest::Op op, uint64_t epoch) {
+    grantfs::proto::WitnessRequest req;
+    req.set_op(op);
+    req.set_epoch(epoch);
+    if (data->state == grantfs::DataDirState::kVolume) {
+      req.mutable_data();  // a volume, even one from before identities
+      if (data->identity) *req.mutable_data() = *data->identity;
+    }
+    return req;
+  };
+
   // Which role: the witness decides.
   grantfs::WitnessCall witness_call;
   uint64_t epoch = 0;
@@ -312,7 +357,7 @@ int main(int argc, char** argv) {
     for (;;) {
       const absl::Time sent = absl::Now();
       absl::StatusOr<grantfs::proto::WitnessReply> st =
-          witness_call(grantfs::proto::WitnessRequest::GET, 0, "");
+          witness_call(request(grantfs::proto::WitnessRequest::GET, 0));
       if (!st.ok()) {
         if (absl::Now() - last_log > absl::Seconds(5)) {
           LOG(WARNING) << "waiting for the witness " << witness << ": " << st.status();
@@ -333,11 +378,18 @@ int main(int argc, char** argv) {
         want = ws.epoch();
       }
       if (op == grantfs::proto::WitnessRequest::GET) break;  // another server is primary
-      st = witness_call(op, want, "");
+      st = witness_call(request(op, want));
       if (st.ok() && st->granted()) {
         be_primary = true;
         epoch = st->state().epoch();
         granted_at = sent;
+        break;
+      }
+      if (st.ok() && st->refused_data()) {
+        LOG(ERROR) << "the witness refused the primary role to this server's data: " << st->reason()
+                   << ". Running as the replica: it takes the volume from the "
+                   << "primary when this server's copy is empty or older (see "
+                   << "docs/operations.md, \"Refusals\")";
         break;
       }
       LOG(WARNING) << "the witness did not grant the epoch: "
@@ -397,6 +449,7 @@ int main(int argc, char** argv) {
     ro.checkpoint = [&volume_ptr](const std::string& dir) {
       return volume_ptr->meta().Checkpoint(dir);
     };
+    ro.identity = [&volume_ptr] { return volume_ptr->meta().identity(); };
     ro.on_fenced = [] { ReexecSoon({}, absl::Milliseconds(300)); };
     replicator = std::make_unique<grantfs::Replicator>(ro);
     vo.change_sink = replicator.get();
@@ -406,6 +459,7 @@ int main(int argc, char** argv) {
     };
     so.server_role = replicator.get();
   }
+  vo.epoch = epoch;
   auto volume = grantfs::Volume::Open(vo);
   if (!volume.ok()) {
     LOG(ERROR) << "cannot open volume: " << volume.status();
@@ -418,8 +472,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   LOG(INFO) << "grantfs-server: " << (replicated ? "primary" : "standalone") << " on "
             << absl::GetFlag(FLAGS_listen) << (replicated ? absl::StrCat(" epoch ", epoch) : "")
-            << ", data in " << vo.dir << ", capacity " << space.capacity_bytes << " bytes, used "
-            << space.used_bytes;
+            << ", data in " << vo.dir << " (volume " << (*volume)->meta().identity().volume_id()
+            << ", data epoch " << (*volume)->meta().identity().data_epoch() << "), capacity "
+            << space.capacity_bytes << " bytes, used " << space.used_bytes;
   grantfs::Volume* vol = volume->get();
   grantfs::Replicator* rep = replicator.get();
   return ServeUntilSignal(&builder, stop_signals, [vol, rep] {

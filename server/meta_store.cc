@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,14 @@ absl::Status DbError(const rocksdb::Status& s, const char* what) {
 }
 
 bool IsDir(const proto::InodeRecord& r) { return S_ISDIR(r.mode()); }
+
+// A new volume's id: 128 random bits as 32 hex digits.
+std::string NewVolumeId() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&id, absl::Hex(rd(), absl::kZeroPad8));
+  return id;
+}
 
 int CountBits(const std::string& bitmap) {
   int n = 0;
@@ -219,7 +229,17 @@ absl::Status MetaStore::Init() {
     }
     capacity_blocks_ = counters_.capacity_blocks();
     CheckLedger();
-    return absl::OkStatus();
+    std::optional<proto::VolumeIdentity> stored;
+    s = db_->Get(rocksdb::ReadOptions(), keys::Identity(), &value);
+    if (s.ok()) {
+      stored.emplace();
+      if (!stored->ParseFromString(value) || stored->volume_id().empty()) {
+        return absl::DataLossError("corrupt volume identity");
+      }
+    } else if (!s.IsNotFound()) {
+      return DbError(s, "reading the volume identity");
+    }
+    return RaiseDataEpoch(std::move(stored));
   }
   if (!s.IsNotFound()) return DbError(s, "reading counters");
   // A new volume: the root directory, owned by root, mode 0755.
@@ -242,15 +262,80 @@ absl::Status MetaStore::Init() {
   counters_.set_next_ino(kRootIno + 1);
   counters_.set_next_cookie(3);  // 1 and 2 are "." and ".."
   counters_.set_inodes(1);
+  // The identity comes with the root: a store holds a volume with one, or
+  // nothing (data_dir.h tells the two apart).
+  identity_.set_volume_id(NewVolumeId());
+  identity_.set_created_ns(now);
+  identity_.set_data_epoch(std::max<uint64_t>(1, options_.epoch));
   rocksdb::WriteBatch batch;
   batch.Put(keys::Inode(kRootIno), root.SerializeAsString());
   batch.Put(keys::Counters(), counters_.SerializeAsString());
+  batch.Put(keys::Identity(), identity_.SerializeAsString());
+  RETURN_IF_ERROR(WriteAtOpen(&batch, "creating the root"));
+  LOG(INFO) << "metadata store: new volume " << identity_.volume_id() << " in " << options_.dir
+            << ", data epoch " << identity_.data_epoch();
+  return absl::OkStatus();
+}
+
+absl::Status MetaStore::RaiseDataEpoch(std::optional<proto::VolumeIdentity> recorded) {
+  proto::VolumeIdentity id;
+  if (recorded.has_value()) {
+    id = *std::move(recorded);
+  } else {
+    id.set_volume_id(NewVolumeId());
+    LOG(WARNING) << "metadata store: the volume in " << options_.dir
+                 << " has no identity (it was made before they were recorded); it is volume "
+                 << id.volume_id() << " from now on";
+  }
+  const uint64_t was = id.data_epoch();
+  id.set_data_epoch(std::max(was + 1, options_.epoch));
+  rocksdb::WriteBatch batch;
+  batch.Put(keys::Identity(), id.SerializeAsString());
+  RETURN_IF_ERROR(WriteAtOpen(&batch, "raising the data epoch"));
+  identity_ = id;
+  LOG(INFO) << "metadata store: volume " << id.volume_id() << " in " << options_.dir
+            << ", data epoch " << was << " -> " << id.data_epoch();
+  return absl::OkStatus();
+}
+
+absl::Status MetaStore::WriteAtOpen(rocksdb::WriteBatch* batch, const char* what) {
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  s = db_->Write(wo, &batch);
-  if (!s.ok()) return DbError(s, "creating the root");
-  LOG(INFO) << "metadata store: new volume in " << options_.dir;
+  rocksdb::Status s = db_->Write(wo, batch);
+  if (!s.ok()) return DbError(s, what);
+  // No client waits for it: the replica gets it with the first records (or
+  // in its snapshot) before it counts as in sync.
+  if (options_.change_sink != nullptr) {
+    proto::ReplRecord rec;
+    rec.set_meta_batch(batch->Data());
+    options_.change_sink->Append(std::move(rec));
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<proto::VolumeIdentity>> MetaStore::ReadIdentity(
+    const std::string& dir) {
+  rocksdb::Options o;
+  o.info_log = NewRocksLogger();  // read-only: no meta/LOG either
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(o, dir, &raw);
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("opening metadata store ", dir, " read-only: ", s.ToString()));
+  }
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string v;
+  s = db->Get(rocksdb::ReadOptions(), keys::Identity(), &v);
+  if (s.IsNotFound()) return std::optional<proto::VolumeIdentity>();
+  if (!s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("reading the volume identity in ", dir, ": ", s.ToString()));
+  }
+  proto::VolumeIdentity id;
+  if (!id.ParseFromString(v) || id.volume_id().empty()) {
+    return absl::DataLossError(absl::StrCat("corrupt volume identity in ", dir));
+  }
+  return std::optional<proto::VolumeIdentity>(std::move(id));
 }
 
 template <typename Fn>

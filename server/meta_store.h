@@ -69,6 +69,11 @@ struct MetaStoreOptions {
   // Where each applied batch goes to be replicated (server/change_sink.h);
   // nullptr: no replication. Not owned.
   ChangeSink* change_sink = nullptr;
+  // The witness epoch this server serves the volume at (0: standalone).
+  // Open raises the volume's data epoch to max(data_epoch + 1, epoch)
+  // (proto::VolumeIdentity), so that what it writes from now on is known to
+  // be newer than every copy made before.
+  uint64_t epoch = 0;
 };
 
 inline constexpr uint64_t kRootIno = 1;
@@ -102,7 +107,14 @@ struct SpaceInfo {
 
 class MetaStore {
  public:
+  // Opens the store in options.dir, or creates a new volume there: the root
+  // directory, the counters and the volume's identity, in one batch.
   static absl::StatusOr<std::unique_ptr<MetaStore>> Open(const MetaStoreOptions& options);
+  // The identity recorded in the store in `dir`, read without writing
+  // anything (RocksDB opened read-only; works while a server has it open).
+  // nullopt: a volume from before identities were recorded (Open gives it
+  // one). An error when `dir` holds no store or it cannot be read.
+  static absl::StatusOr<std::optional<proto::VolumeIdentity>> ReadIdentity(const std::string& dir);
   ~MetaStore();
   MetaStore(const MetaStore&) = delete;
   MetaStore& operator=(const MetaStore&) = delete;
@@ -124,6 +136,8 @@ class MetaStore {
   absl::StatusOr<proto::Attr> CheckOpen(const Caller& caller, uint64_t ino, uint32_t flags,
                                         bool created = false);
   SpaceInfo Space();
+  // The volume's identity, as Open left it (data epoch raised).
+  const proto::VolumeIdentity& identity() const { return identity_; }
 
   // --- namespace changes -----------------------------------------------------
   // Creates a file, directory, fifo, socket or device node. With `exclusive`
@@ -255,6 +269,15 @@ class MetaStore {
   MetaStore(const MetaStoreOptions& options, rocksdb::DB* db);
 
   absl::Status Init();
+  // Raises the data epoch (MetaStoreOptions::epoch) of the identity read
+  // from the store, or gives a volume from before identities one, and
+  // writes it. REQUIRES: mu_ held, counters_ loaded.
+  absl::Status RaiseDataEpoch(std::optional<proto::VolumeIdentity> recorded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `batch` durably and queues it for the replica: Init's changes,
+  // made before any client is served. REQUIRES: mu_ held.
+  absl::Status WriteAtOpen(rocksdb::WriteBatch* batch, const char* what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds one change under mu_ with `fn`, applies it, then waits until it
   // is durable. `fn` returns non-OK to abandon the change.
   template <typename Fn>
@@ -288,6 +311,7 @@ class MetaStore {
   const MetaStoreOptions options_;
   rocksdb::DB* const db_;
   uint64_t capacity_blocks_ = 0;  // set by Init(), then constant
+  proto::VolumeIdentity identity_;  // set by Init(), then constant
 
   // Serializes changes. Lock order: mu_ before sync_mu_.
   absl::Mutex mu_;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -199,6 +200,52 @@ TEST_F(MetaStoreTest, TheCapacityIsRecordedAndChangedOnlyWhenAskedTo) {
   capacity_ = 0;
   Reopen();
   EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+}
+
+TEST_F(MetaStoreTest, TheVolumeHasAnIdentityWhoseDataEpochGrowsAtEachOpen) {
+  const proto::VolumeIdentity first = store_->identity();
+  EXPECT_EQ(first.volume_id().size(), 32u);
+  EXPECT_EQ(first.volume_id().find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_GE(first.created_ns(), start_ns_);
+  EXPECT_EQ(first.data_epoch(), 1u);
+  // What the store holds is what it says, read without opening it.
+  store_.reset();
+  ASSERT_OK_AND_ASSIGN(std::optional<proto::VolumeIdentity> read,
+                       MetaStore::ReadIdentity(root_dir_ + "/meta"));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->SerializeAsString(), first.SerializeAsString());
+
+  // Each open to serve raises it: by one, or to the witness epoch served.
+  Reopen();
+  EXPECT_EQ(store_->identity().volume_id(), first.volume_id());
+  EXPECT_EQ(store_->identity().created_ns(), first.created_ns());
+  EXPECT_EQ(store_->identity().data_epoch(), 2u);
+  store_.reset();
+  MetaStoreOptions o = Options();
+  o.epoch = 7;
+  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  EXPECT_EQ(store_->identity().data_epoch(), 7u);
+  store_.reset();
+  o.epoch = 3;  // a witness that forgot its epochs: never lowered
+  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  EXPECT_EQ(store_->identity().data_epoch(), 8u);
+  store_.reset();
+  ASSERT_OK_AND_ASSIGN(read, MetaStore::ReadIdentity(root_dir_ + "/meta"));
+  EXPECT_EQ(read->data_epoch(), 8u);
+
+  // Another store is another volume.
+  o.dir = root_dir_ + "/other";
+  o.epoch = 5;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetaStore> other, MetaStore::Open(o));
+  EXPECT_NE(other->identity().volume_id(), first.volume_id());
+  EXPECT_EQ(other->identity().data_epoch(), 5u);
+  Reopen();
+}
+
+TEST(MetaStoreReadIdentityTest, NoStoreIsAnError) {
+  EXPECT_FALSE(MetaStore::ReadIdentity("/tmp/grantfs-meta-never-created").ok());
+  struct stat st;
+  EXPECT_NE(stat("/tmp/grantfs-meta-never-created", &st), 0);
 }
 
 TEST_F(MetaStoreTest, NothingIsPromisedThatTheDiskCannotHold) {

@@ -549,6 +549,8 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_role(options_.role);
   if (options_.server_role != nullptr) options_.server_role->FillStatus(reply);
   if (volume_ == nullptr) return grpc::Status::OK;
+  reply->set_volume_id(volume_->meta().identity().volume_id());
+  reply->set_data_epoch(volume_->meta().identity().data_epoch());
   SpaceInfo s = volume_->Space();
   reply->set_capacity_bytes(s.capacity_bytes);
   reply->set_used_bytes(s.used_bytes);

@@ -18,6 +18,7 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
     dir_ = mkdtemp(tmpl);
+    std::filesystem::create_directory(dir_ + "/vol");
     VolumeOptions vo;
     vo.dir = dir_ + "/vol";
     vo.capacity_bytes = 64 << 20;

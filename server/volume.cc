@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/data_dir.h"
 #include "server/dedupe.h"
 #include "server/names.h"
 
@@ -111,9 +113,17 @@ class DiskFreeCache {
 
 absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("data dir is empty");
-  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  struct stat st;
+  if (stat(options.dir.c_str(), &st) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("mkdir ", options.dir, ": ", strerror(errno)));
+        absl::StrCat("data directory ", options.dir, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(options.dir, " is not a directory"));
+  }
+  if (access((options.dir + "/" + kPartialSnapshotFile).c_str(), F_OK) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.dir, " holds a replica's unfinished snapshot, not a volume"));
   }
   ASSIGN_OR_RETURN(uint64_t free_now, DiskFree(options.dir));
   const uint64_t reserve = options.metadata_reserve_bytes;
@@ -146,6 +156,7 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.chunk_size = co.chunk_size;
   mo.clock = options.clock;
   mo.change_sink = options.change_sink;
+  mo.epoch = options.epoch;
   ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
   std::unique_ptr<Volume> v(
       new Volume(options, std::move(meta), std::move(chunks), std::move(hold)));

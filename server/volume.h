@@ -38,8 +38,13 @@
 namespace grantfs {
 
 struct VolumeOptions {
-  // Data directory: holds `meta/` (RocksDB) and `chunks/`. Required.
+  // Data directory: holds `meta/` (RocksDB) and `chunks/`. Required, and
+  // must exist (an empty one makes a new volume): a data disk that is not
+  // mounted must not pass for a new volume (server/data_dir.h).
   std::string dir;
+  // The witness epoch this server serves the volume at; 0 standalone
+  // (MetaStoreOptions::epoch: the volume's data epoch is raised).
+  uint64_t epoch = 0;
   // Bytes of file data the volume may hold, recorded in the volume when it
   // is created. 0 = the recorded capacity; for a new volume, the free space
   // of the file system holding `dir` less `metadata_reserve_bytes`. Another

@@ -49,6 +49,7 @@ class VolumeTest : public ::testing::Test {
     char tmpl[] = "/tmp/grantfs_volume_test.XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr) << strerror(errno);
     root_dir_ = tmpl;
+    ASSERT_EQ(mkdir((root_dir_ + "/vol").c_str(), 0700), 0) << strerror(errno);
     OpenVolume(kMiB);
   }
   void TearDown() override {
@@ -134,6 +135,24 @@ class VolumeTest : public ::testing::Test {
 
 // --- data -----------------------------------------------------------------------
 
+TEST_F(VolumeTest, AMissingDataDirectoryIsRefusedNotCreated) {
+  VolumeOptions options;
+  options.dir = root_dir_ + "/not-mounted";
+  options.capacity_bytes = kMiB;
+  options.background = false;
+  auto v = Volume::Open(options);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition) << v.status();
+  EXPECT_FALSE(std::filesystem::exists(options.dir));
+}
+
+TEST_F(VolumeTest, EachOpenRaisesTheDataEpoch) {
+  const proto::VolumeIdentity first = volume_->meta().identity();
+  EXPECT_EQ(first.data_epoch(), 1u);
+  OpenVolume(kMiB);
+  EXPECT_EQ(volume_->meta().identity().volume_id(), first.volume_id());
+  EXPECT_EQ(volume_->meta().identity().data_epoch(), 2u);
+}
+
 TEST_F(VolumeTest, WriteThenReadReturnsTheData) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
@@ -184,6 +203,7 @@ TEST_F(VolumeTest, AcknowledgedDataIsFdatasyncedHereAndOnTheReplica) {
     RecordingSink sink;
     VolumeOptions options;
     options.dir = root_dir_ + (sync_data ? "/synced" : "/unsynced");
+    ASSERT_EQ(mkdir(options.dir.c_str(), 0755), 0) << strerror(errno);
     options.capacity_bytes = 64 * kMiB;
     options.clock = &clock_;
     options.background = false;

@@ -39,17 +39,23 @@ class Node:
     network namespace (identity on loopback) for the server itself; `enter`
     does the same for short commands such as grantfsctl."""
 
-    def __init__(self, name, addr, argv, log_path, wrap=None, enter=None):
+    def __init__(self, name, addr, argv, log_path, wrap=None, enter=None, data_dir=None):
         self.name = name
         self.addr = addr
         self.argv = argv
         self.log_path = log_path
+        self.data_dir = data_dir
+        self.make_data_dir = True  # start() creates it when missing
         self.wrap = wrap or (lambda a: a)
         self.enter = enter or (lambda a: a)
         self.proc = None
         self.expected_down = True
 
     def start(self):
+        # The data directory must exist (an empty one is a new volume); a
+        # test that wants it missing or other sets data_dir after start.
+        if self.data_dir is not None and self.make_data_dir:
+            os.makedirs(self.data_dir, exist_ok=True)
         with open(self.log_path, "a") as log:
             log.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n")
             log.flush()
@@ -135,7 +141,7 @@ class Trio:
                 wrap = lambda a, h=host: ["ip", "netns", "exec", lab.ns(h), *a]  # noqa: E731
                 enter = lambda a, h=host: lab.wrap(h, a)  # noqa: E731
             nodes[n] = Node(n, addr[n], argv[n], os.path.join(base, f"server-{n.lower()}.log"),
-                            wrap, enter)
+                            wrap, enter, data[n])
         self.nodes = nodes
         self.data_dirs = data
         self.mounts = []

@@ -118,6 +118,9 @@ class Server:
                                      f"server-{self.port}.log")
 
     def start(self):
+        # The server refuses a missing data directory (a data disk that is
+        # not mounted); an empty one is a new volume.
+        os.makedirs(self.data_dir, exist_ok=True)
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             [SERVER_BIN, f"--data_dir={self.data_dir}", f"--listen={self.addr}",

@@ -557,7 +557,8 @@ def test_replica_rebuilt_from_empty_while_writing_then_takes_over(trio):
     t.wait_status(primary, lambda s: s.get("replica state") != "in sync", 30,
                   "notices its replica is gone")
     shutil.rmtree(t.data_dirs[replica])
-    t[replica].note("data directory deleted; restarting empty")
+    os.mkdir(t.data_dirs[replica])
+    t[replica].note("data directory emptied; restarting empty")
     t0 = time.monotonic()
     t.restart(replica)
     t.wait_in_sync(primary, replica, 180)

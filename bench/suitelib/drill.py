@@ -34,7 +34,7 @@ import time
 from .harness import BenchError, free_port, listening, tail, wait_for
 
 BLOCK = 512 * 1024
-INT_FIELDS = ("epoch", "log seq", "acked seq", "lag bytes")
+INT_FIELDS = ("epoch", "log seq", "acked seq", "lag bytes", "data epoch")
 # A probe answered this long after the kill was answered by the new primary
 # even if it was sent before the kill.
 STUCK_PROBE_S = 0.05
@@ -126,6 +126,8 @@ class Trio:
         return "B" if node == "A" else "A"
 
     def launch(self, node):
+        # The server refuses a missing data directory; an empty one is new.
+        os.makedirs(self.h.path(f"{self.name}-{node.lower()}"), exist_ok=True)
         self.procs[node] = self.h.start_process(f"{self.name}-{node}", self.argv[node])
 
     def start(self, timeout=90):

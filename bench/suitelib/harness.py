@@ -145,6 +145,7 @@ class Harness:
         a server with one thread refuses every call."""
         port = free_port()
         data = self.path(name)
+        os.makedirs(data, exist_ok=True)  # the server refuses a missing data directory
         argv = [self.bin("server/grantfs-server"), f"--data_dir={data}",
                 f"--listen=127.0.0.1:{port}", f"--capacity={capacity}"]
         if threads is not None:
