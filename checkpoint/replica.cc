@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/rocks_logger.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
@@ -104,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& opt
   absl::MutexLock m(&r->mu_);
   LOG(INFO) << "replica: copy in " << options.data_dir << " at epoch " << r->epoch_ << ", change "
             << r->applied_;
-  r->last_msg_ = absl::Now();
+  r->last_msg_ = Clock::Monotonic()->Now();
   return r;
 }
 
@@ -462,7 +463,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     if (active_ctx_ != nullptr) active_ctx_->TryCancel();  // a newer stream replaces it
     active_ctx_ = ctx;
     primary_ = hello.server();
-    last_msg_ = absl::Now();
+    last_msg_ = Clock::Monotonic()->Now();
   }
   struct Unregister {
     Replica* r;
@@ -501,7 +502,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     if (!current()) break;
     {
       absl::MutexLock l(&mu_);
-      last_msg_ = absl::Now();
+      last_msg_ = Clock::Monotonic()->Now();
       busy_ = true;
     }
     struct NotBusy {
@@ -509,7 +510,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       ~NotBusy() {
         absl::MutexLock l(&r->mu_);
         r->busy_ = false;
-        r->last_msg_ = absl::Now();
+        r->last_msg_ = Clock::Monotonic()->Now();
       }
     } not_busy{this};
     if (msg.has_hello()) {
@@ -578,7 +579,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       absl::MutexLock l(&mu_);
       a.set_applied_seq(applied_);
       busy_ = false;  // a blocked ack write is silence again
-      last_msg_ = absl::Now();
+      last_msg_ = Clock::Monotonic()->Now();
     }
     a.set_echo_sent_ns(msg.sent_ns());
     if (!stream->Write(a)) break;
@@ -616,7 +617,8 @@ void Replica::Watchdog() {
       if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100))) return;
       // Time spent applying (a slow fsync, the end of a snapshot) is not
       // the primary's silence.
-      const bool silent = !busy_ && absl::Now() - last_msg_ > options_.failover_timeout;
+      const bool silent =
+          !busy_ && Clock::Monotonic()->Now() - last_msg_ > options_.failover_timeout;
       if (!silent && !check_now_) continue;
       check_now_ = false;
       claim = silent;

@@ -148,7 +148,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   std::string state_ ABSL_GUARDED_BY(mu_) = "waiting";
   uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ServerContext* active_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
-  absl::Time last_msg_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_msg_ ABSL_GUARDED_BY(mu_);  // Clock::Monotonic()
   bool check_now_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // applying a message
   bool promoting_ ABSL_GUARDED_BY(mu_) = false;

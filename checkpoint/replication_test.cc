@@ -28,6 +28,7 @@
 #include "checkpoint/replica.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/witness.h"
+#include "common/clock.h"
 #include "common/keepalive.h"
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
@@ -219,7 +220,7 @@ class ReplicationTest : public ::testing::Test {
   void StartPrimary(bool start = true,
                     const std::function<void(ReplicatorOptions*)>& tweak = nullptr) {
     WitnessCall call = MakeWitnessCall(kPrimary, &primary_cut_);
-    const absl::Time sent = absl::Now();
+    const absl::Time sent = Clock::Monotonic()->Now();
     // With the data of the primary's directory, as main.cc claims.
     absl::StatusOr<DataDirInfo> data = InspectDataDir(primary_dir_);
     ASSERT_TRUE(data.ok()) << data.status();
@@ -403,6 +404,31 @@ class ReplicationTest : public ::testing::Test {
 };
 
 // --- 1. snapshot, then live changes ---------------------------------------------------
+
+// Leases and timeouts run on the monotonic clock (issue: a primary whose
+// wall clock stepped back kept passing its lease check for the step's
+// length). The lease is counted on ReplicatorOptions::clock only, which is
+// CLOCK_MONOTONIC unless a test injects one: here a FakeClock, while the
+// wall clock runs on and would say nothing lapsed.
+TEST(ReplicatorLease, CountsOnItsMonotonicClockOnly) {
+  EXPECT_EQ(ReplicatorOptions().clock, Clock::Monotonic());
+  EXPECT_EQ(WitnessOptions().clock, Clock::Monotonic());
+  EXPECT_EQ(VolumeOptions().lease_clock, Clock::Monotonic());
+  FakeClock mono(absl::UnixEpoch() + absl::Hours(1));  // any origin: only differences count
+  ReplicatorOptions o;
+  o.peer = "127.0.0.1:1";
+  o.clock = &mono;
+  o.granted_at = mono.Now();
+  o.lease = absl::Seconds(1);
+  Replicator r(o);  // not started: the lease is only what the witness granted
+  std::string why;
+  EXPECT_TRUE(r.Serving(&why)) << why;
+  mono.Advance(absl::Milliseconds(999));
+  EXPECT_TRUE(r.Serving(&why)) << why;
+  mono.Advance(absl::Milliseconds(1));
+  EXPECT_FALSE(r.Serving(&why));
+  EXPECT_THAT(why, HasSubstr("lease lapsed"));
+}
 
 TEST_F(ReplicationTest, EmptyReplicaGetsSnapshotThenLiveChanges) {
   ASSERT_NO_FATAL_FAILURE(StartPrimary());

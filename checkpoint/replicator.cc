@@ -54,18 +54,6 @@ grpc::ByteBuffer RecordsMessage(const std::vector<std::shared_ptr<const std::str
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-int64_t MonoNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// absl::Time of a CLOCK_MONOTONIC reading taken now-ish: leases compare send
-// times with "now" on the same clock.
-absl::Time FromMono(int64_t mono_ns) {
-  return absl::Now() - absl::Nanoseconds(MonoNanos() - mono_ns);
-}
-
 uint64_t RecordBytes(const proto::ReplRecord& r) {
   switch (r.op_case()) {
     case proto::ReplRecord::kMetaBatch:
@@ -148,7 +136,7 @@ Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
       kStreamMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
   lease_witness_ = options_.granted_at;
   lease_replica_ = absl::InfinitePast();
-  last_ack_ = absl::Now();
+  last_ack_ = options_.clock->Now();
 }
 
 Replicator::~Replicator() { Stop(); }
@@ -225,12 +213,12 @@ uint64_t Replicator::AckedSeq() {
 }
 
 absl::Status Replicator::WaitReplicated(uint64_t seq) {
-  const absl::Time deadline = absl::Now() + options_.wait_bound;
   absl::MutexLock l(&mu_);
   auto done = [this, seq]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return fenced_ || stopping_ || !must_wait_ || seq < sync_from_ || acked_ >= seq;
   };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+  // A timeout, not a wall-clock deadline: a step of the clock cuts no wait.
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), options_.wait_bound)) {
     LOG(WARNING) << "replication: change " << seq << " not acknowledged by the replica within "
                  << options_.wait_bound << " (acked " << acked_ << ")";
     return absl::UnavailableError("the replica did not acknowledge the change in time");
@@ -251,7 +239,7 @@ void Replicator::StreamLoop() {
       absl::MutexLock l(&mu_);
       if (stopping_ || fenced_) return;
     }
-    const absl::Time began = absl::Now();
+    const absl::Time began = options_.clock->Now();
     absl::Status st = RunStream();
     {
       absl::MutexLock l(&mu_);
@@ -261,7 +249,7 @@ void Replicator::StreamLoop() {
       if (!st.ok()) last_error_ = std::string(st.message());
       if (stopping_ || fenced_) return;
       auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
-      if (absl::Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
+      if (options_.clock->Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
       mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
     }
     VLOG(1) << "replication stream to " << options_.peer << " ended: " << st;
@@ -278,7 +266,7 @@ absl::Status Replicator::RunStream() {
     if (stopping_ || fenced_) return absl::CancelledError("stopping");
     stream_ctx_ = &ctx;
     id = ++stream_id_;
-    last_ack_ = absl::Now();
+    last_ack_ = options_.clock->Now();
   }
   struct Unregister {
     Replicator* r;
@@ -385,7 +373,7 @@ absl::Status Replicator::RunStream() {
       }
       pinned_ = next;
     }
-    grpc::ByteBuffer m = RecordsMessage(batch, MonoNanos());
+    grpc::ByteBuffer m = RecordsMessage(batch, options_.clock->NowNanos());
     if (!stream->Write(m)) {
       result = absl::UnavailableError("stream to the replica broken");
       break;
@@ -424,7 +412,7 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
     pinned_ = *cut + 1;
   }
   *start_seq = *cut + 1;
-  const absl::Time began = absl::Now();
+  const absl::Time began = options_.clock->Now();
   proto::ReplMessage m;
   m.mutable_hello()->set_epoch(options_.epoch);
   m.mutable_hello()->set_snapshot(true);
@@ -437,7 +425,7 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   uint64_t batch_bytes = 0;
   auto flush = [&]() {
     if (batch.snapshot_size() == 0) return true;
-    batch.set_sent_ns(MonoNanos());
+    batch.set_sent_ns(options_.clock->NowNanos());
     bool ok = Send(stream, batch);
     batch.Clear();
     batch_bytes = 0;
@@ -468,10 +456,11 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   if (!flush()) return absl::UnavailableError("stream broken");
   proto::ReplMessage done;
   done.set_snapshot_done(true);
-  done.set_sent_ns(MonoNanos());
+  done.set_sent_ns(options_.clock->NowNanos());
   if (!Send(stream, done)) return absl::UnavailableError("stream broken");
   LOG(INFO) << "snapshot for " << options_.peer << ": " << files << " files, " << bytes
-            << " bytes in " << absl::Now() - began << "; log follows from change " << *start_seq;
+            << " bytes in " << options_.clock->Now() - began << "; log follows from change "
+            << *start_seq;
   return absl::OkStatus();
 }
 
@@ -499,9 +488,9 @@ void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
       last_error_ = ack.error();
       break;
     }
-    last_ack_ = absl::Now();
+    last_ack_ = options_.clock->Now();
     if (ack.echo_sent_ns() != 0) {
-      lease_replica_ = std::max(lease_replica_, FromMono(ack.echo_sent_ns()));
+      lease_replica_ = std::max(lease_replica_, absl::FromUnixNanos(ack.echo_sent_ns()));
     }
     if (ack.applied_seq() > acked_) acked_ = ack.applied_seq();
     if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
@@ -560,7 +549,7 @@ void Replicator::WitnessLoop() {
       if (mu_.AwaitWithTimeout(absl::Condition(&stop), tick)) return;
     }
     // The lease.
-    const absl::Time sent = absl::Now();
+    const absl::Time sent = options_.clock->Now();
     absl::StatusOr<proto::WitnessReply> r = AskWitness(proto::WitnessRequest::RENEW);
     if (r.ok() && r->granted()) {
       absl::MutexLock l(&mu_);
@@ -575,8 +564,8 @@ void Replicator::WitnessLoop() {
         tell_in_sync = true;
       }
       const bool waiting = acked_ < head_ && head_ >= sync_from_;
-      if (must_wait_ &&
-          (!stream_up_ || (waiting && absl::Now() - last_ack_ > options_.replica_timeout))) {
+      if (must_wait_ && (!stream_up_ || (waiting && options_.clock->Now() - last_ack_ >
+                                                        options_.replica_timeout))) {
         degrade = true;
       }
     }
@@ -604,8 +593,8 @@ void Replicator::WitnessLoop() {
                      << " lost; the witness agreed: serving without a replica (degraded) from "
                         "change "
                      << head_;
-      } else if (absl::Now() - last_degrade_log > absl::Seconds(5)) {
-        last_degrade_log = absl::Now();
+      } else if (options_.clock->Now() - last_degrade_log > absl::Seconds(5)) {
+        last_degrade_log = options_.clock->Now();
         LOG(WARNING) << "replica " << options_.peer
                      << " lost and the witness did not agree to go on without it ("
                      << (w.ok() ? w->reason() : std::string(w.status().message()))
@@ -632,7 +621,7 @@ bool Replicator::ServingLocked(std::string* why) const {
     return false;
   }
   const absl::Time fresh = std::max(lease_witness_, lease_replica_);
-  if (absl::Now() >= fresh + options_.lease) {
+  if (options_.clock->Now() >= fresh + options_.lease) {
     *why = "lease lapsed: neither the witness nor the replica answered";
     return false;
   }

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "proto/replication.grpc.pb.h"
 #include "server/change_sink.h"
 #include "server/server_role.h"
@@ -83,8 +84,11 @@ struct ReplicatorOptions {
   uint64_t retain_bytes = 256ull << 20;
   // Largest message on the stream.
   uint64_t max_message_bytes = 4ull << 20;
-  // When the witness granted the epoch (the lease starts there).
-  absl::Time granted_at = absl::Now();
+  // Time of the lease and of every timeout: monotonic, so that a step of
+  // the wall clock neither stretches nor cuts the lease. Not owned.
+  Clock* clock = Clock::Monotonic();
+  // When the witness granted the epoch (the lease starts there), on `clock`.
+  absl::Time granted_at = Clock::Monotonic()->Now();
 };
 
 class Replicator : public ChangeSink, public ServerRole {

@@ -149,7 +149,7 @@ WitnessService::WitnessService(const WitnessOptions& options, const proto::Witne
       state_(state),
       // After a (re)start nobody knows when the primary last renewed: the
       // lease counts as just renewed, so a restart never shortens it.
-      lease_expiry_(options.clock->Now() + options.lease),
+      lease_expiry_(options.clock->Now() + HeldLease(options.lease)),
       last_ran_(options.clock->Now()) {
   if (options_.stall_tick > absl::ZeroDuration()) ticker_ = std::thread([this] { TickLoop(); });
 }
@@ -169,7 +169,7 @@ void WitnessService::NoteRunning(absl::Time now) {
     LOG(WARNING) << "witness: did not run for " << absl::FormatDuration(gap)
                  << " (paused or starved); the lease of " << state_.primary()
                  << " counts as renewed now";
-    lease_expiry_ = std::max(lease_expiry_, now + options_.lease);
+    lease_expiry_ = std::max(lease_expiry_, now + HeldLease(options_.lease));
   }
   last_ran_ = std::max(last_ran_, now);
 }
@@ -363,7 +363,7 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
     }
     state_ = next;
   }
-  if (renew) lease_expiry_ = now + options_.lease;
+  if (renew) lease_expiry_ = now + HeldLease(options_.lease);
 
   proto::WitnessReply reply;
   reply.set_granted(refused.empty());

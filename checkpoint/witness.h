@@ -49,8 +49,9 @@ struct WitnessOptions {
   // Cluster secret every call must carry in the metadata "x-grantfs-secret"
   // ("" = none checked).
   std::string secret;
-  // Time source of the lease; not owned. Default: the real clock.
-  Clock* clock = Clock::Real();
+  // Time source of the lease; not owned. Default: the monotonic clock (a
+  // step of the wall clock neither stretches nor cuts a lease).
+  Clock* clock = Clock::Monotonic();
   // Stall guard, off when zero: a thread notes every `stall_tick` that the
   // witness runs. When it finds (or a decision finds) more than 4 ticks
   // without one, the witness itself did not run (paused machine, SIGSTOP,
@@ -66,6 +67,15 @@ struct WitnessOptions {
 // why not). A non-OK status means no decision: INVALID_ARGUMENT (a request
 // without the fields its op needs, or an unknown op), UNAUTHENTICATED (bad
 // secret), INTERNAL (the state could not be written; nothing changed).
+// How long the witness holds a primary's lease after a renewal it granted:
+// the lease plus 1 % and 5 ms. The primary counts its lease from when it
+// sent the renewal, on its own monotonic clock; the two machines' clocks may
+// run at rates that far apart (NTP keeps them within 0.05 %), so the old
+// primary has stopped serving by its own clock before a claim is granted.
+inline absl::Duration HeldLease(absl::Duration lease) {
+  return lease + lease / 100 + absl::Milliseconds(5);
+}
+
 class WitnessService final : public proto::Witness::Service {
  public:
   // Loads <dir>/witness.state: a missing file means epoch 0 (nobody has been

@@ -93,6 +93,7 @@ class FsckTest : public ::testing::Test {
     o.dir = dir_;
     o.capacity_bytes = 256 * kMiB;
     o.clock = &clock_;
+    o.lease_clock = &clock_;
     o.background = false;
     auto v = Volume::Open(o);
     ASSERT_TRUE(v.ok()) << v.status();

@@ -31,6 +31,7 @@ class LedgerTest : public ::testing::Test {
     o.capacity_bytes = 256 * kMiB;  // low-water mark: 8 MiB
     o.lease = absl::Seconds(10);
     o.clock = &clock_;
+    o.lease_clock = &clock_;
     o.background = false;
     auto v = Volume::Open(o);
     ASSERT_TRUE(v.ok()) << v.status();

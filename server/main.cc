@@ -33,6 +33,7 @@
 #include "checkpoint/replica.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/witness.h"
+#include "common/clock.h"
 #include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
@@ -355,7 +356,8 @@ int main(int argc, char** argv) {
     witness_call = MakeWitnessCall(witness, self, *secret);
     absl::Time last_log = absl::InfinitePast();
     for (;;) {
-      const absl::Time sent = absl::Now();
+      // The lease is counted on the monotonic clock (ReplicatorOptions).
+      const absl::Time sent = grantfs::Clock::Monotonic()->Now();
       absl::StatusOr<grantfs::proto::WitnessReply> st =
           witness_call(request(grantfs::proto::WitnessRequest::GET, 0));
       if (!st.ok()) {

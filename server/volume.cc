@@ -211,7 +211,7 @@ absl::Status Volume::Recover() {
   // of files that still had a name): unlinked files are kept until they
   // have said which (Reclaim) or their lease ran out.
   sessions_.StartGrace();
-  grace_until_ = options_.clock->Now() + 2 * options_.lease;
+  grace_until_ = options_.lease_clock->Now() + 2 * options_.lease;
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
     ASSIGN_OR_RETURN(bool reaped, SyncOrphan(ino));
@@ -231,9 +231,9 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
       meta_(std::move(meta)),
       chunks_(std::move(chunks)),
       hold_(std::move(hold)),
-      sessions_(options.clock, options.lease),
-      flow_(
-          FlowControlOptions{.budget_bytes = options.write_budget_bytes, .clock = options.clock}) {}
+      sessions_(options.lease_clock, options.lease),
+      flow_(FlowControlOptions{.budget_bytes = options.write_budget_bytes,
+                               .clock = options.lease_clock}) {}
 
 Volume::~Volume() {
   {
@@ -519,7 +519,7 @@ bool Volume::RecallGrants(uint64_t origin) {
   if (holders.empty()) return false;
   {
     absl::MutexLock l(&recall_mu_);
-    const absl::Time now = options_.clock->Now();
+    const absl::Time now = options_.lease_clock->Now();
     if (now - last_recall_ < absl::Milliseconds(200)) return true;
     last_recall_ = now;
   }
@@ -745,7 +745,7 @@ absl::StatusOr<int> Volume::RunMaintenance() {
                  << " open files and its locks";
     ForgetClient(client_id, open_files);
   }
-  if (sessions_.reclaiming() > 0 && options_.clock->Now() >= grace_until_) {
+  if (sessions_.reclaiming() > 0 && options_.lease_clock->Now() >= grace_until_) {
     for (uint64_t id : sessions_.EndGrace()) {
       LOG(WARNING) << "client " << id << " did not reclaim within two leases of the start;"
                    << " files it may have open are no longer kept";

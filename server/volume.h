@@ -61,7 +61,10 @@ struct VolumeOptions {
   // Largest read or write accepted in one request.
   uint32_t max_io_bytes = 8 << 20;
   // Time source. Default: the real clock. Not owned.
-  Clock* clock = Clock::Real();
+  Clock* clock = Clock::Real();  // timestamps (mtime, ctime, atime)
+  // Leases, the grace period and every timeout: monotonic, so that a step of
+  // the wall clock neither stretches nor cuts a client's lease.
+  Clock* lease_clock = Clock::Monotonic();
   // Flow control: bytes of writes the server lets be in flight at once over
   // all clients (server/flow_control.h).
   uint64_t write_budget_bytes = 64ull << 20;

@@ -73,6 +73,7 @@ class VolumeTest : public ::testing::Test {
     options.capacity_bytes = capacity;
     options.lease = kLease;
     options.clock = &clock_;
+    options.lease_clock = &clock_;
     options.background = false;
     options.serving = [this] { return serving_; };
     auto v = Volume::Open(options);
@@ -206,6 +207,7 @@ TEST_F(VolumeTest, AcknowledgedDataIsFdatasyncedHereAndOnTheReplica) {
     ASSERT_EQ(mkdir(options.dir.c_str(), 0755), 0) << strerror(errno);
     options.capacity_bytes = 64 * kMiB;
     options.clock = &clock_;
+    options.lease_clock = &clock_;
     options.background = false;
     options.change_sink = &sink;
     options.sync_data = sync_data;
