@@ -120,16 +120,14 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
            reclaiming);
   }
   printf("\n");
-  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   for (const auto& ses : st.sessions()) {
     printf(
         "  %016llx  %-40s open files %-6llu grant %-12llu lease %+.1fs credit %llu "
         "peak writes %u recalls %llu%s\n",
         (unsigned long long)ses.client_id(), ses.client_name().c_str(),
         (unsigned long long)ses.open_files(), (unsigned long long)ses.grant_bytes(),
-        (ses.lease_expires_ms() - now_ms) / 1000.0, (unsigned long long)ses.credit_bytes(),
-        ses.peak_writes(), (unsigned long long)ses.recalls(),
-        ses.reclaiming() ? " reclaiming" : "");
+        ses.lease_left_ms() / 1000.0, (unsigned long long)ses.credit_bytes(), ses.peak_writes(),
+        (unsigned long long)ses.recalls(), ses.reclaiming() ? " reclaiming" : "");
   }
 }
 

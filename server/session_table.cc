@@ -263,7 +263,9 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     proto::SessionInfo info;
     info.set_client_id(id);
     info.set_client_name(s.name);
-    info.set_lease_expires_ms(absl::ToUnixMillis(s.expires));
+    const absl::Duration left = s.expires - clock_->Now();
+    info.set_lease_left_ms(absl::ToInt64Milliseconds(left));
+    info.set_lease_expires_ms(absl::ToUnixMillis(absl::Now() + left));
     uint64_t n = 0;
     for (const auto& [ino, handles] : s.open) n += handles.size();
     info.set_open_files(n);

@@ -82,7 +82,7 @@ TEST_F(SessionTableTest, ListShowsNameLeaseAndOpenFiles) {
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].client_id(), id);
   EXPECT_EQ(list[0].client_name(), "host:/mnt");
-  EXPECT_EQ(list[0].lease_expires_ms(), absl::ToUnixMillis(clock_.Now() + kLease));
+  EXPECT_EQ(list[0].lease_left_ms(), absl::ToInt64Milliseconds(kLease));
   EXPECT_EQ(list[0].open_files(), 3u);
 }
 

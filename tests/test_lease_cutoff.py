@@ -45,6 +45,9 @@ def test_a_mount_cut_off_past_its_lease_accepts_no_write_the_volume_cannot_hold(
             f.flush()
             os.fsync(f.fileno())
         assert sessions(server) == 2
+        # Each session's lease, as status shows it, is within one lease.
+        leases = [float(x) for x in re.findall(r" lease ([-+][0-9.]+)s", server.ctl("status"))]
+        assert len(leases) == 2 and all(0 < x <= LEASE_MS / 1000 for x in leases), leases
 
         # A is cut off until the server ends its session and takes its grant.
         lab.cut("a")
