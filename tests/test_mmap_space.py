@@ -1,0 +1,108 @@
+"""Writes through a shared writable mapping on a full volume: what holds.
+
+FUSE tells a file system nothing when a mapped page is dirtied (there is no
+page_mkwrite call to reserve space at), so GrantFS sees mmap writes only
+when the kernel writes the pages back. What holds, checked here on a full
+volume (docs/write-path.md, "mmap"):
+- pages over blocks the file already has are stored (an overwrite needs no
+  space);
+- pages over holes need new blocks: if there is no room, msync()/fsync()
+  report ENOSPC, the pages are not stored, and the mount goes on;
+- blocks reserved with fallocate() before mapping are the file's: pages over
+  them are stored however full the volume is. A program that writes new
+  space through mmap and must not fail later reserves it so first."""
+
+import errno
+import mmap
+import os
+import re
+
+import pytest
+
+from conftest import Cluster
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def full_cluster(tmp_base):
+    c = Cluster(tmp_base, nodes=2, capacity="64M")
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def fill(path):
+    """Writes until ENOSPC; fsync and close succeed."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"f" * MIB)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    os.fsync(fd)
+    os.close(fd)
+
+
+def test_mmap_writes_on_a_full_volume(full_cluster):
+    c = full_cluster
+    n1, n2 = c.n1, c.mounts[1].path
+    with open(os.path.join(n1, "old"), "wb") as f:
+        f.write(b"o" * MIB)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(os.path.join(n1, "reserved"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, 4 * MIB)
+    os.close(fd)
+    fill(os.path.join(n1, "fill"))
+
+    # Overwrite of blocks the file has: stored.
+    fd = os.open(os.path.join(n1, "old"), os.O_RDWR)
+    m = mmap.mmap(fd, MIB)
+    m[:] = b"n" * MIB
+    m.flush()
+    m.close()
+    os.fsync(fd)
+    os.close(fd)
+    with open(os.path.join(n2, "old"), "rb") as f:
+        assert f.read() == b"n" * MIB
+
+    # Blocks reserved by fallocate: stored.
+    fd = os.open(os.path.join(n1, "reserved"), os.O_RDWR)
+    m = mmap.mmap(fd, 4 * MIB)
+    m[:] = b"r" * (4 * MIB)
+    m.flush()
+    m.close()
+    os.fsync(fd)
+    os.close(fd)
+    with open(os.path.join(n2, "reserved"), "rb") as f:
+        assert f.read() == b"r" * (4 * MIB)
+
+    # Holes on a full volume: msync says ENOSPC; nothing is half-stored.
+    fd = os.open(os.path.join(n1, "holes"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 4 * MIB)
+    m = mmap.mmap(fd, 4 * MIB)
+    m[:] = b"h" * (4 * MIB)
+    with pytest.raises(OSError) as e:
+        m.flush()
+    assert e.value.errno == errno.ENOSPC, e.value
+    m.close()
+    os.close(fd)
+    with open(os.path.join(n2, "holes"), "rb") as f:
+        assert f.read() == b"\0" * (4 * MIB)
+    status = c.server.ctl("status")
+    assert re.search(r"ledger:\s+ok", status), status
+
+    # The mount goes on: with room again, the same mmap write is stored.
+    os.unlink(os.path.join(n1, "fill"))
+    fd = os.open(os.path.join(n1, "holes"), os.O_RDWR)
+    m = mmap.mmap(fd, 4 * MIB)
+    m[:] = b"h" * (4 * MIB)
+    m.flush()
+    m.close()
+    os.fsync(fd)
+    os.close(fd)
+    with open(os.path.join(n2, "holes"), "rb") as f:
+        assert f.read() == b"h" * (4 * MIB)
