@@ -332,7 +332,10 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   // then creates the file) instead of failing with ENOENT.
   if (!s.ok() && ToErrno(s) == ENOENT) return ErrnoStatus(ESTALE, "inode no longer exists");
   RETURN_IF_ERROR(s);
+  const uint64_t server_size = reply.attr().size();
   fetch.Patch(reply.mutable_attr());
+  VLOG(2) << "getattr " << ino << ": server size " << server_size << " ctime "
+          << reply.attr().ctime_ns() << " -> size " << reply.attr().size();
   return reply.attr();
 }
 

@@ -236,6 +236,9 @@ void WriteCache::FlusherLoop() {
         a.ctime_ns = std::max(a.ctime_ns, r->ctime_ns);
         a.seq = ack_seq_;
       }
+      VLOG(2) << "flush ack " << ino << " [" << e->offset << ", " << e->end() << "): size "
+              << r->size << " ctime " << r->ctime_ns << " seq " << ack_seq_ << " fetches "
+              << fetches_.size();
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
       pool_->Settle(e->debit, r->grant_used);
@@ -402,6 +405,10 @@ void WriteCache::Apply(const Overlay& overlay, uint64_t offset, size_t size, std
 
 void WriteCache::PatchAttr(proto::Attr* attr) {
   absl::MutexLock l(&mu_);
+  PatchAttrLocked(attr);
+}
+
+void WriteCache::PatchAttrLocked(proto::Attr* attr) {
   auto it = inodes_.find(attr->ino());
   if (it == inodes_.end() || it->second.extents.empty()) return;
   attr->set_size(std::max<uint64_t>(attr->size(), CachedEnd(it->second)));
@@ -429,18 +436,19 @@ WriteCache::AttrFetch::~AttrFetch() {
 
 void WriteCache::AttrFetch::Patch(proto::Attr* attr) {
   if (cache_ == nullptr) return;
-  {
-    absl::MutexLock l(&cache_->mu_);
-    auto it = cache_->acks_.find(attr->ino());
-    if (it != cache_->acks_.end() && it->second.seq > since_ &&
-        attr->ctime_ns() < it->second.ctime_ns) {
-      // The server answered before that flush landed.
-      attr->set_size(std::max(attr->size(), it->second.size));
-      attr->set_mtime_ns(std::max(attr->mtime_ns(), it->second.mtime_ns));
-      attr->set_ctime_ns(it->second.ctime_ns);
-    }
+  // One critical section: a flush acknowledged between a look at the acks
+  // and a look at the cache would be in neither (its extent gone, its ack
+  // not seen), and the size would go back.
+  absl::MutexLock l(&cache_->mu_);
+  auto it = cache_->acks_.find(attr->ino());
+  if (it != cache_->acks_.end() && it->second.seq > since_ &&
+      attr->ctime_ns() < it->second.ctime_ns) {
+    // The server answered before that flush landed.
+    attr->set_size(std::max(attr->size(), it->second.size));
+    attr->set_mtime_ns(std::max(attr->mtime_ns(), it->second.mtime_ns));
+    attr->set_ctime_ns(it->second.ctime_ns);
   }
-  cache_->PatchAttr(attr);
+  cache_->PatchAttrLocked(attr);
 }
 
 uint64_t WriteCache::dirty_bytes() {

@@ -126,7 +126,7 @@ class WriteCache {
   static void Apply(const Overlay& overlay, uint64_t offset, size_t size, std::string* data);
 
   // Makes attributes from the server reflect cached writes (size, mtime).
-  void PatchAttr(proto::Attr* attr);
+  void PatchAttr(proto::Attr* attr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Attributes fetched from the server while flushes complete: a reply
   // the server computed before a flush landed, read after the flush left
@@ -178,6 +178,8 @@ class WriteCache {
   // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when
   // none. Acknowledged bytes are in the server's size.
   static uint64_t CachedEnd(const Inode& inode);
+  // PatchAttr with mu_ held (AttrFetch::Patch does both looks under one lock).
+  void PatchAttrLocked(proto::Attr* attr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write() for at most one extent's worth of bytes.
   bool WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size);
   // Bytes of [offset, offset + size) rounded to blocks that no cached
