@@ -46,6 +46,28 @@ def fill(path):
     os.close(fd)
 
 
+def mmap_write(path, data):
+    """Writes `data` over the start of the existing file `path` through a
+    shared mapping, then msync, munmap, fsync and close. msync's error, if
+    any, is raised."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        m = mmap.mmap(fd, len(data))
+        try:
+            m[:] = data
+            m.flush()
+        finally:
+            m.close()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def test_mmap_writes_on_a_full_volume(full_cluster):
     c = full_cluster
     n1, n2 = c.n1, c.mounts[1].path
@@ -59,50 +81,25 @@ def test_mmap_writes_on_a_full_volume(full_cluster):
     fill(os.path.join(n1, "fill"))
 
     # Overwrite of blocks the file has: stored.
-    fd = os.open(os.path.join(n1, "old"), os.O_RDWR)
-    m = mmap.mmap(fd, MIB)
-    m[:] = b"n" * MIB
-    m.flush()
-    m.close()
-    os.fsync(fd)
-    os.close(fd)
-    with open(os.path.join(n2, "old"), "rb") as f:
-        assert f.read() == b"n" * MIB
+    mmap_write(os.path.join(n1, "old"), b"n" * MIB)
+    assert read(os.path.join(n2, "old")) == b"n" * MIB
 
     # Blocks reserved by fallocate: stored.
-    fd = os.open(os.path.join(n1, "reserved"), os.O_RDWR)
-    m = mmap.mmap(fd, 4 * MIB)
-    m[:] = b"r" * (4 * MIB)
-    m.flush()
-    m.close()
-    os.fsync(fd)
-    os.close(fd)
-    with open(os.path.join(n2, "reserved"), "rb") as f:
-        assert f.read() == b"r" * (4 * MIB)
+    mmap_write(os.path.join(n1, "reserved"), b"r" * (4 * MIB))
+    assert read(os.path.join(n2, "reserved")) == b"r" * (4 * MIB)
 
     # Holes on a full volume: msync says ENOSPC; nothing is half-stored.
     fd = os.open(os.path.join(n1, "holes"), os.O_RDWR | os.O_CREAT, 0o644)
     os.ftruncate(fd, 4 * MIB)
-    m = mmap.mmap(fd, 4 * MIB)
-    m[:] = b"h" * (4 * MIB)
-    with pytest.raises(OSError) as e:
-        m.flush()
-    assert e.value.errno == errno.ENOSPC, e.value
-    m.close()
     os.close(fd)
-    with open(os.path.join(n2, "holes"), "rb") as f:
-        assert f.read() == b"\0" * (4 * MIB)
+    with pytest.raises(OSError) as e:
+        mmap_write(os.path.join(n1, "holes"), b"h" * (4 * MIB))
+    assert e.value.errno == errno.ENOSPC, e.value
+    assert read(os.path.join(n2, "holes")) == b"\0" * (4 * MIB)
     status = c.server.ctl("status")
     assert re.search(r"ledger:\s+ok", status), status
 
     # The mount goes on: with room again, the same mmap write is stored.
     os.unlink(os.path.join(n1, "fill"))
-    fd = os.open(os.path.join(n1, "holes"), os.O_RDWR)
-    m = mmap.mmap(fd, 4 * MIB)
-    m[:] = b"h" * (4 * MIB)
-    m.flush()
-    m.close()
-    os.fsync(fd)
-    os.close(fd)
-    with open(os.path.join(n2, "holes"), "rb") as f:
-        assert f.read() == b"h" * (4 * MIB)
+    mmap_write(os.path.join(n1, "holes"), b"h" * (4 * MIB))
+    assert read(os.path.join(n2, "holes")) == b"h" * (4 * MIB)
