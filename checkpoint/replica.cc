@@ -620,7 +620,11 @@ void Replica::Watchdog() {
       const bool silent =
           !busy_ && Clock::Monotonic()->Now() - last_msg_ > options_.failover_timeout;
       if (!silent && !check_now_) continue;
+      const bool streaming = active_ctx_ != nullptr;
       check_now_ = false;
+      // A stream ended and the primary has already opened the next one: it
+      // is alive, and asking the witness would cancel the new stream.
+      if (!silent && streaming) continue;
       claim = silent;
       // An empty copy, or one of an older epoch, can never take over.
       if (epoch_ == 0 && !claim) continue;
