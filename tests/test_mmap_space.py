@@ -19,7 +19,7 @@ import re
 
 import pytest
 
-from conftest import Cluster
+from conftest import Cluster, wait_for
 
 MIB = 1 << 20
 
@@ -63,6 +63,11 @@ def mmap_write(path, data):
         os.close(fd)
 
 
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -101,5 +106,7 @@ def test_mmap_writes_on_a_full_volume(full_cluster):
 
     # The mount goes on: with room again, the same mmap write is stored.
     os.unlink(os.path.join(n1, "fill"))
+    # (The server frees a removed file's space at its next round.)
+    wait_for(lambda: free_bytes(n1) >= 8 * MIB, timeout=30, what="the fill's space freed")
     mmap_write(os.path.join(n1, "holes"), b"h" * (4 * MIB))
     assert read(os.path.join(n2, "holes")) == b"h" * (4 * MIB)
