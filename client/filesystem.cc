@@ -150,7 +150,7 @@ void FileSystem::Stop() {
 }
 
 void FileSystem::HeartbeatLoop() {
-  int failures = 0;  // heartbeats failed in a row
+  int failures = 0;         // heartbeats failed in a row
   uint64_t lost_acked = 0;  // HeartbeatReply.session_lost acted on
   absl::MutexLock l(&mu_);
   while (!stopping_) {

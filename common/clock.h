@@ -28,8 +28,7 @@ class Clock {
 // A clock that moves only when told to. Thread-safe.
 class FakeClock : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1700000000))
-      : now_(start) {}
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1700000000)) : now_(start) {}
   absl::Time Now() override {
     absl::MutexLock l(&mu_);
     return now_;

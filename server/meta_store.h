@@ -310,7 +310,7 @@ class MetaStore {
   // Constant after construction.
   const MetaStoreOptions options_;
   rocksdb::DB* const db_;
-  uint64_t capacity_blocks_ = 0;  // set by Init(), then constant
+  uint64_t capacity_blocks_ = 0;    // set by Init(), then constant
   proto::VolumeIdentity identity_;  // set by Init(), then constant
 
   // Serializes changes. Lock order: mu_ before sync_mu_.
