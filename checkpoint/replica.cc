@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/copy_files.h"
+#include "common/big_endian.h"
 #include "common/clock.h"
 #include "common/rocks_logger.h"
 #include "common/secret.h"
@@ -19,14 +21,12 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
-#include "server/data_dir.h"
-#include "server/keys.h"
 
 namespace grantfs {
 namespace {
 
 constexpr char kPositionKey[] = "Rposition";  // epoch, seq (big-endian)
-// kPartialSnapshotFile (server/data_dir.h) is present from the start of a
+// kPartialSnapshotFile (checkpoint/copy_files.h) is present from the start of a
 // snapshot until the copy is whole: a copy cut short (stream broken, crash)
 // is no copy and must not be opened.
 
@@ -53,15 +53,15 @@ absl::Status RemoveCopy(const std::string& data_dir) {
 
 std::string EncodePosition(uint64_t epoch, uint64_t seq) {
   std::string s;
-  keys::PutBigEndian64(&s, epoch);
-  keys::PutBigEndian64(&s, seq);
+  PutBigEndian64(&s, epoch);
+  PutBigEndian64(&s, seq);
   return s;
 }
 
 bool DecodePosition(const std::string& s, uint64_t* epoch, uint64_t* seq) {
   if (s.size() != 16) return false;
-  *epoch = keys::GetBigEndian64(s.data());
-  *seq = keys::GetBigEndian64(s.data() + 8);
+  *epoch = GetBigEndian64(s.data());
+  *seq = GetBigEndian64(s.data() + 8);
   return true;
 }
 
@@ -80,6 +80,8 @@ bool SafeRelPath(const std::string& p) {
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("data dir is empty");
+  if (!options.open_chunks) return absl::InvalidArgumentError("no way to open the chunk files");
+  if (options.identity_key.empty()) return absl::InvalidArgumentError("identity key is empty");
   // Not created here: a data disk that is not mounted must not pass for an
   // empty copy (server/data_dir.h).
   if (!std::filesystem::is_directory(options.data_dir)) {
@@ -126,7 +128,7 @@ absl::Status Replica::CheckBoot() {
     std::getline(f, now_boot);
   }
   if (now_boot.empty()) return absl::OkStatus();  // no boot id: nothing to compare
-  const std::string path = options_.data_dir + "/replica.boot";
+  const std::string path = options_.data_dir + "/" + kReplicaBootFile;
   std::string was;
   {
     std::ifstream f(path);
@@ -172,11 +174,7 @@ absl::Status Replica::OpenCopy() {
     return absl::DataLossError("corrupt replica position");
   }
   if (!s.ok() && !s.IsNotFound()) return DbError(s, "reading the position");
-  ChunkStoreOptions co;
-  co.dir = options_.data_dir + "/chunks";
-  co.chunk_size = options_.chunk_size;
-  co.direct_io = options_.direct_io;
-  ASSIGN_OR_RETURN(chunks_, ChunkStore::Create(co));
+  ASSIGN_OR_RETURN(chunks_, options_.open_chunks(options_.data_dir + "/chunks"));
   RETURN_IF_ERROR(LoadIdentity());
   absl::MutexLock l(&mu_);
   epoch_ = epoch;
@@ -190,7 +188,7 @@ absl::Status Replica::LoadIdentity() {
   std::optional<proto::VolumeIdentity> id;
   if (db_ != nullptr) {
     std::string v;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Identity(), &v);
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), options_.identity_key, &v);
     if (s.ok()) {
       id.emplace();
       if (!id->ParseFromString(v) || id->volume_id().empty()) {
@@ -383,8 +381,7 @@ absl::Status Replica::SavePosition() {
   return absl::OkStatus();
 }
 
-absl::Status Replica::Apply(const proto::ReplRecord& rec,
-                            std::set<std::pair<uint64_t, uint64_t>>* unsynced) {
+absl::Status Replica::Apply(const proto::ReplRecord& rec, ChunkSet* unsynced) {
   if (db_ == nullptr || chunks_ == nullptr || in_snapshot_) {
     return absl::FailedPreconditionError("a change before the copy exists");
   }
@@ -395,28 +392,10 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec,
       if (!s.ok()) return DbError(s, "applying a batch");
       return absl::OkStatus();
     }
-    case proto::ReplRecord::kData: {
-      const proto::ReplData& d = rec.data();
-      RETURN_IF_ERROR(
-          chunks_->Write(d.ino(), d.offset(), d.data().data(), d.data().size(), /*sync=*/false));
-      if (d.sync() && !d.data().empty()) {
-        const uint64_t cs = chunks_->chunk_size();
-        for (uint64_t i = d.offset() / cs; i <= (d.offset() + d.data().size() - 1) / cs; ++i) {
-          unsynced->emplace(d.ino(), i);
-        }
-      }
-      return absl::OkStatus();
-    }
-    case proto::ReplRecord::kTruncate:
-      return chunks_->Truncate(rec.truncate().ino(), rec.truncate().a(), rec.truncate().b());
-    case proto::ReplRecord::kAllocate:
-      return chunks_->Allocate(rec.allocate().ino(), rec.allocate().a(), rec.allocate().b());
-    case proto::ReplRecord::kRemoveChunk:
-      return chunks_->RemoveChunk(rec.remove_chunk().ino(), rec.remove_chunk().a());
-    case proto::ReplRecord::kSync:
-      return chunks_->Sync(rec.sync().ino(), rec.sync().a());
     case proto::ReplRecord::OP_NOT_SET:
       break;
+    default:
+      return chunks_->ApplyRecord(rec, unsynced);
   }
   return absl::InvalidArgumentError(absl::StrCat("change ", rec.seq(), " has no operation"));
 }
@@ -425,7 +404,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
                              grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) {
   if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "replica"); !auth.ok()) return auth;
   proto::ReplMessage msg;
-  std::set<std::pair<uint64_t, uint64_t>> unsynced;  // chunk files to sync before the ack
+  ChunkSet unsynced;  // chunk files to sync before the ack
   if (!stream->Read(&msg)) return grpc::Status::OK;
   if (!msg.has_hello() || msg.hello().epoch() == 0) {
     LOG(WARNING) << "replica: a stream from " << ctx->peer() << " without a hello";
@@ -558,7 +537,8 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       if (!st.ok()) break;
       // A batch holding the key is the primary's new data epoch (rare: at
       // its start); a name that merely contains it costs one extra read.
-      identity_changed |= r.has_meta_batch() && absl::StrContains(r.meta_batch(), keys::Identity());
+      identity_changed |=
+          r.has_meta_batch() && absl::StrContains(r.meta_batch(), options_.identity_key);
       absl::MutexLock l(&mu_);
       applied_ = r.seq();
     }

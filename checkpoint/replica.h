@@ -47,10 +47,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/chunk_applier.h"
 #include "checkpoint/replicator.h"
+#include "checkpoint/server_role.h"
 #include "proto/replication.grpc.pb.h"
-#include "server/chunk_store.h"
-#include "server/server_role.h"
 
 namespace rocksdb {
 class DB;
@@ -64,8 +64,12 @@ struct ReplicaOptions {
   std::string witness;   // for status
   std::string secret;    // required of the primary's stream
   std::string data_dir;  // meta/ and chunks/; must exist (server/data_dir.h)
-  uint64_t chunk_size = 4 << 20;
-  bool direct_io = true;  // ChunkStoreOptions::direct_io
+  // Opens the copy's chunk files (<data_dir>/chunks). Required.
+  OpenChunkApplier open_chunks;
+  // The metadata store's key of the volume's identity (proto::VolumeIdentity,
+  // server/keys.h): the replica tells the witness whose copy it holds.
+  // Required.
+  std::string identity_key;
   WitnessCall witness_call;
   absl::Duration failover_timeout = absl::Seconds(1);
   // Runs once the witness granted this server epoch `epoch`, after the
@@ -109,8 +113,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   // files go to `unsynced`, which the stream fdatasyncs (one call per
   // file) before it acknowledges the message: the syncs of a message's
   // writes are grouped.
-  absl::Status Apply(const proto::ReplRecord& rec,
-                     std::set<std::pair<uint64_t, uint64_t>>* unsynced)
+  absl::Status Apply(const proto::ReplRecord& rec, ChunkSet* unsynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Reads the copy's identity from its store into copy_identity_.
@@ -130,7 +133,7 @@ class Replica : public proto::Replication::Service, public ServerRole {
   // Held by the stream that applies, and by a promotion.
   absl::Mutex apply_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   rocksdb::DB* db_ ABSL_GUARDED_BY(apply_mu_) = nullptr;
-  std::unique_ptr<ChunkStore> chunks_ ABSL_GUARDED_BY(apply_mu_);
+  std::unique_ptr<ChunkApplier> chunks_ ABSL_GUARDED_BY(apply_mu_);
   bool in_snapshot_ ABSL_GUARDED_BY(apply_mu_) = false;
   int piece_fd_ ABSL_GUARDED_BY(apply_mu_) = -1;
   std::string piece_path_ ABSL_GUARDED_BY(apply_mu_);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/copy_files.h"
 #include "common/keepalive.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
@@ -395,7 +396,7 @@ absl::Status Replicator::RunStream() {
 }
 
 absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
-  const std::string tmp = options_.data_dir + "/snapshot.tmp";
+  const std::string tmp = options_.data_dir + "/" + kCheckpointDir;
   std::error_code ec;
   std::filesystem::remove_all(tmp, ec);
   // The cut: the checkpoint holds exactly the batches up to `cut`; the chunk

@@ -1,4 +1,4 @@
-// The primary's side of replication: the change log (server/change_sink.h)
+// The primary's side of replication: the change log (checkpoint/change_sink.h)
 // and the stream that ships it to the replica (proto Replication.Stream).
 //
 // Every change the primary applies is appended here with the next sequence
@@ -44,10 +44,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/change_sink.h"
+#include "checkpoint/server_role.h"
 #include "common/clock.h"
 #include "proto/replication.grpc.pb.h"
-#include "server/change_sink.h"
-#include "server/server_role.h"
 
 namespace grantfs {
 

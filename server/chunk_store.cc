@@ -322,4 +322,32 @@ absl::Status ChunkStore::Unlink(uint64_t ino, uint64_t index) {
   return absl::OkStatus();
 }
 
+absl::Status ChunkStore::ApplyRecord(const proto::ReplRecord& rec, ChunkSet* unsynced) {
+  switch (rec.op_case()) {
+    case proto::ReplRecord::kData: {
+      const proto::ReplData& d = rec.data();
+      RETURN_IF_ERROR(Write(d.ino(), d.offset(), d.data().data(), d.data().size(), /*sync=*/false));
+      if (d.sync() && !d.data().empty()) {
+        const uint64_t cs = options_.chunk_size;
+        for (uint64_t i = d.offset() / cs; i <= (d.offset() + d.data().size() - 1) / cs; ++i) {
+          unsynced->emplace(d.ino(), i);
+        }
+      }
+      return absl::OkStatus();
+    }
+    case proto::ReplRecord::kTruncate:
+      return Truncate(rec.truncate().ino(), rec.truncate().a(), rec.truncate().b());
+    case proto::ReplRecord::kAllocate:
+      return Allocate(rec.allocate().ino(), rec.allocate().a(), rec.allocate().b());
+    case proto::ReplRecord::kRemoveChunk:
+      return RemoveChunk(rec.remove_chunk().ino(), rec.remove_chunk().a());
+    case proto::ReplRecord::kSync:
+      return Sync(rec.sync().ino(), rec.sync().a());
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("change ", rec.seq(), " is not a chunk change (",
+                                                 static_cast<int>(rec.op_case()), ")"));
+}
+
 }  // namespace grantfs

@@ -28,7 +28,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/change_sink.h"
+#include "checkpoint/change_sink.h"
+#include "checkpoint/chunk_applier.h"
 
 namespace grantfs {
 
@@ -37,7 +38,7 @@ struct ChunkStoreOptions {
   std::string dir;
   // Bytes per chunk. Must be a multiple of 4096. Default 4 MiB.
   uint64_t chunk_size = 4 << 20;
-  // Where every change goes to be replicated (server/change_sink.h);
+  // Where every change goes to be replicated (checkpoint/change_sink.h);
   // nullptr: none. Not owned.
   ChangeSink* change_sink = nullptr;
   // Writes of whole 4 KiB blocks (offset and length) of at least
@@ -50,10 +51,10 @@ struct ChunkStoreOptions {
   uint64_t direct_min_bytes = 256 << 10;
 };
 
-class ChunkStore {
+class ChunkStore : public ChunkApplier {
  public:
   static absl::StatusOr<std::unique_ptr<ChunkStore>> Create(const ChunkStoreOptions& options);
-  ~ChunkStore();
+  ~ChunkStore() override;
 
   uint64_t chunk_size() const { return options_.chunk_size; }
   // Writes (pieces within one chunk) that went to disk with O_DIRECT.
@@ -77,7 +78,10 @@ class ChunkStore {
   absl::Status Sync(uint64_t ino, uint64_t size);
 
   // fdatasyncs chunk `index` of `ino` if it exists (not replicated).
-  absl::Status SyncChunk(uint64_t ino, uint64_t index);
+  absl::Status SyncChunk(uint64_t ino, uint64_t index) override;
+
+  // ChunkApplier: a replica's copy applies the primary's data records.
+  absl::Status ApplyRecord(const proto::ReplRecord& rec, ChunkSet* unsynced) override;
 
   // Reserves disk blocks for [offset, offset + length) (fallocate mode 0,
   // keeping chunk file sizes).

@@ -221,6 +221,52 @@ TEST_F(ChunkStoreTest, SyncOfExistingDataAndOfHoles) {
   EXPECT_EQ(Read(17, 2 * kChunk, 100), data);
 }
 
+// A replica applies the primary's data records through ChunkApplier.
+TEST_F(ChunkStoreTest, AppliedRecordsChangeTheChunksAndListWhatToSync) {
+  const std::string data = Pattern(kChunk + 100, 9);
+  proto::ReplRecord w;
+  w.set_seq(1);
+  w.mutable_data()->set_ino(20);
+  w.mutable_data()->set_offset(kChunk - 50);
+  w.mutable_data()->set_data(data);
+  w.mutable_data()->set_sync(true);
+  ChunkSet unsynced;
+  ASSERT_TRUE(store_->ApplyRecord(w, &unsynced).ok());
+  EXPECT_EQ(Read(20, kChunk - 50, data.size()), data);
+  // The write touched chunks 0, 1 and 2; the caller syncs them.
+  EXPECT_EQ(unsynced, (ChunkSet{{20, 0}, {20, 1}, {20, 2}}));
+
+  // Without sync nothing is listed.
+  w.mutable_data()->set_sync(false);
+  ChunkSet none;
+  ASSERT_TRUE(store_->ApplyRecord(w, &none).ok());
+  EXPECT_TRUE(none.empty());
+
+  proto::ReplRecord t;
+  t.set_seq(2);
+  t.mutable_truncate()->set_ino(20);
+  t.mutable_truncate()->set_a(kChunk);
+  t.mutable_truncate()->set_b(kChunk - 50 + data.size());
+  ASSERT_TRUE(store_->ApplyRecord(t, &none).ok());
+  EXPECT_FALSE(ChunkExists(20, 2));
+  EXPECT_EQ(ChunkFileSize(20, 0), static_cast<int64_t>(kChunk));
+
+  proto::ReplRecord r;
+  r.set_seq(3);
+  r.mutable_remove_chunk()->set_ino(20);
+  r.mutable_remove_chunk()->set_a(0);
+  ASSERT_TRUE(store_->ApplyRecord(r, &none).ok());
+  EXPECT_FALSE(ChunkExists(20, 0));
+
+  // A metadata batch, or no operation, is not the chunk store's.
+  proto::ReplRecord m;
+  m.set_seq(4);
+  m.set_meta_batch("x");
+  EXPECT_EQ(store_->ApplyRecord(m, &none).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->ApplyRecord(proto::ReplRecord(), &none).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ChunkStoreTest, AllocateKeepsChunkFileSizes) {
   const std::string data(10, 'x');
   ASSERT_TRUE(store_->Write(19, 0, data.data(), data.size(), false).ok());

@@ -80,8 +80,9 @@ absl::StatusOr<DataDirInfo> InspectDataDir(const std::string& dir) {
 
   // What GrantFS itself leaves before a volume exists, and what mkfs puts
   // at the root of a fresh file system.
-  static const std::set<std::string> kLeftovers = {"lost+found", "space.hold", "replica.boot",
-                                                   "replica.boot.tmp", "snapshot.tmp"};
+  static const std::set<std::string> kLeftovers = {"lost+found", "space.hold", kReplicaBootFile,
+                                                   std::string(kReplicaBootFile) + ".tmp",
+                                                   kCheckpointDir};
   info.state = DataDirState::kEmpty;
   fs::directory_iterator it(root, ec), end;
   if (ec) return FsError("reading", root, ec);

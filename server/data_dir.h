@@ -11,13 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/copy_files.h"
 #include "proto/store.pb.h"
 
 namespace grantfs {
-
-// Marks a replica's copy while a snapshot is being received
-// (checkpoint/replica.h): a directory holding it holds no volume yet.
-inline constexpr char kPartialSnapshotFile[] = "snapshot.partial";
 
 enum class DataDirState {
   kMissing,  // no such directory: the data disk is not mounted, or a typo

@@ -21,17 +21,12 @@
 #include <cstdint>
 #include <string>
 
+#include "common/big_endian.h"
+
 namespace grantfs::keys {
 
-inline void PutBigEndian64(std::string* s, uint64_t v) {
-  for (int i = 7; i >= 0; --i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-inline uint64_t GetBigEndian64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
+using ::grantfs::GetBigEndian64;
+using ::grantfs::PutBigEndian64;
 
 inline std::string Prefix(char kind, uint64_t id) {
   std::string k(1, kind);

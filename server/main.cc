@@ -37,7 +37,9 @@
 #include "common/keepalive.h"
 #include "common/secret.h"
 #include "glog/logging.h"
+#include "server/chunk_store.h"
 #include "server/data_dir.h"
+#include "server/keys.h"
 #include "server/service.h"
 #include "server/volume.h"
 
@@ -413,7 +415,15 @@ int main(int argc, char** argv) {
     ro.witness = witness;
     ro.secret = *secret;
     ro.data_dir = vo.dir;
-    ro.direct_io = vo.direct_io;
+    ro.open_chunks =
+        [direct_io = vo.direct_io](
+            const std::string& dir) -> absl::StatusOr<std::unique_ptr<grantfs::ChunkApplier>> {
+      grantfs::ChunkStoreOptions co;
+      co.dir = dir;
+      co.direct_io = direct_io;
+      return grantfs::ChunkStore::Create(co);
+    };
+    ro.identity_key = grantfs::keys::Identity();
     ro.witness_call = witness_call;
     ro.failover_timeout = lease;
     ro.on_promoted = [](uint64_t e) { Reexec({absl::StrCat("--promoted_epoch=", e)}); };

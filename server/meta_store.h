@@ -29,10 +29,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "checkpoint/change_sink.h"
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
 #include "proto/store.pb.h"
-#include "server/change_sink.h"
 #include "server/permissions.h"
 
 namespace rocksdb {
@@ -66,7 +66,7 @@ struct MetaStoreOptions {
   uint64_t chunk_size = 4 << 20;
   // Time source for timestamps. Default: the real clock. Not owned.
   Clock* clock = Clock::Real();
-  // Where each applied batch goes to be replicated (server/change_sink.h);
+  // Where each applied batch goes to be replicated (checkpoint/change_sink.h);
   // nullptr: no replication. Not owned.
   ChangeSink* change_sink = nullptr;
   // The witness epoch this server serves the volume at (0: standalone).

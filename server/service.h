@@ -7,8 +7,8 @@
 
 #include <string>
 
+#include "checkpoint/server_role.h"
 #include "proto/grantfs.grpc.pb.h"
-#include "server/server_role.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -19,7 +19,7 @@ struct ServiceOptions {
   std::string secret;
   // Role reported by Status when there is no `role` object.
   std::string role = "standalone";
-  // The replication role (server/server_role.h); nullptr: standalone. Not
+  // The replication role (checkpoint/server_role.h); nullptr: standalone. Not
   // owned.
   ServerRole* server_role = nullptr;
 };

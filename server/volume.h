@@ -73,7 +73,7 @@ struct VolumeOptions {
   absl::Duration recall_wait = absl::Seconds(1);
   // How long the record of an applied request is kept for its retries.
   absl::Duration dedupe_retention = absl::Minutes(5);
-  // Where every change goes to be replicated (server/change_sink.h);
+  // Where every change goes to be replicated (checkpoint/change_sink.h);
   // nullptr: no replica. Not owned.
   ChangeSink* change_sink = nullptr;
   // Large aligned data writes bypass the page cache (ChunkStoreOptions).

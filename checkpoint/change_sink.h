@@ -5,8 +5,8 @@
 // each write, truncation, allocation, removal and sync, in the order the
 // primary applied them; a change is acknowledged to a client only after
 // WaitReplicated() of its last record returned OK.
-#ifndef GRANTFS_SERVER_CHANGE_SINK_H_
-#define GRANTFS_SERVER_CHANGE_SINK_H_
+#ifndef GRANTFS_CHECKPOINT_CHANGE_SINK_H_
+#define GRANTFS_CHECKPOINT_CHANGE_SINK_H_
 
 #include <cstdint>
 
@@ -38,4 +38,4 @@ class ChangeSink {
 
 }  // namespace grantfs
 
-#endif  // GRANTFS_SERVER_CHANGE_SINK_H_
+#endif  // GRANTFS_CHECKPOINT_CHANGE_SINK_H_

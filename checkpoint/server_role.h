@@ -1,8 +1,8 @@
 // What the GrantFs service asks of the server's replication role
 // (checkpoint/: the primary's Replicator, the replica). Without one the
 // server is standalone: it always serves and has no replica.
-#ifndef GRANTFS_SERVER_SERVER_ROLE_H_
-#define GRANTFS_SERVER_SERVER_ROLE_H_
+#ifndef GRANTFS_CHECKPOINT_SERVER_ROLE_H_
+#define GRANTFS_CHECKPOINT_SERVER_ROLE_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ class ServerRole {
 
 }  // namespace grantfs
 
-#endif  // GRANTFS_SERVER_SERVER_ROLE_H_
+#endif  // GRANTFS_CHECKPOINT_SERVER_ROLE_H_

@@ -33,7 +33,9 @@
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/chunk_store.h"
 #include "server/data_dir.h"
+#include "server/keys.h"
 #include "server/meta_store.h"
 #include "server/volume.h"
 
@@ -63,6 +65,16 @@ bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::S
 
 // A loopback port free right now (the replica binds it later, and again
 // after a restart).
+// A replica's copy keeps its chunks in the server's chunk store.
+void UseServerStores(ReplicaOptions* o) {
+  o->open_chunks = [](const std::string& dir) -> absl::StatusOr<std::unique_ptr<ChunkApplier>> {
+    ChunkStoreOptions co;
+    co.dir = dir;
+    return ChunkStore::Create(co);
+  };
+  o->identity_key = keys::Identity();
+}
+
 int PickPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -276,6 +288,7 @@ class ReplicationTest : public ::testing::Test {
     o.peer = kPrimary;
     o.witness = witness_addr_;
     o.data_dir = replica_dir_;
+    UseServerStores(&o);
     o.witness_call = MakeWitnessCall(replica_addr_, nullptr);
     o.failover_timeout = failover;
     o.on_promoted = [this](uint64_t epoch) {
@@ -1097,6 +1110,7 @@ TEST_F(ReplicaInputTest, ASnapshotCutShortLeavesAReplicaThatStillOpens) {
   ReplicaOptions o;
   o.self = replica_addr_;
   o.data_dir = replica_dir_;
+  UseServerStores(&o);
   o.witness_call = MakeWitnessCall(replica_addr_, nullptr);
   auto r = Replica::Open(o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -1109,6 +1123,7 @@ TEST_F(ReplicaInputTest, WrongSecretIsRefused) {
   ReplicaOptions o;
   o.self = replica_addr_;
   o.data_dir = replica_dir_;
+  UseServerStores(&o);
   o.secret = "s3cret";
   o.witness_call = MakeWitnessCall(replica_addr_, nullptr);
   auto r = Replica::Open(o);
