@@ -143,7 +143,7 @@ class MetaStore::Txn {
 };
 
 MetaStore::MetaStore(const MetaStoreOptions& options, rocksdb::DB* db)
-    : options_(options), db_(db) {}
+    : options_(options), db_(db), ledger_(options.disk_available) {}
 
 MetaStore::~MetaStore() { delete db_; }
 
@@ -186,40 +186,43 @@ absl::Status MetaStore::Init() {
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Counters(), &value);
   if (s.ok()) {
     if (!counters_.ParseFromString(value)) return absl::DataLossError("corrupt counters");
+    std::map<uint64_t, uint64_t> grants;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek("L"); it->Valid() && it->key().starts_with("L"); it->Next()) {
       proto::GrantRecord g;
       if (!g.ParseFromArray(it->value().data(), it->value().size())) {
         return absl::DataLossError("corrupt grant record");
       }
-      grants_[keys::GetBigEndian64(it->key().data() + 1)] = g.blocks();
+      grants[keys::GetBigEndian64(it->key().data() + 1)] = g.blocks();
     }
     if (!it->status().ok()) return DbError(it->status(), "loading grants");
     // The per-session records are the truth; the total is derived from
     // them (a total written by an older version could disagree).
-    uint64_t granted = 0;
-    for (const auto& [id, blocks] : grants_) granted += blocks;
-    if (granted != counters_.granted_blocks()) {
+    ledger_.Load(counters_.capacity_blocks(), counters_.used_blocks(), std::move(grants));
+    if (ledger_.granted() != counters_.granted_blocks()) {
       LOG(WARNING) << "ledger: granted total " << counters_.granted_blocks()
-                   << " blocks disagrees with the sessions' grants, " << granted
+                   << " blocks disagrees with the sessions' grants, " << ledger_.granted()
                    << " blocks: using the latter";
-      counters_.set_granted_blocks(granted);
+      counters_.set_granted_blocks(ledger_.granted());
     }
     // The capacity is the volume's, not re-derived from free space at each
     // start (a full disk would make it 0): only an explicit one changes it.
     const uint64_t recorded = counters_.capacity_blocks();
-    uint64_t wanted = options_.capacity_bytes / kBlockSize;
-    if (recorded == 0 && wanted == 0) wanted = options_.new_volume_capacity_bytes / kBlockSize;
+    uint64_t wanted = SpaceLedger::BlocksWithin(options_.capacity_bytes);
+    if (recorded == 0 && wanted == 0) {
+      wanted = SpaceLedger::BlocksWithin(options_.new_volume_capacity_bytes);
+    }
     if (wanted != 0 && wanted != recorded) {
       const uint64_t held = counters_.used_blocks() + counters_.granted_blocks();
       if (wanted < held) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "capacity ", wanted * kBlockSize, " bytes is below what the volume uses and grants (",
-            held * kBlockSize, " bytes); capacity stays ", recorded * kBlockSize, " bytes"));
+            "capacity ", SpaceLedger::Bytes(wanted),
+            " bytes is below what the volume uses and grants (", SpaceLedger::Bytes(held),
+            " bytes); capacity stays ", SpaceLedger::Bytes(recorded), " bytes"));
       }
       if (recorded != 0) {
-        LOG(WARNING) << "capacity changed by --capacity: " << recorded * kBlockSize << " -> "
-                     << wanted * kBlockSize << " bytes";
+        LOG(WARNING) << "capacity changed by --capacity: " << SpaceLedger::Bytes(recorded) << " -> "
+                     << SpaceLedger::Bytes(wanted) << " bytes";
       }
       counters_.set_capacity_blocks(wanted);
       rocksdb::WriteOptions wo;
@@ -227,8 +230,8 @@ absl::Status MetaStore::Init() {
       s = db_->Put(wo, keys::Counters(), counters_.SerializeAsString());
       if (!s.ok()) return DbError(s, "recording the capacity");
     }
-    capacity_blocks_ = counters_.capacity_blocks();
-    CheckLedger();
+    ledger_.set_capacity(counters_.capacity_blocks());
+    ledger_.Check();
     std::optional<proto::VolumeIdentity> stored;
     s = db_->Get(rocksdb::ReadOptions(), keys::Identity(), &value);
     if (s.ok()) {
@@ -249,8 +252,8 @@ absl::Status MetaStore::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat("capacity must be at least 4096 bytes (got ", capacity, ")"));
   }
-  capacity_blocks_ = capacity / kBlockSize;
-  counters_.set_capacity_blocks(capacity_blocks_);
+  ledger_.set_capacity(SpaceLedger::BlocksWithin(capacity));
+  counters_.set_capacity_blocks(ledger_.capacity());
   const int64_t now = options_.clock->NowNanos();
   proto::InodeRecord root;
   root.set_mode(S_IFDIR | 0755);
@@ -346,13 +349,15 @@ absl::Status MetaStore::Mutate(Fn fn) {
     absl::MutexLock l(&mu_);
     Txn txn(db_);
     proto::Counters saved = counters_;
-    std::map<uint64_t, uint64_t> saved_grants = grants_;
+    SpaceLedger::Durable saved_ledger = ledger_.Save();
     absl::Status st = fn(&txn);
     if (!st.ok()) {
       counters_ = saved;
-      grants_ = std::move(saved_grants);
+      ledger_.Restore(std::move(saved_ledger));
       return st;
     }
+    counters_.set_used_blocks(ledger_.used());
+    counters_.set_granted_blocks(ledger_.granted());
     txn.batch()->Put(keys::Counters(), counters_.SerializeAsString());
     // Exactly-once: the request's record rides in the same batch.
     RequestTag* tag = RequestTag::Current();
@@ -374,10 +379,10 @@ absl::Status MetaStore::Mutate(Fn fn) {
     }
     if (!s.ok()) {
       counters_ = saved;
-      grants_ = std::move(saved_grants);
+      ledger_.Restore(std::move(saved_ledger));
       return DbError(s, "write");
     }
-    CheckLedger();
+    ledger_.Check();
     if (record) tag->recorded = true;
     ticket = applied_ticket_.fetch_add(1) + 1;
     // Queued for the replica in the order of application (under mu_).
@@ -581,11 +586,11 @@ absl::StatusOr<proto::Attr> MetaStore::CheckOpen(const Caller& caller, uint64_t 
 SpaceInfo MetaStore::Space() {
   absl::MutexLock l(&mu_);
   SpaceInfo s;
-  s.capacity_bytes = capacity_blocks_ * kBlockSize;
-  s.used_bytes = counters_.used_blocks() * kBlockSize;
-  s.reserved_bytes = reserved_blocks_ * kBlockSize;
-  s.granted_bytes = counters_.granted_blocks() * kBlockSize;
-  s.ledger_ok = CheckLedger();
+  s.capacity_bytes = SpaceLedger::Bytes(ledger_.capacity());
+  s.used_bytes = SpaceLedger::Bytes(ledger_.used());
+  s.reserved_bytes = SpaceLedger::Bytes(ledger_.reserved());
+  s.granted_bytes = SpaceLedger::Bytes(ledger_.granted());
+  s.ledger_ok = ledger_.Check();
   s.inodes = counters_.inodes();
   s.next_ino = counters_.next_ino();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
@@ -1014,7 +1019,7 @@ absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord
   }
   if (!it->status().ok()) return DbError(it->status(), "chunk scan");
   rec->set_allocated_blocks(rec->allocated_blocks() - freed);
-  counters_.set_used_blocks(counters_.used_blocks() - freed);
+  ledger_.FreeUsed(freed);
   return absl::OkStatus();
 }
 
@@ -1166,37 +1171,21 @@ absl::StatusOr<Reservation> MetaStore::Reserve(uint64_t ino, uint64_t offset, ui
                                         blocks += !BitSet(chunk.bitmap(), b);
                                       return absl::OkStatus();
                                     }));
-  Reservation r;
-  r.blocks = blocks;
-  if (grant_client != 0) {
-    auto grant = grants_.find(grant_client);
-    const uint64_t held = grant == grants_.end() ? 0 : grant->second;
-    const uint64_t busy = grant_reserved_.count(grant_client) ? grant_reserved_[grant_client] : 0;
-    r.from_grant = std::min(blocks, held - std::min(held, busy));
-  }
-  if (blocks - r.from_grant > FreeBlocks()) return ErrnoStatus(ENOSPC, "volume full");
-  if (r.from_grant > 0) {
-    r.client = grant_client;
-    grant_reserved_[grant_client] += r.from_grant;
-  }
-  reserved_blocks_ += blocks - r.from_grant;
-  return r;
+  return ledger_.Reserve(blocks, grant_client);
 }
 
 void MetaStore::Unreserve(const Reservation& r) {
   absl::MutexLock l(&mu_);
-  ReleaseLocked(r);
+  ledger_.Release(r);
 }
 
-void MetaStore::ReleaseLocked(const Reservation& r) {
-  const uint64_t outside = r.blocks - r.from_grant;
-  reserved_blocks_ -= std::min(outside, reserved_blocks_);
-  if (r.from_grant > 0) {
-    auto it = grant_reserved_.find(r.client);
-    if (it != grant_reserved_.end()) {
-      it->second -= std::min(it->second, r.from_grant);
-      if (it->second == 0) grant_reserved_.erase(it);
-    }
+void MetaStore::PutGrant(Txn* txn, uint64_t client_id, uint64_t blocks) {
+  if (blocks == 0) {
+    txn->Delete(keys::Grant(client_id));
+  } else {
+    proto::GrantRecord g;
+    g.set_blocks(blocks);
+    txn->Put(keys::Grant(client_id), g.SerializeAsString());
   }
 }
 
@@ -1206,24 +1195,10 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
   bool released = false;
   absl::Status st = Mutate([&](Txn* txn) -> absl::Status {
     // The reservation ends with this change whatever its outcome; only the
-    // grant's debit is undone (with counters_ and grants_) if it fails.
-    ReleaseLocked(r);
+    // grant's debit is undone (with the ledger's durable part) if it fails.
+    ledger_.Release(r);
     released = true;
-    if (r.from_grant > 0) {
-      auto grant = grants_.find(r.client);
-      const uint64_t held = grant == grants_.end() ? 0 : grant->second;
-      const uint64_t debit = std::min(held, r.from_grant);
-      counters_.set_granted_blocks(counters_.granted_blocks() - debit);
-      if (held - debit == 0) {
-        if (grant != grants_.end()) grants_.erase(grant);
-        txn->Delete(keys::Grant(r.client));
-      } else {
-        grant->second = held - debit;
-        proto::GrantRecord g;
-        g.set_blocks(held - debit);
-        txn->Put(keys::Grant(r.client), g.SerializeAsString());
-      }
-    }
+    if (r.from_grant > 0) PutGrant(txn, r.client, ledger_.DebitGrant(r));
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
     const uint64_t bitmap_bytes = options_.chunk_size / kBlockSize / 8;
@@ -1245,7 +1220,7 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
                                         txn->Put(keys::Chunk(ino, c), chunk.SerializeAsString());
                                         return absl::OkStatus();
                                       }));
-    counters_.set_used_blocks(counters_.used_blocks() + added);
+    ledger_.AddUsed(added);
     rec.set_allocated_blocks(rec.allocated_blocks() + added);
     if (extend && offset + length > rec.size()) rec.set_size(offset + length);
     const int64_t now = options_.clock->NowNanos();
@@ -1258,35 +1233,6 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
   if (!released) Unreserve(r);
   RETURN_IF_ERROR(st);
   return out;
-}
-
-uint64_t MetaStore::FreeBlocks() const {
-  const uint64_t promised = counters_.granted_blocks() + reserved_blocks_;
-  const uint64_t taken = counters_.used_blocks() + promised;
-  uint64_t free = taken >= capacity_blocks_ ? 0 : capacity_blocks_ - taken;
-  if (options_.disk_available) {
-    // What is granted or reserved is not on disk yet: the disk must still
-    // have room for it, and for anything more promised now.
-    const uint64_t disk = options_.disk_available() / kBlockSize;
-    free = std::min(free, disk > promised ? disk - promised : 0);
-  }
-  return free;
-}
-
-bool MetaStore::CheckLedger() const {
-  uint64_t granted = 0;
-  for (const auto& [id, blocks] : grants_) granted += blocks;
-  if (granted != counters_.granted_blocks()) {
-    LOG(ERROR) << "ledger invariant broken: granted total " << counters_.granted_blocks()
-               << " blocks, sessions' grants " << granted << " blocks";
-    return false;
-  }
-  const uint64_t taken = counters_.used_blocks() + counters_.granted_blocks() + reserved_blocks_;
-  if (taken <= capacity_blocks_) return true;
-  LOG(ERROR) << "ledger invariant broken: used " << counters_.used_blocks() << " + granted "
-             << counters_.granted_blocks() << " + reserved " << reserved_blocks_ << " > capacity "
-             << capacity_blocks_ << " blocks";
-  return false;
 }
 
 absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_blocks,
@@ -1304,25 +1250,9 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
             absl::StrCat("session ", client_id, " has ended; retry"));
       }
     }
-    uint64_t& held = grants_[client_id];
-    // What writes in progress hold inside the grant cannot be given back.
-    const uint64_t busy = grant_reserved_.count(client_id) ? grant_reserved_[client_id] : 0;
-    const uint64_t back = std::min(return_blocks, held - std::min(held, busy));
-    held -= back;
-    const uint64_t more = GrantBlocks(wanted_blocks, FreeBlocks(), capacity_blocks_);
-    held += more;
-    counters_.set_granted_blocks(counters_.granted_blocks() - back + more);
-    total = held;
-    *added = more;
-    if (RequestTag* tag = RequestTag::Current()) tag->value = more;
-    proto::GrantRecord g;
-    g.set_blocks(held);
-    if (held == 0) {
-      grants_.erase(client_id);
-      txn->Delete(keys::Grant(client_id));
-    } else {
-      txn->Put(keys::Grant(client_id), g.SerializeAsString());
-    }
+    total = ledger_.Grant(client_id, wanted_blocks, return_blocks, added);
+    if (RequestTag* tag = RequestTag::Current()) tag->value = *added;
+    PutGrant(txn, client_id, total);
     return absl::OkStatus();
   }));
   return total;
@@ -1331,24 +1261,8 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
 absl::Status MetaStore::EndSession(uint64_t client_id) {
   return Mutate([&](Txn* txn) -> absl::Status {
     txn->Delete(keys::Session(client_id));
-    auto it = grants_.find(client_id);
-    if (it == grants_.end()) return absl::OkStatus();
-    // Blocks its writes in progress hold stay granted until they commit or
-    // are given up (then CommitWrite or a later grant change settles them).
-    const uint64_t busy = grant_reserved_.count(client_id) ? grant_reserved_[client_id] : 0;
-    const uint64_t keep = std::min(busy, it->second);
-    const uint64_t back = it->second - keep;
-    counters_.set_granted_blocks(counters_.granted_blocks() -
-                                 std::min(back, counters_.granted_blocks()));
-    if (keep == 0) {
-      grants_.erase(it);
-      txn->Delete(keys::Grant(client_id));
-    } else {
-      it->second = keep;
-      proto::GrantRecord g;
-      g.set_blocks(keep);
-      txn->Put(keys::Grant(client_id), g.SerializeAsString());
-    }
+    if (ledger_.GrantOf(client_id) == 0) return absl::OkStatus();
+    PutGrant(txn, client_id, ledger_.EndSession(client_id));
     return absl::OkStatus();
   });
 }
@@ -1362,20 +1276,17 @@ absl::Status MetaStore::PutSession(uint64_t client_id, const proto::SessionRecor
 
 uint64_t MetaStore::GrantOf(uint64_t client_id) {
   absl::MutexLock l(&mu_);
-  auto it = grants_.find(client_id);
-  return it == grants_.end() ? 0 : it->second;
+  return ledger_.GrantOf(client_id);
 }
 
 uint64_t MetaStore::GrantedBlocks() {
   absl::MutexLock l(&mu_);
-  return counters_.granted_blocks();
+  return ledger_.granted();
 }
 
 std::vector<uint64_t> MetaStore::GrantHolders() {
   absl::MutexLock l(&mu_);
-  std::vector<uint64_t> out;
-  for (const auto& [id, blocks] : grants_) out.push_back(id);
-  return out;
+  return ledger_.Holders();
 }
 
 // --- orphans and deferred deletion -----------------------------------------
@@ -1559,7 +1470,7 @@ absl::Status MetaStore::FinishGarbage(uint64_t ino) {
       txn->Delete(it->key().ToString());
     }
     txn->Delete(keys::Garbage(ino));
-    counters_.set_used_blocks(counters_.used_blocks() - std::min(freed, counters_.used_blocks()));
+    ledger_.FreeUsed(freed);
     return absl::OkStatus();
   });
 }

@@ -34,6 +34,7 @@
 #include "proto/grantfs.pb.h"
 #include "proto/store.pb.h"
 #include "server/permissions.h"
+#include "server/space_ledger.h"
 
 namespace rocksdb {
 class DB;
@@ -77,20 +78,11 @@ struct MetaStoreOptions {
 };
 
 inline constexpr uint64_t kRootIno = 1;
-inline constexpr uint64_t kBlockSize = 4096;  // allocation unit
 
 // What a removal left behind.
 struct Removed {
   uint64_t ino = 0;    // the inode whose link went away (0: none)
   uint32_t nlink = 0;  // its link count afterwards; 0 = now an orphan
-};
-
-// Blocks held for one write in progress (MetaStore::Reserve), until it is
-// committed or given up.
-struct Reservation {
-  uint64_t blocks = 0;      // blocks of the range not yet allocated
-  uint64_t from_grant = 0;  // of them, held inside `client`'s grant
-  uint64_t client = 0;      // whose grant (0: none)
 };
 
 // Totals for statfs and status.
@@ -173,7 +165,8 @@ class MetaStore {
   absl::Status RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name);
 
   // --- space and data ------------------------------------------------------------
-  // The ledger: used + sum(grants) + reserved <= capacity, always.
+  // The ledger (server/space_ledger.h): used + sum(grants) + reserved <=
+  // capacity, always; its durable part is written with each change.
   //
   // Holds the blocks of [offset, offset + length) of `ino` that are not yet
   // allocated, for a write in progress. With `grant_client` != 0 they are
@@ -300,28 +293,20 @@ class MetaStore {
   // Scans every record of `kind` (one byte) into (id, parsed record) pairs.
   template <typename Rec>
   absl::StatusOr<std::vector<std::pair<uint64_t, Rec>>> ListRecords(char kind);
-  // Free blocks: capacity - used - granted - reserved. REQUIRES: mu_ held.
-  uint64_t FreeBlocks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Logs loudly if the ledger invariant is broken. REQUIRES: mu_ held.
-  bool CheckLedger() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends reservation `r` (its blocks are no longer held for it).
-  void ReleaseLocked(const Reservation& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the grant record of `client_id` (deleted at 0 blocks).
+  void PutGrant(Txn* txn, uint64_t client_id, uint64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;
   rocksdb::DB* const db_;
-  uint64_t capacity_blocks_ = 0;    // set by Init(), then constant
   proto::VolumeIdentity identity_;  // set by Init(), then constant
 
   // Serializes changes. Lock order: mu_ before sync_mu_.
   absl::Mutex mu_;
+  // The counters record; its used, granted and capacity figures are the
+  // ledger's, copied in at each change.
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
-  // Blocks reserved for writes in progress beyond grants (Reserve).
-  uint64_t reserved_blocks_ ABSL_GUARDED_BY(mu_) = 0;
-  // Blocks of each session's grant held by its writes in progress: still
-  // part of grants_ (and of the persisted grant) until the write commits.
-  std::map<uint64_t, uint64_t> grant_reserved_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, uint64_t> grants_ ABSL_GUARDED_BY(mu_);   // client id -> blocks
+  SpaceLedger ledger_ ABSL_GUARDED_BY(mu_);
   std::function<proto::OrphanRecord(uint64_t)> open_holders_;  // set before changes
 
   // Group commit of WAL fsyncs.

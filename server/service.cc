@@ -407,7 +407,7 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
     // Applied before: the same grant use, the file's attributes now.
     reply->set_grant_used_bytes(once.prior()->value());
     if (req->from_grant()) {
-      reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
+      reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
     }
   }
   GRANTFS_PRIOR_ATTR("Write", req->ino(), reply);
@@ -417,7 +417,8 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                           req->from_grant(), &grant_used);
   if (r.ok()) *reply->mutable_attr() = *r;
   reply->set_grant_used_bytes(grant_used);
-  if (req->from_grant()) reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
+  if (req->from_grant())
+    reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
   return Done("Write", r.status(), reply);
 }
 
@@ -426,8 +427,8 @@ grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
   GRANTFS_BEGIN(req);
   GRANTFS_ONCE("Grant", req, reply);
   if (once.prior()) {
-    reply->set_granted_bytes(once.prior()->value() * kBlockSize);
-    reply->set_grant_bytes(volume_->meta().GrantOf(rc.client_id) * kBlockSize);
+    reply->set_granted_bytes(SpaceLedger::Bytes(once.prior()->value()));
+    reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
     return Done("Grant", absl::OkStatus(), reply);
   }
   uint64_t added = 0;
@@ -563,7 +564,7 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_write_backlog_bytes(volume_->flow().backlog_bytes());
   reply->set_write_budget_bytes(volume_->flow().budget());
   for (auto& info : volume_->sessions().List()) {
-    info.set_grant_bytes(volume_->meta().GrantOf(info.client_id()) * kBlockSize);
+    info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     *reply->add_sessions() = info;

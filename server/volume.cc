@@ -443,9 +443,9 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   // of the file is committed.
   const uint64_t grant_client = from_grant ? ctx.client_id : 0;
   ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
-  if (grant_used != nullptr) *grant_used = r.from_grant * kBlockSize;
+  if (grant_used != nullptr) *grant_used = SpaceLedger::Bytes(r.from_grant);
   // A retry of this write answers with the grant it used (server/dedupe.h).
-  if (RequestTag* tag = RequestTag::Current()) tag->value = r.from_grant * kBlockSize;
+  if (RequestTag* tag = RequestTag::Current()) tag->value = SpaceLedger::Bytes(r.from_grant);
   sync = sync || options_.sync_data;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   // Space promised in a grant is held on the disk (server/space_hold.h):
@@ -453,7 +453,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   uint64_t lent = 0;
   for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && r.from_grant > 0 && attempt < 3;
        ++attempt) {
-    const uint64_t got = hold_->Lend(r.blocks * kBlockSize + kWriteRoomMarginBytes);
+    const uint64_t got = hold_->Lend(SpaceLedger::Bytes(r.blocks) + kWriteRoomMarginBytes);
     if (got == 0) break;
     lent += got;
     LOG_EVERY_N(WARNING, 100) << "the data disk is full: a write of inode " << ino
@@ -479,11 +479,10 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
   // Bytes are rounded to whole blocks: down for what is asked, up for what
   // is given back, so a client never holds more than it was told.
   uint64_t added_blocks = 0;
-  ASSIGN_OR_RETURN(
-      uint64_t blocks,
-      meta_->Grant(ctx.client_id, wanted_bytes / kBlockSize,
-                   return_bytes / kBlockSize + (return_bytes % kBlockSize != 0), &added_blocks));
-  *added = added_blocks * kBlockSize;
+  ASSIGN_OR_RETURN(uint64_t blocks,
+                   meta_->Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
+                                SpaceLedger::BlocksCovering(return_bytes), &added_blocks));
+  *added = SpaceLedger::Bytes(added_blocks);
   if (added_blocks > 0 && !CoverPromises()) {
     // The disk cannot hold what was just promised (another program took
     // the space): the promise is taken back.
@@ -492,12 +491,14 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
     *added = 0;
   }
   // Short of what was asked: others may sit on grants they do not need.
-  if (*added < wanted_bytes / kBlockSize * kBlockSize) RecallGrants(ctx.client_id);
-  return blocks * kBlockSize;
+  if (*added < SpaceLedger::Bytes(SpaceLedger::BlocksWithin(wanted_bytes)))
+    RecallGrants(ctx.client_id);
+  return SpaceLedger::Bytes(blocks);
 }
 
 bool Volume::CoverPromises() {
-  const uint64_t promised = meta_->GrantedBlocks() * kBlockSize + options_.metadata_reserve_bytes;
+  const uint64_t promised =
+      SpaceLedger::Bytes(meta_->GrantedBlocks()) + options_.metadata_reserve_bytes;
   absl::Status st = hold_->Cover(promised);
   absl::MutexLock l(&hold_mu_);
   if (!st.ok() && hold_whole_) {
@@ -524,7 +525,7 @@ bool Volume::RecallGrants(uint64_t origin) {
     last_recall_ = now;
   }
   for (uint64_t id : holders) {
-    const uint64_t bytes = meta_->GrantOf(id) * kBlockSize;
+    const uint64_t bytes = SpaceLedger::Bytes(meta_->GrantOf(id));
     if (sessions_.Recall(id, bytes)) {
       VLOG(1) << "recalling up to " << bytes << " bytes of grant from session " << id;
     }
