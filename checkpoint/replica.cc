@@ -288,7 +288,7 @@ absl::Status Replica::BeginSnapshot() {
     applied_ = 0;
     copy_identity_.reset();
     copy_epoch_ = 0;
-    state_ = "syncing";
+    state_ = State::kSyncing;
   }
   // Marked before the old copy goes: from here until FinishSnapshot the
   // directory holds no copy, whatever files it has.
@@ -356,7 +356,7 @@ absl::Status Replica::FinishSnapshot(uint64_t epoch, uint64_t start_seq) {
     epoch_ = epoch;
     applied_ = start_seq - 1;
     copy_epoch_ = epoch;
-    state_ = "in sync";
+    state_ = State::kInSync;
   }
   RETURN_IF_ERROR(SavePosition());
   // The copy is whole (and its position durable): no longer partial.
@@ -451,7 +451,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       absl::MutexLock l(&r->mu_);
       if (r->active_ctx_ == ctx) {
         r->active_ctx_ = nullptr;
-        r->state_ = "waiting";
+        r->state_ = State::kWaiting;
         r->check_now_ = true;  // a handover ends the stream: ask the witness
       }
     }
@@ -507,7 +507,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
                                                           h.epoch(), " but the copy is at ",
                                                           applied_, " of epoch ", epoch_));
         } else {
-          state_ = "in sync";
+          state_ = State::kInSync;
         }
       }
     }
@@ -665,7 +665,7 @@ bool Replica::TryPromote(bool claim) {
   {
     absl::MutexLock l(&mu_);
     promoted_ = true;
-    state_ = "promoted";
+    state_ = State::kPromoted;
   }
   CloseCopy();
   if (options_.on_promoted) options_.on_promoted(granted);
@@ -673,6 +673,20 @@ bool Replica::TryPromote(bool claim) {
 }
 
 // --- role ---------------------------------------------------------------------
+
+const char* Replica::StateName(State s) {
+  switch (s) {
+    case State::kWaiting:
+      return "waiting";
+    case State::kSyncing:
+      return "syncing";
+    case State::kInSync:
+      return "in sync";
+    case State::kPromoted:
+      return "promoted";
+  }
+  return "?";
+}
 
 bool Replica::Serving(std::string* why) {
   absl::MutexLock l(&mu_);
@@ -687,7 +701,7 @@ void Replica::FillStatus(proto::StatusReply* reply) {
   reply->set_server(options_.self);
   reply->set_peer(primary_.empty() ? options_.peer : primary_);
   reply->set_witness(options_.witness);
-  reply->set_replica_state(state_);
+  reply->set_replica_state(StateName(state_));
   reply->set_log_seq(applied_);
   reply->set_acked_seq(applied_);
   if (copy_identity_.has_value()) {

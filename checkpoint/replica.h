@@ -148,7 +148,10 @@ class Replica : public proto::Replication::Service, public ServerRole {
   std::optional<proto::VolumeIdentity> copy_identity_ ABSL_GUARDED_BY(mu_);
   uint64_t copy_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::string primary_ ABSL_GUARDED_BY(mu_);
-  std::string state_ ABSL_GUARDED_BY(mu_) = "waiting";
+  // What status shows as the replica's state.
+  enum class State { kWaiting, kSyncing, kInSync, kPromoted };
+  static const char* StateName(State s);
+  State state_ ABSL_GUARDED_BY(mu_) = State::kWaiting;
   uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ServerContext* active_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_msg_ ABSL_GUARDED_BY(mu_);  // Clock::Monotonic()
