@@ -120,22 +120,6 @@ class Once {
 
 }  // namespace
 
-#define GRANTFS_ONCE(op, req, reply)                            \
-  Once once(volume_, (req)->header());                          \
-  if (grpc::Status busy = once.busy(); !busy.ok()) return busy; \
-  if (!once.error().ok()) return Done(op, once.error(), reply)
-
-// A retried request that was applied: the reply carries the inode's
-// attributes as they are now.
-#define GRANTFS_PRIOR_ATTR(op, ino, reply)     \
-  if (once.prior()) {                          \
-    auto a = volume_->meta().GetAttr(ino);     \
-    if (a.ok()) *(reply)->mutable_attr() = *a; \
-    return Done(op, a.status(), reply);        \
-  }
-#define GRANTFS_PRIOR_OK(op, reply) \
-  if (once.prior()) return Done(op, absl::OkStatus(), reply)
-
 // Every reply carries the client's in-flight write credit as trailing
 // metadata, computed as the handler ends (after its own write left the
 // backlog).
@@ -154,16 +138,6 @@ class CreditOnReply {
   FlowControl* const flow_;
   uint64_t client_id_ = 0;
 };
-
-#define GRANTFS_BEGIN(req)                                                           \
-  if (grpc::Status gate = Gate(); !gate.ok()) return gate;                           \
-  RequestContext rc;                                                                 \
-  CreditOnReply credit_on_reply(ctx, &volume_->flow());                              \
-  if (grpc::Status auth = Begin(ctx, (req)->header(), &rc); !auth.ok()) return auth; \
-  credit_on_reply.set_client_id(rc.client_id)
-
-#define GRANTFS_CHECK_INO(op, ino, reply) \
-  if (!ValidIno(ino)) return Done(op, ErrnoStatus(EINVAL, "inode 0"), reply)
 
 GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
     : volume_(volume), options_(options) {}
@@ -194,60 +168,117 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   return grpc::Status::OK;
 }
 
+template <typename Req, typename Reply, typename Body>
+grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
+                                   std::initializer_list<uint64_t> inos, Body body) {
+  if (grpc::Status gate = Gate(); !gate.ok()) return gate;
+  RequestContext rc;
+  CreditOnReply credit_on_reply(ctx, &volume_->flow());
+  if (grpc::Status auth = Begin(ctx, req->header(), &rc); !auth.ok()) return auth;
+  credit_on_reply.set_client_id(rc.client_id);
+  for (uint64_t ino : inos) {
+    if (!ValidIno(ino)) return Done(op, ErrnoStatus(EINVAL, "inode 0"), reply);
+  }
+  return Done(op, body(rc), reply);
+}
+
+template <typename Req, typename Reply, typename Prior, typename Body>
+grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req, Reply* reply,
+                                       std::initializer_list<uint64_t> inos, Prior prior,
+                                       Body body) {
+  // Once lives until the reply is built: it holds the request in flight
+  // and tags the thread so that the change records it.
+  std::optional<Once> once;
+  grpc::Status busy;
+  grpc::Status st = Serve(op, ctx, req, reply, inos, [&](const RequestContext& rc) -> absl::Status {
+    once.emplace(volume_, req->header());
+    if (busy = once->busy(); !busy.ok()) return absl::OkStatus();
+    if (!once->error().ok()) return once->error();
+    const proto::DedupeRecord* record = once->prior() ? &*once->prior() : nullptr;
+    if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
+      if (record != nullptr) return prior(*record, rc);
+    }
+    return body(rc, record);
+  });
+  return busy.ok() ? st : busy;
+}
+
+namespace {
+
+// A retried request that was applied: the reply carries the inode's
+// attributes as they are now.
+template <typename Reply>
+absl::Status PriorAttr(Volume* volume, uint64_t ino, Reply* reply) {
+  auto a = volume->meta().GetAttr(ino);
+  if (a.ok()) *reply->mutable_attr() = *a;
+  return a.status();
+}
+
+// Answers a retry of an applied request that replies with nothing but err.
+absl::Status PriorOk(const proto::DedupeRecord&, const RequestContext&) { return absl::OkStatus(); }
+
+}  // namespace
+
 grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionRequest* req,
                                          proto::OpenSessionReply* reply) {
-  GRANTFS_BEGIN(req);
-  absl::StatusOr<uint64_t> id = volume_->OpenSession(req->client_name());
-  if (!id.ok()) return Done("OpenSession", id.status(), reply);
-  reply->set_client_id(*id);
-  reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
-  reply->set_incarnation(volume_->incarnation());
-  reply->set_max_file_size(kMaxFileSize);
-  LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
-            << "' from " << ctx->peer();
-  return grpc::Status::OK;
+  return Serve("OpenSession", ctx, req, reply, {}, [&](const RequestContext&) -> absl::Status {
+    absl::StatusOr<uint64_t> id = volume_->OpenSession(req->client_name());
+    if (!id.ok()) return id.status();
+    reply->set_client_id(*id);
+    reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
+    reply->set_incarnation(volume_->incarnation());
+    reply->set_max_file_size(kMaxFileSize);
+    LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
+              << "' from " << ctx->peer();
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* req,
                                        proto::HeartbeatReply* reply) {
-  GRANTFS_BEGIN(req);
-  reply->set_incarnation(volume_->incarnation());
-  const uint64_t lost = volume_->sessions().LostToken(rc.client_id, req->lost_acked());
-  if (lost != 0) {
-    LOG(WARNING) << "session " << rc.client_id
-                 << " came back after its lease ran out: told that its grant is gone";
-    reply->set_session_lost(lost);
-  }
-  return grpc::Status::OK;
+  return Serve("Heartbeat", ctx, req, reply, {}, [&](const RequestContext& rc) {
+    reply->set_incarnation(volume_->incarnation());
+    const uint64_t lost = volume_->sessions().LostToken(rc.client_id, req->lost_acked());
+    if (lost != 0) {
+      LOG(WARNING) << "session " << rc.client_id
+                   << " came back after its lease ran out: told that its grant is gone";
+      reply->set_session_lost(lost);
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status GrantFsService::Reclaim(Ctx* ctx, const proto::ReclaimRequest* req,
                                      proto::ReclaimReply* reply) {
-  GRANTFS_BEGIN(req);
-  if (rc.client_id == 0)
-    return Done("Reclaim", ErrnoStatus(EINVAL, "reclaim needs a session"), reply);
-  std::vector<std::pair<uint64_t, uint64_t>> opens;
-  opens.reserve(req->opens_size());
-  for (const proto::ReclaimRequest::Open& o : req->opens()) {
-    if (!ValidIno(o.ino())) return Done("Reclaim", ErrnoStatus(EINVAL, "inode 0"), reply);
-    opens.emplace_back(o.ino(), o.handle());
-  }
-  auto r = volume_->Reclaim(rc, opens);
-  if (r.ok()) reply->mutable_lost()->Add(r->begin(), r->end());
-  reply->set_incarnation(volume_->incarnation());
-  return Done("Reclaim", r.status(), reply);
+  return Serve("Reclaim", ctx, req, reply, {}, [&](const RequestContext& rc) -> absl::Status {
+    if (rc.client_id == 0) return ErrnoStatus(EINVAL, "reclaim needs a session");
+    std::vector<std::pair<uint64_t, uint64_t>> opens;
+    opens.reserve(req->opens_size());
+    for (const proto::ReclaimRequest::Open& o : req->opens()) {
+      if (!ValidIno(o.ino())) return ErrnoStatus(EINVAL, "inode 0");
+      opens.emplace_back(o.ino(), o.handle());
+    }
+    auto r = volume_->Reclaim(rc, opens);
+    if (r.ok()) reply->mutable_lost()->Add(r->begin(), r->end());
+    reply->set_incarnation(volume_->incarnation());
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::CloseSession(Ctx* ctx, const proto::CloseSessionRequest* req,
                                           proto::CloseSessionReply* reply) {
-  GRANTFS_BEGIN(req);
-  LOG(INFO) << "session " << rc.client_id << " closed";
-  return Done("CloseSession", volume_->CloseSession(rc.client_id), reply);
+  return Serve("CloseSession", ctx, req, reply, {}, [&](const RequestContext& rc) {
+    LOG(INFO) << "session " << rc.client_id << " closed";
+    return volume_->CloseSession(rc.client_id);
+  });
 }
 
 grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* req,
                                        grpc::ServerWriter<proto::InvalidationBatch>* writer) {
-  GRANTFS_BEGIN(req);
+  // A stream, not a unary call: Serve's reply does not apply.
+  if (grpc::Status gate = Gate(); !gate.ok()) return gate;
+  RequestContext rc;
+  if (grpc::Status auth = Begin(ctx, req->header(), &rc); !auth.ok()) return auth;
   if (rc.client_id == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "subscribe needs a session");
   }
@@ -265,282 +296,296 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
 
 grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
                                     proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Lookup", req->parent(), reply);
-  auto r = volume_->Lookup(rc, req->parent(), req->name());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("Lookup", r.status(), reply);
+  return Serve("Lookup", ctx, req, reply, {req->parent()}, [&](const RequestContext& rc) {
+    auto r = volume_->Lookup(rc, req->parent(), req->name());
+    if (r.ok()) *reply->mutable_attr() = *r;
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
                                      proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("GetAttr", req->ino(), reply);
-  auto r = volume_->GetAttr(rc, req->ino());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("GetAttr", r.status(), reply);
+  return Serve("GetAttr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetAttr(rc, req->ino());
+    if (r.ok()) *reply->mutable_attr() = *r;
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::SetAttr(Ctx* ctx, const proto::SetAttrRequest* req,
                                      proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("SetAttr", req->ino(), reply);
-  GRANTFS_ONCE("SetAttr", req, reply);
-  GRANTFS_PRIOR_ATTR("SetAttr", req->ino(), reply);
-  auto r = volume_->SetAttr(rc, *req);
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("SetAttr", r.status(), reply);
+  return ServeOnce(
+      "SetAttr", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->SetAttr(rc, *req);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
                                    proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("MkNod", req->parent(), reply);
-  GRANTFS_ONCE("MkNod", req, reply);
-  // A recorded first attempt made the inode (finding a name records nothing).
-  if (once.prior()) reply->set_created(true);
-  GRANTFS_PRIOR_ATTR("MkNod", once.prior()->value(), reply);
-  bool created = false;
-  auto r = volume_->MkNod(rc, *req, &created);
-  if (r.ok()) *reply->mutable_attr() = *r;
-  reply->set_created(created);
-  return Done("MkNod", r.status(), reply);
+  return ServeOnce(
+      "MkNod", ctx, req, reply, {req->parent()},
+      [&](const proto::DedupeRecord& prior, const RequestContext&) {
+        // A recorded first attempt made the inode (finding a name records
+        // nothing); the record holds its number.
+        reply->set_created(true);
+        return PriorAttr(volume_, prior.value(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        bool created = false;
+        auto r = volume_->MkNod(rc, *req, &created);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        reply->set_created(created);
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::Symlink(Ctx* ctx, const proto::SymlinkRequest* req,
                                      proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Symlink", req->parent(), reply);
-  GRANTFS_ONCE("Symlink", req, reply);
-  GRANTFS_PRIOR_ATTR("Symlink", once.prior()->value(), reply);
-  auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("Symlink", r.status(), reply);
+  return ServeOnce(
+      "Symlink", ctx, req, reply, {req->parent()},
+      [&](const proto::DedupeRecord& prior, const RequestContext&) {
+        return PriorAttr(volume_, prior.value(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
                                   proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Link", req->ino(), reply);
-  GRANTFS_CHECK_INO("Link", req->new_parent(), reply);
-  GRANTFS_ONCE("Link", req, reply);
-  GRANTFS_PRIOR_ATTR("Link", req->ino(), reply);
-  auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("Link", r.status(), reply);
+  return ServeOnce(
+      "Link", ctx, req, reply, {req->ino(), req->new_parent()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
                                     proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Remove", req->parent(), reply);
-  GRANTFS_ONCE("Remove", req, reply);
-  GRANTFS_PRIOR_OK("Remove", reply);
-  return Done("Remove",
-              volume_->Remove(rc, req->parent(), req->name(), req->is_dir(), req->expected_ino()),
-              reply);
+  return ServeOnce("Remove", ctx, req, reply, {req->parent()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->Remove(rc, req->parent(), req->name(), req->is_dir(),
+                                            req->expected_ino());
+                   });
 }
 
 grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
                                     proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Rename", req->parent(), reply);
-  GRANTFS_CHECK_INO("Rename", req->new_parent(), reply);
-  GRANTFS_ONCE("Rename", req, reply);
-  GRANTFS_PRIOR_OK("Rename", reply);
-  return Done("Rename", volume_->Rename(rc, *req), reply);
+  return ServeOnce("Rename", ctx, req, reply, {req->parent(), req->new_parent()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->Rename(rc, *req);
+                   });
 }
 
 grpc::Status GrantFsService::ReadLink(Ctx* ctx, const proto::ReadLinkRequest* req,
                                       proto::ReadLinkReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("ReadLink", req->ino(), reply);
-  auto r = volume_->ReadLink(rc, req->ino());
-  if (r.ok()) reply->set_target(*r);
-  return Done("ReadLink", r.status(), reply);
+  return Serve("ReadLink", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->ReadLink(rc, req->ino());
+    if (r.ok()) reply->set_target(*r);
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
                                      proto::ReadDirReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("ReadDir", req->ino(), reply);
-  absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
-  if (!s.ok()) reply->clear_entries();
-  return Done("ReadDir", s, reply);
+  return Serve("ReadDir", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
+    if (!s.ok()) reply->clear_entries();
+    return s;
+  });
 }
 
 grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
                                   proto::OpenReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Open", req->ino(), reply);
-  GRANTFS_ONCE("Open", req, reply);
-  // A resent open(O_TRUNC) whose first attempt truncated must not cut what
-  // was written since; the open itself counts once by its handle.
-  const uint32_t flags = once.prior() ? req->flags() & ~O_TRUNC : req->flags();
-  auto r = volume_->Open(rc, req->ino(), flags, req->handle(), req->created());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("Open", r.status(), reply);
+  return ServeOnce("Open", ctx, req, reply, {req->ino()}, nullptr,
+                   [&](const RequestContext& rc, const proto::DedupeRecord* prior) {
+                     // A resent open(O_TRUNC) whose first attempt truncated
+                     // must not cut what was written since; the open itself
+                     // counts once by its handle.
+                     const uint32_t flags = prior ? req->flags() & ~O_TRUNC : req->flags();
+                     auto r = volume_->Open(rc, req->ino(), flags, req->handle(), req->created());
+                     if (r.ok()) *reply->mutable_attr() = *r;
+                     return r.status();
+                   });
 }
 
 grpc::Status GrantFsService::Release(Ctx* ctx, const proto::ReleaseRequest* req,
                                      proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Release", req->ino(), reply);
-  return Done("Release", volume_->Release(rc, req->ino(), req->handle()), reply);
+  return Serve("Release", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    return volume_->Release(rc, req->ino(), req->handle());
+  });
 }
 
 grpc::Status GrantFsService::Read(Ctx* ctx, const proto::ReadRequest* req,
                                   proto::ReadReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Read", req->ino(), reply);
-  auto r = volume_->Read(rc, req->ino(), req->offset(), req->size());
-  if (r.ok()) *reply->mutable_data() = std::move(*r);
-  return Done("Read", r.status(), reply);
+  return Serve("Read", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->Read(rc, req->ino(), req->offset(), req->size());
+    if (r.ok()) *reply->mutable_data() = std::move(*r);
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                                    proto::WriteReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Write", req->ino(), reply);
-  GRANTFS_ONCE("Write", req, reply);
-  if (once.prior()) {
-    // Applied before: the same grant use, the file's attributes now.
-    reply->set_grant_used_bytes(once.prior()->value());
+  auto grant_now = [&](const RequestContext& rc) {
     if (req->from_grant()) {
       reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
     }
-  }
-  GRANTFS_PRIOR_ATTR("Write", req->ino(), reply);
-  uint64_t grant_used = 0;
-  FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
-  auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
-                          req->from_grant(), &grant_used);
-  if (r.ok()) *reply->mutable_attr() = *r;
-  reply->set_grant_used_bytes(grant_used);
-  if (req->from_grant())
-    reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
-  return Done("Write", r.status(), reply);
+  };
+  return ServeOnce(
+      "Write", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
+        // Applied before: the same grant use, the file's attributes now.
+        reply->set_grant_used_bytes(prior.value());
+        grant_now(rc);
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        uint64_t grant_used = 0;
+        FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
+        auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
+                                req->from_grant(), &grant_used);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        reply->set_grant_used_bytes(grant_used);
+        grant_now(rc);
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
                                    proto::GrantReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_ONCE("Grant", req, reply);
-  if (once.prior()) {
-    reply->set_granted_bytes(SpaceLedger::Bytes(once.prior()->value()));
-    reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
-    return Done("Grant", absl::OkStatus(), reply);
-  }
-  uint64_t added = 0;
-  auto r = volume_->Grant(rc, req->wanted_bytes(), req->return_bytes(), &added);
-  if (r.ok()) {
-    reply->set_grant_bytes(*r);
-    reply->set_granted_bytes(added);
-  }
-  SpaceInfo s = volume_->Space();
-  const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
-  reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
-  return Done("Grant", r.status(), reply);
+  return ServeOnce(
+      "Grant", ctx, req, reply, {},
+      [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
+        reply->set_granted_bytes(SpaceLedger::Bytes(prior.value()));
+        reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
+        return absl::OkStatus();
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        uint64_t added = 0;
+        auto r = volume_->Grant(rc, req->wanted_bytes(), req->return_bytes(), &added);
+        if (r.ok()) {
+          reply->set_grant_bytes(*r);
+          reply->set_granted_bytes(added);
+        }
+        SpaceInfo s = volume_->Space();
+        const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+        reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::Fsync(Ctx* ctx, const proto::FsyncRequest* req,
                                    proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Fsync", req->ino(), reply);
-  return Done("Fsync", volume_->Fsync(rc, req->ino()), reply);
+  return Serve("Fsync", ctx, req, reply, {req->ino()},
+               [&](const RequestContext& rc) { return volume_->Fsync(rc, req->ino()); });
 }
 
 grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* req,
                                        proto::AttrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("Fallocate", req->ino(), reply);
-  GRANTFS_ONCE("Fallocate", req, reply);
-  GRANTFS_PRIOR_ATTR("Fallocate", req->ino(), reply);
-  auto r = volume_->Fallocate(rc, req->ino(), req->mode(), req->offset(), req->length());
-  if (r.ok()) *reply->mutable_attr() = *r;
-  return Done("Fallocate", r.status(), reply);
+  return ServeOnce(
+      "Fallocate", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Fallocate(rc, req->ino(), req->mode(), req->offset(), req->length());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
 }
 
 grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
                                     proto::StatFsReply* reply) {
-  GRANTFS_BEGIN(req);
-  SpaceInfo s = volume_->Space();
-  reply->set_block_size(kBlockSize);
-  reply->set_capacity_bytes(s.capacity_bytes);
-  reply->set_used_bytes(s.used_bytes);
-  // Available = what a new grant could get: nothing granted to any session
-  // or held by a write in progress counts as free.
-  const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
-  reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
-  reply->set_inodes(s.inodes);
-  reply->set_name_max(255);
-  return grpc::Status::OK;
+  return Serve("StatFs", ctx, req, reply, {}, [&](const RequestContext&) {
+    SpaceInfo s = volume_->Space();
+    reply->set_block_size(kBlockSize);
+    reply->set_capacity_bytes(s.capacity_bytes);
+    reply->set_used_bytes(s.used_bytes);
+    // Available = what a new grant could get: nothing granted to any session
+    // or held by a write in progress counts as free.
+    const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+    reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+    reply->set_inodes(s.inodes);
+    reply->set_name_max(255);
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status GrantFsService::SetXattr(Ctx* ctx, const proto::SetXattrRequest* req,
                                       proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("SetXattr", req->ino(), reply);
-  GRANTFS_ONCE("SetXattr", req, reply);
-  GRANTFS_PRIOR_OK("SetXattr", reply);
-  return Done("SetXattr",
-              volume_->SetXattr(rc, req->ino(), req->name(), req->value(), req->flags()), reply);
+  return ServeOnce("SetXattr", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->SetXattr(rc, req->ino(), req->name(), req->value(),
+                                              req->flags());
+                   });
 }
 
 grpc::Status GrantFsService::GetXattr(Ctx* ctx, const proto::GetXattrRequest* req,
                                       proto::GetXattrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("GetXattr", req->ino(), reply);
-  auto r = volume_->GetXattr(rc, req->ino(), req->name());
-  if (r.ok()) reply->set_value(*r);
-  return Done("GetXattr", r.status(), reply);
+  return Serve("GetXattr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetXattr(rc, req->ino(), req->name());
+    if (r.ok()) reply->set_value(*r);
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::ListXattr(Ctx* ctx, const proto::ListXattrRequest* req,
                                        proto::ListXattrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("ListXattr", req->ino(), reply);
-  auto r = volume_->ListXattr(rc, req->ino());
-  if (r.ok()) {
-    for (auto& n : *r) reply->add_names(n);
-  }
-  return Done("ListXattr", r.status(), reply);
+  return Serve("ListXattr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->ListXattr(rc, req->ino());
+    if (r.ok()) {
+      for (auto& n : *r) reply->add_names(n);
+    }
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::RemoveXattr(Ctx* ctx, const proto::RemoveXattrRequest* req,
                                          proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("RemoveXattr", req->ino(), reply);
-  GRANTFS_ONCE("RemoveXattr", req, reply);
-  GRANTFS_PRIOR_OK("RemoveXattr", reply);
-  return Done("RemoveXattr", volume_->RemoveXattr(rc, req->ino(), req->name()), reply);
+  return ServeOnce("RemoveXattr", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->RemoveXattr(rc, req->ino(), req->name());
+                   });
 }
 
 grpc::Status GrantFsService::GetLock(Ctx* ctx, const proto::LockRequest* req,
                                      proto::GetLockReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("GetLock", req->ino(), reply);
-  auto r = volume_->GetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
-  if (r.ok()) {
-    proto::LockRange* c = reply->mutable_conflict();
-    c->set_type(r->type);
-    c->set_start(r->start);
-    c->set_end(r->end);
-    c->set_pid(r->pid);
-  }
-  return Done("GetLock", r.status(), reply);
+  return Serve("GetLock", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
+    if (r.ok()) {
+      proto::LockRange* c = reply->mutable_conflict();
+      c->set_type(r->type);
+      c->set_start(r->start);
+      c->set_end(r->end);
+      c->set_pid(r->pid);
+    }
+    return r.status();
+  });
 }
 
 grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
                                      proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  GRANTFS_CHECK_INO("SetLock", req->ino(), reply);
   // A resent lock or unlock is harmless to apply again, but one whose first
   // attempt changed the locks must not be answered before that change is
-  // replicated.
-  GRANTFS_ONCE("SetLock", req, reply);
-  GRANTFS_PRIOR_OK("SetLock", reply);
-  return Done("SetLock", volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id)), reply);
+  // replicated (Once waits for it).
+  return ServeOnce("SetLock", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
+                   });
 }
 
 grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
@@ -574,31 +619,32 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
 
 grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest* req,
                                         proto::ErrReply* reply) {
-  GRANTFS_BEGIN(req);
-  if (options_.server_role == nullptr) {
-    return Done("Switchover", ErrnoStatus(ENOTSUP, "standalone server: no replica"), reply);
-  }
-  return Done("Switchover", options_.server_role->Switchover(), reply);
+  return Serve("Switchover", ctx, req, reply, {}, [&](const RequestContext&) {
+    if (options_.server_role == nullptr) {
+      return ErrnoStatus(ENOTSUP, "standalone server: no replica");
+    }
+    return options_.server_role->Switchover();
+  });
 }
 
 grpc::Status GrantFsService::Echo(Ctx* ctx, const proto::EchoRequest* req,
                                   proto::EchoReply* reply) {
-  GRANTFS_BEGIN(req);
-  constexpr uint32_t kMaxEchoReply = 8 << 20;
-  const uint32_t n = req->reply_bytes();
-  if (n > kMaxEchoReply) {
-    return Done("Echo", ErrnoStatus(EINVAL, "reply_bytes " + std::to_string(n) + " > 8 MiB"),
-                reply);
-  }
-  const std::string& in = req->payload();
-  std::string* out = reply->mutable_payload();
-  if (in.empty()) {
-    out->assign(n, '\x5a');
-  } else {
-    out->reserve(n);
-    while (out->size() < n) out->append(in, 0, std::min<size_t>(in.size(), n - out->size()));
-  }
-  return grpc::Status::OK;
+  return Serve("Echo", ctx, req, reply, {}, [&](const RequestContext&) {
+    constexpr uint32_t kMaxEchoReply = 8 << 20;
+    const uint32_t n = req->reply_bytes();
+    if (n > kMaxEchoReply) {
+      return ErrnoStatus(EINVAL, "reply_bytes " + std::to_string(n) + " > 8 MiB");
+    }
+    const std::string& in = req->payload();
+    std::string* out = reply->mutable_payload();
+    if (in.empty()) {
+      out->assign(n, '\x5a');
+    } else {
+      out->reserve(n);
+      while (out->size() < n) out->append(in, 0, std::min<size_t>(in.size(), n - out->size()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace grantfs

@@ -5,6 +5,7 @@
 #ifndef GRANTFS_SERVER_SERVICE_H_
 #define GRANTFS_SERVER_SERVICE_H_
 
+#include <initializer_list>
 #include <string>
 
 #include "checkpoint/server_role.h"
@@ -74,6 +75,21 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status Authenticate(Ctx* ctx);
   // Authenticates the call and renews the session; fills `rc`.
   grpc::Status Begin(Ctx* ctx, const proto::RequestHeader& header, RequestContext* rc);
+
+  // Serves one call named `op` (for logs and errors; taken once): the gate,
+  // the caller's identity, its flow-control credit on the reply, inode
+  // numbers that must not be 0 (EINVAL), then `body(rc)`, whose status
+  // becomes reply->err (Done in service.cc).
+  template <typename Req, typename Reply, typename Body>
+  grpc::Status Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
+                     std::initializer_list<uint64_t> inos, Body body);
+  // Serve for a call that changes something, exactly once (server/dedupe.h):
+  // a retry of an applied request is answered by `prior(record, rc)` without
+  // running `body` again; with a null `prior` the body runs and is told of
+  // the record (`body(rc, record)`, null when none).
+  template <typename Req, typename Reply, typename Prior, typename Body>
+  grpc::Status ServeOnce(const char* op, Ctx* ctx, const Req* req, Reply* reply,
+                         std::initializer_list<uint64_t> inos, Prior prior, Body body);
 
   Volume* const volume_;
   const ServiceOptions options_;
