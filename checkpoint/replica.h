@@ -73,7 +73,7 @@ struct ReplicaOptions {
   WitnessCall witness_call;
   absl::Duration failover_timeout = absl::Seconds(1);
   // Runs once the witness granted this server epoch `epoch`, after the
-  // copy is closed (the server re-executes itself as the primary).
+  // copy is closed (the server then takes the primary role: server/roles.h).
   std::function<void(uint64_t epoch)> on_promoted;
 };
 

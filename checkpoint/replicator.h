@@ -16,8 +16,8 @@
 // the witness to go on alone (DEGRADE); until the witness agrees, writers keep
 // waiting, so no change is acknowledged that a promoted replica lacks. When
 // the witness says another server owns the epoch, this server is fenced:
-// it stops answering and `on_fenced` runs (the server re-executes itself as a
-// replica).
+// it stops answering and `on_fenced` runs (the server ends its role and
+// rejoins as a replica: server/roles.h).
 //
 // The primary's lease: it serves clients only while the witness renewed its
 // lease (every lease/5) or the replica acknowledged a message, within `lease`
