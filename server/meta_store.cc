@@ -987,6 +987,16 @@ absl::StatusOr<bool> MetaStore::HasChunk(uint64_t ino, uint64_t index) {
   return true;
 }
 
+absl::StatusOr<std::string> MetaStore::ChunkBitmap(uint64_t ino, uint64_t index) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), keys::Chunk(ino, index), &value);
+  if (s.IsNotFound()) return std::string();
+  if (!s.ok()) return DbError(s, "reading a chunk record");
+  proto::ChunkRecord chunk;
+  if (!chunk.ParseFromString(value)) return ErrnoStatus(EIO, "corrupt chunk");
+  return std::move(*chunk.mutable_bitmap());
+}
+
 absl::Status MetaStore::CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec,
                                       uint64_t new_size) {
   const uint64_t cs = options_.chunk_size;

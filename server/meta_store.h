@@ -253,6 +253,9 @@ class MetaStore {
   absl::StatusOr<uint64_t> GarbageChunkSpan(uint64_t ino);
   // Whether chunk `index` of `ino` has a record (some block allocated).
   absl::StatusOr<bool> HasChunk(uint64_t ino, uint64_t index);
+  // The allocation bitmap of chunk `index` of `ino` (bit b set: block b
+  // holds committed data); empty when the chunk has no record.
+  absl::StatusOr<std::string> ChunkBitmap(uint64_t ino, uint64_t index);
   // Forgets garbage inode `ino` after its chunk files are gone; credits its
   // blocks back to free space.
   absl::Status FinishGarbage(uint64_t ino);

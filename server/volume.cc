@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -285,6 +286,8 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
                    meta_->CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
   if (req.size() < rec.size()) {
     RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
+  } else {
+    RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
   }
   ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
   if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
@@ -425,7 +428,41 @@ absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino
   const uint64_t n = std::min<uint64_t>(size, rec.size() - offset);
   std::string data(n, '\0');
   RETURN_IF_ERROR(chunks_->Read(ino, offset, n, data.data()));
+  RETURN_IF_ERROR(ZeroUnallocated(ino, offset, &data));
   return data;
+}
+
+absl::Status Volume::ZeroTail(uint64_t ino, uint64_t size, uint64_t upto) {
+  if (size % kBlockSize == 0 || upto <= size) return absl::OkStatus();
+  // An unallocated block reads as zeros anyway (and gets no chunk file).
+  const uint64_t cs = chunks_->chunk_size();
+  const uint64_t block = (size % cs) / kBlockSize;
+  ASSIGN_OR_RETURN(std::string bitmap, meta_->ChunkBitmap(ino, size / cs));
+  if (block / 8 >= bitmap.size() ||
+      !((static_cast<unsigned char>(bitmap[block / 8]) >> (block % 8)) & 1)) {
+    return absl::OkStatus();
+  }
+  const uint64_t end = std::min(upto, (size / kBlockSize + 1) * kBlockSize);
+  const std::string zeros(end - size, '\0');
+  return chunks_->Write(ino, size, zeros.data(), zeros.size(), options_.sync_data);
+}
+
+absl::Status Volume::ZeroUnallocated(uint64_t ino, uint64_t offset, std::string* data) {
+  const uint64_t cs = chunks_->chunk_size();
+  const uint64_t end = offset + data->size();
+  for (uint64_t c = offset / cs; c * cs < end; ++c) {
+    ASSIGN_OR_RETURN(std::string bitmap, meta_->ChunkBitmap(ino, c));
+    const uint64_t lo = std::max(offset, c * cs), hi = std::min(end, (c + 1) * cs);
+    for (uint64_t at = lo; at < hi;) {
+      const uint64_t block = (at - c * cs) / kBlockSize;
+      const uint64_t block_end = std::min(hi, c * cs + (block + 1) * kBlockSize);
+      const bool set = block / 8 < bitmap.size() &&
+                       (static_cast<unsigned char>(bitmap[block / 8]) >> (block % 8)) & 1;
+      if (!set) memset(data->data() + (at - offset), 0, block_end - at);
+      at = block_end;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
@@ -433,6 +470,17 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
                                           uint64_t* grant_used) {
   if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
   RETURN_IF_ERROR(ValidateRange(offset, data.size()));
+  {
+    // A write past the end that leaves a gap in the last block: the gap is
+    // zeroed first, under this inode's exclusive lock (rare: the size is
+    // rarely not block-aligned when a write lands past it).
+    ASSIGN_OR_RETURN(proto::InodeRecord now, meta_->GetInode(ino));
+    if (offset > now.size() && now.size() % kBlockSize != 0 && S_ISREG(now.mode())) {
+      absl::WriterMutexLock wl(&DataLock(ino));
+      ASSIGN_OR_RETURN(now, meta_->GetInode(ino));
+      if (offset > now.size()) RETURN_IF_ERROR(ZeroTail(ino, now.size(), offset));
+    }
+  }
   absl::ReaderMutexLock l(&DataLock(ino));
   ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");

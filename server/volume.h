@@ -199,6 +199,15 @@ class Volume {
   absl::StatusOr<int> RunMaintenance();
 
  private:
+  // Zeros the bytes of `*data` (read at `offset` of `ino`) that lie in blocks
+  // no committed write allocated: a write whose commit a crash cut may have
+  // left its bytes in the chunk file, and a hole must read as zeros.
+  absl::Status ZeroUnallocated(uint64_t ino, uint64_t offset, std::string* data);
+  // The file grows from `size` to at least `upto` without a write there:
+  // zeros the rest of the block holding `size` (up to `upto`), where such a
+  // lost write may also have left bytes. Whole blocks past it are holes
+  // (ZeroUnallocated). REQUIRES: the inode's data lock held exclusively.
+  absl::Status ZeroTail(uint64_t ino, uint64_t size, uint64_t upto);
   Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
          std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold);
 

@@ -355,6 +355,46 @@ TEST_F(VolumeTest, WritePastATruncationLeavesZerosBetween) {
   EXPECT_EQ(Used(), 2 * kBlockSize);  // blocks 0 and 2
 }
 
+// A crash between a write's bytes reaching the chunk file and its commit
+// (kill -9 of the server) leaves those bytes in the file, in blocks no
+// record allocates. Holes over them, made later by an extension or by a
+// write further on, read as zeros, not as the bytes of the lost write.
+TEST_F(VolumeTest, BytesOfAWriteThatNeverCommittedReadAsZeros) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, "head", false));
+  {
+    // The uncommitted write: bytes in the chunk file only (the second block,
+    // and part of the first past the end of the file).
+    int fd = open(ChunkPath(f.ino(), 0).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    const std::string stale(2 * kBlockSize, 's');
+    ASSERT_EQ(pwrite(fd, stale.data(), stale.size(), 100), static_cast<ssize_t>(stale.size()));
+    close(fd);
+  }
+  ASSERT_OK(Truncate(a_, f.ino(), 3 * kBlockSize));  // extension: a hole
+  EXPECT_EQ(ReadAll(a_, f.ino()), "head" + std::string(3 * kBlockSize - 4, '\0'));
+  // A write in the third block; the second stays a hole.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 2 * kBlockSize + 10, "tail", false));
+  const std::string all = ReadAll(a_, f.ino());
+  EXPECT_EQ(all.substr(kBlockSize, kBlockSize), std::string(kBlockSize, '\0'));
+  EXPECT_EQ(all.substr(2 * kBlockSize + 10, 4), "tail");
+  // A read starting inside a hole, across blocks and chunks' edges.
+  ASSERT_OK_AND_ASSIGN(std::string part, volume_->Read(a_, f.ino(), 4000, 200));
+  EXPECT_EQ(part, std::string(200, '\0'));
+}
+
+// Growing a file whose last block was never allocated writes nothing
+// (no chunk file without a record: fsck would report it).
+TEST_F(VolumeTest, GrowingPastAnUnallocatedBlockMakesNoChunkFile) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(Truncate(a_, f.ino(), 5000));
+  ASSERT_OK(Truncate(a_, f.ino(), 10000));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 20000, "x", false));
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), 20001);  // only the write's block
+  EXPECT_EQ(Used(), kBlockSize);
+  EXPECT_EQ(ReadAll(a_, f.ino()), std::string(20000, '\0') + "x");
+}
+
 TEST_F(VolumeTest, TruncateToZeroFreesEverything) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
   ASSERT_OK(volume_->Write(a_, f.ino(), kVolumeChunk - 10, std::string(20, 'x'), false));

@@ -20,6 +20,7 @@ server log.
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -73,15 +74,25 @@ def _teardown(t, request):
     # After every drill: each server's copy, stopped, passes the offline fsck
     # (the ledger recomputed from per-session grants and chunk maps agrees
     # with the counters; every inode, entry and chunk accounted for).
+    # A server killed with -9 may keep the bytes of a write whose commit the
+    # kill cut: a chunk file (or blocks) no record allocates. They read as
+    # zeros (Volume::ZeroUnallocated) and `fsck --repair` deletes the file;
+    # only that problem is accepted, and only on a server that was killed.
     problems = []
     for n in "AB":
         d = t.data_dirs[n]
         if not os.path.isdir(os.path.join(d, "meta")):
             continue  # no copy (a replica rebuilt from empty that never got one)
-        r = subprocess.run([CTL_BIN, "fsck", f"--data_dir={d}"], capture_output=True, text=True,
-                           timeout=300)
-        print(f"fsck of {n}: exit {r.returncode}: {r.stdout.strip()[-200:]}")
-        if r.returncode != 0:
+        r = subprocess.run([CTL_BIN, "fsck", f"--data_dir={d}", "--json"], capture_output=True,
+                           text=True, timeout=300)
+        try:
+            kinds = {p["kind"] for p in json.loads(r.stdout).get("problems", [])}
+        except ValueError:
+            kinds = {"(unreadable report)"}
+        with open(t.nodes[n].log_path) as log:
+            killed = "test: kill -9" in log.read()
+        print(f"fsck of {n}: exit {r.returncode}: problems {sorted(kinds)}, killed: {killed}")
+        if r.returncode != 0 and not (killed and kinds == {"orphan_chunk_file"}):
             problems.append(f"fsck of {n} ({d}): exit {r.returncode}\n{r.stdout}{r.stderr}")
     if problems:
         t.keep_logs(request.node.name)
