@@ -272,7 +272,7 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
   std::string refused;        // non-empty: not granted, and why
   bool refused_data = false;  // ... because of the sender's data (DataRefusal)
   bool renew = false;         // the (new) primary's lease starts again
-  auto fenced = [&] {
+  auto fenced = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return absl::StrCat("fenced: epoch ", state_.epoch(), " is owned by ", state_.primary());
   };
   const bool is_primary =

@@ -2,7 +2,7 @@
 # Installs what GrantFS needs to build, run and test, from Debian 12 packages.
 # Idempotent and non-interactive; run as root.
 set -euo pipefail
-PKGS=(build-essential cmake ninja-build pkg-config ccache clang-format
+PKGS=(build-essential cmake ninja-build pkg-config ccache clang-format clang
       libfuse3-dev fuse3
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
       librocksdb-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds, runs the unit tests
-# (ctest) and the end-to-end tests (pytest, real server and FUSE mounts; as root).
+# The whole test suite: installs dependencies, builds, checks the locking
+# annotations with clang, runs the unit tests (ctest) and the end-to-end tests
+# (pytest, real server and FUSE mounts; as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "test.sh: run as root (FUSE mounts)"; exit 1; }
 scripts/install-deps.sh
 scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
+echo "== thread-safety analysis"
+BUILD_DIR="$BUILD_DIR" scripts/check-thread-safety.sh
 echo "== unit tests"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j2 --timeout 300)
 echo "== end-to-end tests"

@@ -630,7 +630,7 @@ absl::StatusOr<proto::Attr> MetaStore::CreateEntry(const Caller& caller, uint64_
                                                    const std::string& name,
                                                    proto::InodeRecord rec) {
   proto::Attr out;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord dir, txn->GetInode(parent));
     if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "create parent");
     if (dir.nlink() == 0) return ErrnoStatus(ENOENT, "parent was removed");
@@ -727,7 +727,7 @@ absl::StatusOr<proto::Attr> MetaStore::Link(const Caller& caller, uint64_t ino, 
                                             const std::string& new_name) {
   RETURN_IF_ERROR(ValidateName(new_name));
   proto::Attr out;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord inode, txn->GetInode(ino));
     if (IsDir(inode)) return ErrnoStatus(EPERM, "hard link to a directory");
     if (inode.nlink() == 0) return ErrnoStatus(ENOENT, "link of a removed file");
@@ -772,7 +772,7 @@ absl::StatusOr<Removed> MetaStore::Remove(const Caller& caller, uint64_t parent,
   if (name == "..") return ErrnoStatus(ENOTEMPTY, "rmdir ..");
   RETURN_IF_ERROR(ValidateName(name));
   Removed removed;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord dir, txn->GetInode(parent));
     if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "remove parent");
     RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite | kMayExec));
@@ -836,7 +836,7 @@ absl::StatusOr<Removed> MetaStore::Rename(const Caller& caller, uint64_t parent,
   RETURN_IF_ERROR(ValidateName(name));
   RETURN_IF_ERROR(ValidateName(new_name));
   Removed removed;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord src_dir, txn->GetInode(parent));
     ASSIGN_OR_RETURN(proto::InodeRecord dst_dir, txn->GetInode(new_parent));
     if (!IsDir(src_dir) || !IsDir(dst_dir)) return ErrnoStatus(ENOTDIR, "rename parent");
@@ -1038,7 +1038,7 @@ absl::StatusOr<proto::Attr> MetaStore::SetAttr(const Caller& caller,
   using V = proto::SetAttrRequest;
   const uint32_t valid = req.valid();
   proto::Attr out;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(req.ino()));
     const int64_t now = options_.clock->NowNanos();
     if (valid & V::MODE) {
@@ -1119,7 +1119,7 @@ absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino, const std::
                                  const std::string& value, uint32_t flags) {
   RETURN_IF_ERROR(ValidateXattr(name, value.size()));
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return ErrnoStatus(EINVAL, "xattr flags");
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (name.rfind("trusted.", 0) == 0 && !caller.IsRoot()) {
       return ErrnoStatus(EPERM, "trusted xattr");
@@ -1145,7 +1145,7 @@ absl::Status MetaStore::SetXattr(const Caller& caller, uint64_t ino, const std::
 
 absl::Status MetaStore::RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name) {
   RETURN_IF_ERROR(ValidateXattr(name, 0));
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (name.rfind("trusted.", 0) == 0 && !caller.IsRoot()) {
       return ErrnoStatus(EPERM, "trusted xattr");
@@ -1203,7 +1203,7 @@ absl::StatusOr<proto::Attr> MetaStore::CommitWrite(uint64_t ino, uint64_t offset
                                                    bool extend, const Reservation& r) {
   proto::Attr out;
   bool released = false;
-  absl::Status st = Mutate([&](Txn* txn) -> absl::Status {
+  absl::Status st = Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     // The reservation ends with this change whatever its outcome; only the
     // grant's debit is undone (with the ledger's durable part) if it fails.
     ledger_.Release(r);
@@ -1249,7 +1249,7 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
                                           uint64_t return_blocks, uint64_t* added) {
   if (client_id == 0) return ErrnoStatus(EINVAL, "grant without a session");
   uint64_t total = 0;
-  RETURN_IF_ERROR(Mutate([&](Txn* txn) -> absl::Status {
+  RETURN_IF_ERROR(Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     // A grant belongs to a recorded session: one that ended while this
     // request was on its way (its grant already released) gets nothing, or
     // the space would stay granted to nobody. The retry re-creates it.
@@ -1269,7 +1269,7 @@ absl::StatusOr<uint64_t> MetaStore::Grant(uint64_t client_id, uint64_t wanted_bl
 }
 
 absl::Status MetaStore::EndSession(uint64_t client_id) {
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     txn->Delete(keys::Session(client_id));
     if (ledger_.GrantOf(client_id) == 0) return absl::OkStatus();
     PutGrant(txn, client_id, ledger_.EndSession(client_id));
@@ -1278,7 +1278,7 @@ absl::Status MetaStore::EndSession(uint64_t client_id) {
 }
 
 absl::Status MetaStore::PutSession(uint64_t client_id, const proto::SessionRecord& rec) {
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     txn->Put(keys::Session(client_id), rec.SerializeAsString());
     return absl::OkStatus();
   });
@@ -1325,7 +1325,7 @@ absl::Status MetaStore::ReapIn(Txn* txn, uint64_t ino, const proto::InodeRecord&
 }
 
 absl::Status MetaStore::Reap(uint64_t ino) {
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
     if (!orphan) return absl::OkStatus();
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
@@ -1337,7 +1337,7 @@ absl::Status MetaStore::Reap(uint64_t ino) {
 absl::StatusOr<bool> MetaStore::SyncOrphan(uint64_t ino, bool keep_unheld) {
   bool reaped = false;
   bool unchanged = false;
-  absl::Status s = Mutate([&](Txn* txn) -> absl::Status {
+  absl::Status s = Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
     if (!orphan) return ErrnoStatus(ENOENT, "not an orphan");
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
@@ -1388,7 +1388,7 @@ absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> MetaStore
 }
 
 absl::Status MetaStore::PutLocks(uint64_t ino, const proto::LockRecord& locks) {
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (locks.locks_size() == 0) {
       txn->Delete(keys::Locks(ino));
     } else {
@@ -1468,7 +1468,7 @@ absl::StatusOr<uint64_t> MetaStore::GarbageChunkSpan(uint64_t ino) {
 }
 
 absl::Status MetaStore::FinishGarbage(uint64_t ino) {
-  return Mutate([&](Txn* txn) -> absl::Status {
+  return Mutate([&](Txn* txn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     const std::string prefix = keys::Prefix('C', ino);
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     uint64_t freed = 0;

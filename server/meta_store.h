@@ -275,9 +275,10 @@ class MetaStore {
   absl::Status WriteAtOpen(rocksdb::WriteBatch* batch, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds one change under mu_ with `fn`, applies it, then waits until it
-  // is durable. `fn` returns non-OK to abandon the change.
+  // is durable. `fn` returns non-OK to abandon the change; it runs with mu_
+  // held, so a lambda passed here is marked ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_).
   template <typename Fn>
-  absl::Status Mutate(Fn fn);
+  absl::Status Mutate(Fn fn) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status WaitDurable(uint64_t ticket);
 
   proto::Attr ToAttr(uint64_t ino, const proto::InodeRecord& rec) const;
@@ -285,14 +286,16 @@ class MetaStore {
   absl::StatusOr<proto::Attr> CreateEntry(const Caller& caller, uint64_t parent,
                                           const std::string& name, proto::InodeRecord rec);
   // Frees allocation of `ino` at and past `new_size`. REQUIRES: mu_ held.
-  absl::Status CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec, uint64_t new_size);
+  absl::Status CutAllocation(Txn* txn, uint64_t ino, proto::InodeRecord* rec, uint64_t new_size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
   // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
   absl::StatusOr<bool> IsAncestor(Txn* txn, uint64_t ancestor, uint64_t dir);
   // The record of the new orphan `ino`: who has it open now.
   std::string OrphanValue(uint64_t ino) const;
   // Turns orphan `ino` into garbage within `txn`. REQUIRES: mu_ held.
-  absl::Status ReapIn(Txn* txn, uint64_t ino, const proto::InodeRecord& rec);
+  absl::Status ReapIn(Txn* txn, uint64_t ino, const proto::InodeRecord& rec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Scans every record of `kind` (one byte) into (id, parsed record) pairs.
   template <typename Rec>
   absl::StatusOr<std::vector<std::pair<uint64_t, Rec>>> ListRecords(char kind);
