@@ -1,9 +1,5 @@
 #include "server/chunk_store.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,43 +13,33 @@
 namespace grantfs {
 namespace {
 
-absl::Status IoError(const std::string& what, const std::string& path) {
-  int err = errno;
-  LOG(ERROR) << "chunk store: " << what << " " << path << ": " << strerror(err);
+// `s` is the failure of an Env call (its message names the call and the
+// path).
+absl::Status IoError(const absl::Status& s) {
+  LOG(ERROR) << "chunk store: " << s.message();
   // ENOSPC from the local disk stays ENOSPC; everything else is EIO.
-  return ErrnoStatus(err == ENOSPC ? ENOSPC : EIO, absl::StrCat(what, " ", path));
+  const int err = ToErrno(s);
+  if (err == ENOSPC || err == EIO) return s;
+  return ErrnoStatus(EIO, std::string(s.message()));
 }
-
-// Closes a descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Offsets, lengths and memory of O_DIRECT I/O are aligned to this (the
 // largest logical block size of the disks we meet).
 constexpr uint64_t kDirectAlign = 4096;
 
-// Writes all `n` bytes of `buf` at `offset` of `fd`. Returns 0, or the
-// errno of the call that failed (EIO for a write of 0 bytes); *done counts
-// the bytes written before.
-int PwriteAll(int fd, const char* buf, size_t n, uint64_t offset, size_t* done) {
+// Writes all `n` bytes of `buf` at `offset` of `file`. Returns the status of
+// the call that failed (EIO for a write of 0 bytes); *done counts the bytes
+// written before.
+absl::Status WriteAll(File* file, const std::string& path, const char* buf, size_t n,
+                      uint64_t offset, size_t* done) {
   *done = 0;
   while (*done < n) {
-    ssize_t w = pwrite(fd, buf + *done, n - *done, offset + *done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno;
-    if (w == 0) return EIO;
-    *done += w;
+    absl::StatusOr<size_t> w = file->Write(offset + *done, buf + *done, n - *done);
+    if (!w.ok()) return w.status();
+    if (*w == 0) return ErrnoStatus(EIO, absl::StrCat("pwrite ", path, " wrote nothing"));
+    *done += *w;
   }
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -63,12 +49,11 @@ absl::StatusOr<std::unique_ptr<ChunkStore>> ChunkStore::Create(const ChunkStoreO
   if (options.chunk_size == 0 || options.chunk_size % 4096 != 0) {
     return absl::InvalidArgumentError("chunk_size must be a multiple of 4096");
   }
-  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return IoError("mkdir", options.dir);
-  }
+  if (options.env == nullptr) return absl::InvalidArgumentError("no env");
+  if (absl::Status s = options.env->CreateDir(options.dir); !s.ok()) return IoError(s);
   for (int i = 0; i < 256; ++i) {
-    std::string sub = absl::StrFormat("%s/%02x", options.dir, i);
-    if (mkdir(sub.c_str(), 0700) != 0 && errno != EEXIST) return IoError("mkdir", sub);
+    absl::Status s = options.env->CreateDir(absl::StrFormat("%s/%02x", options.dir, i));
+    if (!s.ok()) return IoError(s);
   }
   return std::unique_ptr<ChunkStore>(new ChunkStore(options));
 }
@@ -97,6 +82,15 @@ void ChunkStore::GiveBuffer(char* buf) {
   } else {
     free(buf);
   }
+}
+
+absl::StatusOr<std::unique_ptr<File>> ChunkStore::OpenForWrite(const std::string& path, bool create,
+                                                               bool direct) {
+  OpenOptions o;
+  o.write = true;
+  o.create = create;
+  o.direct = direct;
+  return options_.env->Open(path, o);
 }
 
 std::string ChunkStore::ChunkPath(uint64_t ino, uint64_t index) const {
@@ -141,60 +135,57 @@ absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t withi
                    << " refuses O_DIRECT; writing through the page cache from now on";
     }
   }
-  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-  if (fd.get() < 0) return IoError("open", path);
+  absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/true);
+  if (!file.ok()) return IoError(file.status());
   size_t done;
-  if (int err = PwriteAll(fd.get(), data, n, within, &done)) {
-    errno = err;
-    return IoError("pwrite", path);
+  if (absl::Status s = WriteAll(file->get(), path, data, n, within, &done); !s.ok()) {
+    return IoError(s);
   }
   // Durability: data must be on disk before the metadata that makes it
   // visible is acknowledged.
-  if (sync) RETURN_IF_ERROR(DataSync(fd.get(), path));
+  if (sync) RETURN_IF_ERROR(DataSync(file->get(), path));
   return absl::OkStatus();
 }
 
 absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, const char* data,
                                      size_t n, bool sync, bool* refused) {
-  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_DIRECT, 0600));
-  if (fd.get() < 0) {
-    if (errno == EINVAL) {
+  absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/true, /*direct=*/true);
+  if (!file.ok()) {
+    if (ToErrno(file.status()) == EINVAL) {
       *refused = true;
       return absl::OkStatus();
     }
-    return IoError("open", path);
+    return IoError(file.status());
   }
   char* buf = TakeBuffer();
   if (buf == nullptr) return ErrnoStatus(ENOMEM, "direct write buffer");
   memcpy(buf, data, n);
   size_t done;
-  const int err = PwriteAll(fd.get(), buf, n, within, &done);
+  const absl::Status written = WriteAll(file->get(), path, buf, n, within, &done);
   GiveBuffer(buf);
-  if (err == EINVAL && done == 0) {
+  if (ToErrno(written) == EINVAL && done == 0) {
     *refused = true;  // nothing written: the caller writes buffered
     return absl::OkStatus();
   }
-  if (err != 0) {
-    errno = err;
-    return IoError("pwrite (direct)", path);
-  }
+  if (!written.ok()) return IoError(written);
   direct_writes_.fetch_add(1, std::memory_order_relaxed);
   // Durability as for a buffered write: the device cache and the block
   // allocation are only stable after fdatasync.
-  if (sync) RETURN_IF_ERROR(DataSync(fd.get(), path));
+  if (sync) RETURN_IF_ERROR(DataSync(file->get(), path));
   return absl::OkStatus();
 }
 
 absl::Status ChunkStore::SyncChunk(uint64_t ino, uint64_t index) {
   const std::string path = ChunkPath(ino, index);
-  Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) return errno == ENOENT ? absl::OkStatus() : IoError("open", path);
-  return DataSync(fd.get(), path);
+  absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/false);
+  if (!file.ok())
+    return ToErrno(file.status()) == ENOENT ? absl::OkStatus() : IoError(file.status());
+  return DataSync(file->get(), path);
 }
 
-absl::Status ChunkStore::DataSync(int fd, const std::string& path) {
+absl::Status ChunkStore::DataSync(File* file, const std::string& path) {
   syncs_.fetch_add(1, std::memory_order_relaxed);
-  if (fdatasync(fd) != 0) return IoError("fdatasync", path);
+  if (absl::Status s = file->DataSync(); !s.ok()) return IoError(s);
   return absl::OkStatus();
 }
 
@@ -208,17 +199,16 @@ absl::Status ChunkStore::Read(uint64_t ino, uint64_t offset, size_t size, char* 
     uint64_t index = offset / cs, within = offset % cs;
     size_t n = std::min<uint64_t>(size, cs - within);
     std::string path = ChunkPath(ino, index);
-    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    absl::StatusOr<std::unique_ptr<File>> file = options_.env->Open(path, OpenOptions{});
     size_t done = 0;
-    if (fd.get() < 0) {
-      if (errno != ENOENT) return IoError("open", path);
+    if (!file.ok()) {
+      if (ToErrno(file.status()) != ENOENT) return IoError(file.status());
     } else {
       while (done < n) {
-        ssize_t r = pread(fd.get(), out + done, n - done, within + done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return IoError("pread", path);
-        if (r == 0) break;  // past the chunk file's end: a hole
-        done += r;
+        absl::StatusOr<size_t> r = (*file)->Read(within + done, n - done, out + done);
+        if (!r.ok()) return IoError(r.status());
+        if (*r == 0) break;  // past the chunk file's end: a hole
+        done += *r;
       }
     }
     memset(out + done, 0, n - done);
@@ -233,12 +223,12 @@ absl::Status ChunkStore::Sync(uint64_t ino, uint64_t size) {
   const uint64_t chunks = (size + options_.chunk_size - 1) / options_.chunk_size;
   for (uint64_t i = 0; i < chunks; ++i) {
     std::string path = ChunkPath(ino, i);
-    Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
-      if (errno == ENOENT) continue;
-      return IoError("open", path);
+    absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/false);
+    if (!file.ok()) {
+      if (ToErrno(file.status()) == ENOENT) continue;
+      return IoError(file.status());
     }
-    RETURN_IF_ERROR(DataSync(fd.get(), path));
+    RETURN_IF_ERROR(DataSync(file->get(), path));
   }
   if (options_.change_sink != nullptr) {
     proto::ReplRecord rec;
@@ -255,11 +245,9 @@ absl::Status ChunkStore::Allocate(uint64_t ino, uint64_t offset, uint64_t length
     uint64_t index = offset / cs, within = offset % cs;
     uint64_t n = std::min<uint64_t>(length, cs - within);
     std::string path = ChunkPath(ino, index);
-    Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-    if (fd.get() < 0) return IoError("open", path);
-    if (fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, within, n) != 0) {
-      return IoError("fallocate", path);
-    }
+    absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/true);
+    if (!file.ok()) return IoError(file.status());
+    if (absl::Status s = (*file)->Allocate(within, n); !s.ok()) return IoError(s);
     proto::ReplRecord rec;
     rec.mutable_allocate()->set_ino(ino);
     rec.mutable_allocate()->set_a(offset);
@@ -283,18 +271,18 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_
     // blocks preallocated beyond the chunk file's size (fallocate).
     const uint64_t cut = new_size % cs;
     std::string path = ChunkPath(ino, new_size / cs);
-    Fd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
-      if (errno != ENOENT) return IoError("open", path);
+    absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/false);
+    if (!file.ok()) {
+      if (ToErrno(file.status()) != ENOENT) return IoError(file.status());
     } else {
-      struct stat st;
-      if (fstat(fd.get(), &st) != 0) return IoError("fstat", path);
+      absl::StatusOr<uint64_t> size = (*file)->Size();
+      if (!size.ok()) return IoError(size.status());
       // Never grows the chunk file; a truncate that does not grow it is also
       // what makes ext4 give back blocks preallocated past EOF (a hole punch
       // there is ignored). Preallocated blocks below the cut may go too: the
       // ledger still counts them, so the disk only ever has more room.
-      const off_t keep = std::min<off_t>(st.st_size, cut);
-      if (ftruncate(fd.get(), keep) != 0) return IoError("ftruncate", path);
+      const uint64_t keep = std::min<uint64_t>(*size, cut);
+      if (absl::Status s = (*file)->Truncate(keep); !s.ok()) return IoError(s);
     }
   }
   // Queued after the cut is done: a snapshot cut in between (replicator)
@@ -317,8 +305,8 @@ absl::Status ChunkStore::RemoveChunk(uint64_t ino, uint64_t index) {
 }
 
 absl::Status ChunkStore::Unlink(uint64_t ino, uint64_t index) {
-  std::string path = ChunkPath(ino, index);
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) return IoError("unlink", path);
+  absl::Status s = options_.env->Remove(ChunkPath(ino, index));
+  if (!s.ok() && ToErrno(s) != ENOENT) return IoError(s);
   return absl::OkStatus();
 }
 

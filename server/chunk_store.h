@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "checkpoint/change_sink.h"
 #include "checkpoint/chunk_applier.h"
+#include "common/env.h"
 
 namespace grantfs {
 
@@ -49,6 +50,9 @@ struct ChunkStoreOptions {
   // allocation). Default on.
   bool direct_io = true;
   uint64_t direct_min_bytes = 256 << 10;
+  // Every file-system call goes through it (common/env.h). Default: the
+  // real file system. Not owned; outlives the store.
+  Env* env = Env::Posix();
 };
 
 class ChunkStore : public ChunkApplier {
@@ -65,7 +69,9 @@ class ChunkStore : public ChunkApplier {
   bool direct_io() const { return direct_ok_.load(std::memory_order_relaxed); }
 
   // Writes `size` bytes at `offset` of file `ino`. When `sync`, the data is
-  // fdatasync'd before this returns. EIO (with the OS error logged) on failure.
+  // fdatasync'd before this returns. On failure (the OS error logged):
+  // ENOSPC when the disk is full, EIO otherwise; pieces in chunks before the
+  // failing one may have been written.
   absl::Status Write(uint64_t ino, uint64_t offset, const char* data, size_t size, bool sync);
 
   // Reads exactly `size` bytes at `offset` into `out`; bytes never written
@@ -105,6 +111,9 @@ class ChunkStore : public ChunkApplier {
   // file system does not take O_DIRECT.
   absl::Status WriteDirect(const std::string& path, uint64_t within, const char* data, size_t n,
                            bool sync, bool* refused);
+  // Opens `path` for writing (created if missing unless `create` is false).
+  absl::StatusOr<std::unique_ptr<File>> OpenForWrite(const std::string& path, bool create,
+                                                     bool direct = false);
   // Aligned bounce buffers of chunk_size bytes, reused (at most kKeepBuffers kept).
   char* TakeBuffer();
   void GiveBuffer(char* buf);
@@ -118,8 +127,8 @@ class ChunkStore : public ChunkApplier {
   std::atomic<bool> direct_ok_;
   std::atomic<uint64_t> direct_writes_{0};
   std::atomic<uint64_t> syncs_{0};
-  // fdatasync of `fd` (the chunk file `path`), counted. EIO on failure.
-  absl::Status DataSync(int fd, const std::string& path);
+  // fdatasync of `file` (the chunk file `path`), counted. EIO on failure.
+  absl::Status DataSync(File* file, const std::string& path);
   static constexpr size_t kKeepBuffers = 8;
   absl::Mutex buffers_mu_;
   std::vector<char*> buffers_ ABSL_GUARDED_BY(buffers_mu_);

@@ -228,11 +228,12 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   ro.witness = config.witness;
   ro.secret = config.secret;
   ro.data_dir = config.volume.dir;
-  ro.open_chunks = [direct_io = config.volume.direct_io](const std::string& dir)
-      -> absl::StatusOr<std::unique_ptr<ChunkApplier>> {
+  ro.open_chunks = [direct_io = config.volume.direct_io, env = config.volume.chunk_env](
+                       const std::string& dir) -> absl::StatusOr<std::unique_ptr<ChunkApplier>> {
     ChunkStoreOptions co;
     co.dir = dir;
     co.direct_io = direct_io;
+    co.env = env;
     return ChunkStore::Create(co);
   };
   ro.identity_key = keys::Identity();

@@ -137,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   co.dir = options.dir + "/chunks";
   co.change_sink = options.change_sink;
   co.direct_io = options.direct_io;
+  co.env = options.chunk_env;
   ASSIGN_OR_RETURN(std::unique_ptr<ChunkStore> chunks, ChunkStore::Create(co));
   MetaStoreOptions mo;
   mo.dir = options.dir + "/meta";

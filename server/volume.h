@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "proto/grantfs.pb.h"
 #include "server/chunk_store.h"
 #include "server/dedupe.h"
@@ -78,6 +79,10 @@ struct VolumeOptions {
   ChangeSink* change_sink = nullptr;
   // Large aligned data writes bypass the page cache (ChunkStoreOptions).
   bool direct_io = true;
+  // The chunk store's file-system calls go through it (common/env.h; the
+  // metadata store and the space hold call the OS themselves). Default: the
+  // real file system. Not owned.
+  Env* chunk_env = Env::Posix();
   // Every data write is fdatasync'd, here and on the replica, before it is
   // acknowledged (promise 3: a mount drops its copy on the ack, so a power
   // loss of both servers must not lose it). False: the data is in the page
