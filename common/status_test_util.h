@@ -29,6 +29,12 @@ int Err(const T& s) {
     ASSERT_TRUE(_st.ok()) << _st;                       \
   } while (0)
 
+#define EXPECT_OK(expr)                                 \
+  do {                                                  \
+    const absl::Status _st = ::grantfs::StatusOf(expr); \
+    EXPECT_TRUE(_st.ok()) << _st;                       \
+  } while (0)
+
 #define ASSERT_OK_AND_ASSIGN(lhs, expr) \
   ASSERT_OK_AND_ASSIGN_IMPL_(GRANTFS_CONCAT_(_status_or_, __LINE__), lhs, expr)
 #define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
