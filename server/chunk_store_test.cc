@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/errno_status.h"
+#include "common/fault_injection_env.h"
+#include "common/status_test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -399,6 +401,132 @@ TEST_F(ChunkStoreTest, DirectIoOffWritesEverythingBuffered) {
   std::string out(a.size(), '\0');
   ASSERT_TRUE((*store)->Read(1, 0, out.size(), out.data()).ok());
   EXPECT_EQ(out, a);
+}
+
+// --- faults: a FaultInjectionEnv under the store (common/fault_injection_env.h) ---
+
+class ChunkStoreFaultTest : public ChunkStoreTest {
+ protected:
+  void SetUp() override {
+    ChunkStoreTest::SetUp();
+    ChunkStoreOptions options;
+    options.dir = root_ + "/faulty";
+    options.chunk_size = 1 << 20;
+    options.direct_min_bytes = 64 << 10;
+    options.env = &env_;
+    ASSERT_OK_AND_ASSIGN(faulty_, ChunkStore::Create(options));
+  }
+  void TearDown() override {
+    faulty_.reset();
+    ChunkStoreTest::TearDown();
+  }
+  std::string ReadFaulty(uint64_t ino, uint64_t offset, size_t size) {
+    std::string out(size, '\x7f');
+    absl::Status s = faulty_->Read(ino, offset, size, out.data());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+  absl::Status Write(uint64_t ino, uint64_t offset, const std::string& data, bool sync) {
+    return faulty_->Write(ino, offset, data.data(), data.size(), sync);
+  }
+
+  FaultInjectionEnv env_;
+  std::unique_ptr<ChunkStore> faulty_;
+};
+
+TEST_F(ChunkStoreFaultTest, SyncedWritesSurviveAPowerLossUnsyncedOnesMayNot) {
+  // Synced: a small buffered write and a large one that goes O_DIRECT, the
+  // latter across a chunk boundary (two files, each fdatasync'd).
+  const std::string small = Pattern(1000, 1), big = Pattern(512 << 10, 2);
+  ASSERT_OK(Write(1, 100, small, /*sync=*/true));
+  ASSERT_OK(Write(2, (1 << 20) - (256 << 10), big, /*sync=*/true));
+  EXPECT_EQ(faulty_->direct_writes(), 2u);
+  // Not synced: a new file, and an overwrite of synced bytes.
+  const std::string lost = Pattern(5000, 3);
+  ASSERT_OK(Write(3, 0, lost, /*sync=*/false));
+  ASSERT_OK(Write(1, 100, std::string(10, 'o'), /*sync=*/false));
+  EXPECT_EQ(env_.UnsyncedFiles().size(), 2u);
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ReadFaulty(1, 100, small.size()), small);
+  EXPECT_EQ(ReadFaulty(2, (1 << 20) - (256 << 10), big.size()), big);
+  EXPECT_EQ(ReadFaulty(3, 0, lost.size()), std::string(lost.size(), '\0'));
+}
+
+TEST_F(ChunkStoreFaultTest, SyncAndSyncChunkMakeEarlierWritesDurable) {
+  const std::string a = Pattern((1 << 20) + 4096, 4), b = Pattern(3000, 5);
+  ASSERT_OK(Write(7, 0, a, false));  // chunks 0 and 1
+  ASSERT_OK(Write(8, 0, b, false));
+  ASSERT_OK(faulty_->Sync(7, a.size()));  // what fsync() of the file does
+  ASSERT_OK(faulty_->SyncChunk(8, 0));    // what a replica does once per message
+  EXPECT_TRUE(env_.UnsyncedFiles().empty());
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ReadFaulty(7, 0, a.size()), a);
+  EXPECT_EQ(ReadFaulty(8, 0, b.size()), b);
+}
+
+TEST_F(ChunkStoreFaultTest, DiskErrorsComeBackAsEnospcOrEio) {
+  const std::string data = Pattern(8192, 6), big = Pattern(128 << 10, 7);
+  struct Case {
+    FileOp op;
+    int err;
+    int want;
+    bool direct;
+  };
+  for (const Case& c :
+       {Case{FileOp::kWrite, ENOSPC, ENOSPC, false}, Case{FileOp::kWrite, EIO, EIO, false},
+        Case{FileOp::kWrite, ENOSPC, ENOSPC, true}, Case{FileOp::kWrite, EIO, EIO, true},
+        Case{FileOp::kDataSync, EIO, EIO, false}, Case{FileOp::kDataSync, ENOSPC, ENOSPC, true},
+        Case{FileOp::kOpen, EIO, EIO, false},
+        Case{FileOp::kOpen, EROFS, EIO, false},  // anything else: EIO
+        Case{FileOp::kOpen, ENOSPC, ENOSPC, true}}) {
+    SCOPED_TRACE(testing::Message() << "op " << static_cast<int>(c.op) << " errno " << c.err
+                                    << (c.direct ? " direct" : " buffered"));
+    env_.FailNext(c.op, c.err);
+    EXPECT_EQ(Err(Write(9, 0, c.direct ? big : data, /*sync=*/true)), c.want);
+    EXPECT_EQ(env_.calls(c.op) > 0, true);
+    // The store goes on: the next write works, O_DIRECT still on.
+    ASSERT_OK(Write(9, 0, c.direct ? big : data, true));
+    EXPECT_TRUE(faulty_->direct_io());
+  }
+  EXPECT_EQ(env_.injected(), 9);
+  env_.FailNext(FileOp::kRead, EIO);
+  std::string out(100, '\0');
+  EXPECT_EQ(Err(faulty_->Read(9, 0, out.size(), out.data())), EIO);
+  env_.FailNext(FileOp::kAllocate, ENOSPC);
+  EXPECT_EQ(Err(faulty_->Allocate(9, 0, 1 << 20)), ENOSPC);
+  env_.FailNext(FileOp::kTruncate, EIO);
+  EXPECT_EQ(Err(faulty_->Truncate(9, 100, big.size())), EIO);
+  env_.FailNext(FileOp::kRemove, EIO);
+  EXPECT_EQ(Err(faulty_->RemoveChunk(9, 0)), EIO);
+  env_.FailNext(FileOp::kDataSync, EIO);
+  EXPECT_EQ(Err(faulty_->Sync(9, big.size())), EIO);
+  env_.FailNext(FileOp::kCreateDir, EACCES);
+  ChunkStoreOptions options;
+  options.dir = root_ + "/denied";
+  options.env = &env_;
+  EXPECT_EQ(Err(ChunkStore::Create(options)), EIO);
+}
+
+TEST_F(ChunkStoreFaultTest, AFileSystemWithoutODirectGetsBufferedWrites) {
+  const std::string big = Pattern(128 << 10, 8);
+  // Refused at the open (EINVAL): written buffered, the same bytes.
+  env_.set_refuse_direct(true);
+  ASSERT_OK(Write(10, 0, big, true));
+  EXPECT_FALSE(faulty_->direct_io());
+  EXPECT_EQ(faulty_->direct_writes(), 0u);
+  EXPECT_EQ(ReadFaulty(10, 0, big.size()), big);
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ReadFaulty(10, 0, big.size()), big);
+}
+
+TEST_F(ChunkStoreFaultTest, ODirectRefusedAtTheFirstWriteFallsBackToo) {
+  // Some file systems open with O_DIRECT and refuse the write (EINVAL,
+  // nothing written): the piece is written again, buffered.
+  const std::string big = Pattern(128 << 10, 9);
+  env_.FailNext(FileOp::kWrite, EINVAL);
+  ASSERT_OK(Write(11, 0, big, true));
+  EXPECT_FALSE(faulty_->direct_io());
+  EXPECT_EQ(ReadFaulty(11, 0, big.size()), big);
 }
 
 }  // namespace
