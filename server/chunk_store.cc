@@ -93,8 +93,12 @@ absl::StatusOr<std::unique_ptr<File>> ChunkStore::OpenForWrite(const std::string
   return options_.env->Open(path, o);
 }
 
+std::string ChunkStore::ChunkDir(uint64_t ino) const {
+  return absl::StrFormat("%s/%02x", options_.dir, ino % 256);
+}
+
 std::string ChunkStore::ChunkPath(uint64_t ino, uint64_t index) const {
-  return absl::StrFormat("%s/%02x/%d.%d", options_.dir, ino % 256, ino, index);
+  return absl::StrFormat("%s/%d.%d", ChunkDir(ino), ino, index);
 }
 
 absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, size_t size,
@@ -266,6 +270,13 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_
   for (uint64_t i = first_gone; i < old_chunks; ++i) {
     if (absl::Status s = Unlink(ino, i); !s.ok()) return s;
   }
+  // Durability: the caller commits the smaller size once this returns, and
+  // a chunk file that came back after a power loss would show its old bytes
+  // when the file is extended again. The removals are durable with their
+  // directory's fsync (all chunks of an inode share one directory).
+  if (first_gone < old_chunks) {
+    if (absl::Status s = options_.env->SyncDir(ChunkDir(ino)); !s.ok()) return IoError(s);
+  }
   if (new_size % cs != 0) {
     // Cut the chunk holding new_size: drop its bytes past the cut, including
     // blocks preallocated beyond the chunk file's size (fallocate).
@@ -283,6 +294,8 @@ absl::Status ChunkStore::Truncate(uint64_t ino, uint64_t new_size, uint64_t old_
       // ledger still counts them, so the disk only ever has more room.
       const uint64_t keep = std::min<uint64_t>(*size, cut);
       if (absl::Status s = (*file)->Truncate(keep); !s.ok()) return IoError(s);
+      // Durable before the size is committed, as the removals above.
+      if (keep < *size) RETURN_IF_ERROR(DataSync(file->get(), path));
     }
   }
   // Queued after the cut is done: a snapshot cut in between (replicator)

@@ -94,7 +94,8 @@ class ChunkStore : public ChunkApplier {
   absl::Status Allocate(uint64_t ino, uint64_t offset, uint64_t length);
 
   // Drops the bytes of `ino` at and past `new_size`: chunk files wholly past
-  // it are deleted, the chunk holding it is cut. `old_size` bounds the work.
+  // it are deleted, the chunk holding it is cut, durably (directory fsync,
+  // fdatasync) before this returns. `old_size` bounds the work.
   absl::Status Truncate(uint64_t ino, uint64_t new_size, uint64_t old_size);
 
   // Deletes chunk `index` of `ino`, if it exists.
@@ -103,6 +104,7 @@ class ChunkStore : public ChunkApplier {
  private:
   explicit ChunkStore(const ChunkStoreOptions& options)
       : options_(options), direct_ok_(options.direct_io) {}
+  std::string ChunkDir(uint64_t ino) const;  // where the chunk files of `ino` are
   std::string ChunkPath(uint64_t ino, uint64_t index) const;
   absl::Status Unlink(uint64_t ino, uint64_t index);
   absl::Status WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data, size_t n,

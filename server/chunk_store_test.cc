@@ -430,6 +430,14 @@ class ChunkStoreFaultTest : public ChunkStoreTest {
     return faulty_->Write(ino, offset, data.data(), data.size(), sync);
   }
 
+  // The size of chunk `index` of inode 12, or -1 when it does not exist.
+  int64_t ChunkFileSize12(uint64_t index) const {
+    struct stat st;
+    const std::string path = absl::StrFormat("%s/faulty/0c/12.%d", root_, index);
+    if (stat(path.c_str(), &st) != 0) return -1;
+    return st.st_size;
+  }
+
   FaultInjectionEnv env_;
   std::unique_ptr<ChunkStore> faulty_;
 };
@@ -529,5 +537,19 @@ TEST_F(ChunkStoreFaultTest, ODirectRefusedAtTheFirstWriteFallsBackToo) {
   EXPECT_EQ(ReadFaulty(11, 0, big.size()), big);
 }
 
+TEST_F(ChunkStoreFaultTest, ATruncationIsDurableWhenItReturns) {
+  // The volume commits the smaller size (durable) once Truncate returns: a
+  // power loss must not bring back bytes past the cut, which a later
+  // extension of the file would uncover as its contents.
+  const std::string data = Pattern(3 << 20, 10);  // chunks 0, 1 and 2
+  ASSERT_OK(Write(12, 0, data, /*sync=*/true));
+  ASSERT_OK(faulty_->Truncate(12, 1000, data.size()));  // cuts chunk 0, removes 1 and 2
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ChunkFileSize12(0), 1000);
+  EXPECT_EQ(ChunkFileSize12(1), -1);
+  EXPECT_EQ(ChunkFileSize12(2), -1);
+  // Zeros up to where a later write would extend the file.
+  EXPECT_EQ(ReadFaulty(12, 1000, 3 << 20).find_first_not_of('\0'), std::string::npos);
+}
 }  // namespace
 }  // namespace grantfs

@@ -1045,5 +1045,29 @@ TEST_F(VolumeFaultTest, OtherDiskErrorsComeBackAsTheirErrno) {
   ASSERT_OK(Truncate(a_, f.ino(), 100));
   EXPECT_TRUE(volume_->Space().ledger_ok);
 }
+
+TEST_F(VolumeFaultTest, ATruncationIsNotUndoneByAPowerLoss) {
+  // The smaller size is committed (durable) after the chunk files were cut.
+  // Were the cut lost and the size kept, the chunk files would come back
+  // with the bytes cut off: reads zero the blocks no write allocated, but a
+  // later write of part of such a block lands in the old bytes, and the
+  // rest of the block shows them (and their space is counted nowhere).
+  OpenVolume(64 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(2 * kVolumeChunk, 3), false));
+  ASSERT_OK(Truncate(a_, f.ino(), 100));  // cuts chunk 0, removes chunk 1
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, CreateFile(a_, "g"));
+  ASSERT_OK(volume_->Write(a_, g.ino(), 0, Pattern(kVolumeChunk, 4), false));
+  ASSERT_OK(Truncate(a_, g.ino(), 0));  // open(O_TRUNC): removes chunk 0
+  PowerLoss(64 * kMiB);
+  ASSERT_OK(volume_->Write(a_, f.ino(), 2 * kVolumeChunk - 1, "e", false));
+  ASSERT_OK(volume_->Write(a_, g.ino(), kVolumeChunk - 1, "e", false));
+  const std::string f_all = ReadAll(a_, f.ino()), g_all = ReadAll(a_, g.ino());
+  ASSERT_EQ(f_all.size(), 2 * kVolumeChunk);
+  EXPECT_EQ(f_all.substr(0, 100), Pattern(100, 3));
+  EXPECT_EQ(f_all.find_first_not_of('\0', 100), 2 * kVolumeChunk - 1);
+  ASSERT_EQ(g_all.size(), kVolumeChunk);
+  EXPECT_EQ(g_all.find_first_not_of('\0'), kVolumeChunk - 1);
+}
 }  // namespace
 }  // namespace grantfs
