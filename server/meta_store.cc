@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<MetaStore>> MetaStore::Open(const MetaStoreOption
   // with the default 64 MiB, 75 MiB of a small disk went to meta/).
   db_options.write_buffer_size = 16ull << 20;
   db_options.max_total_wal_size = 32ull << 20;
+  if (options.rocksdb_env != nullptr) db_options.env = options.rocksdb_env;
   rocksdb::DB* db = nullptr;
   // Made here, so that RocksDB does not log a missing directory as an error.
   if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {

@@ -38,6 +38,7 @@
 
 namespace rocksdb {
 class DB;
+class Env;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -70,6 +71,9 @@ struct MetaStoreOptions {
   // Where each applied batch goes to be replicated (checkpoint/change_sink.h);
   // nullptr: no replication. Not owned.
   ChangeSink* change_sink = nullptr;
+  // RocksDB's file system (tests wrap it to fail WAL writes and syncs).
+  // nullptr: RocksDB's default. Not owned.
+  rocksdb::Env* rocksdb_env = nullptr;
   // The witness epoch this server serves the volume at (0: standalone).
   // Open raises the volume's data epoch to max(data_epoch + 1, epoch)
   // (proto::VolumeIdentity), so that what it writes from now on is known to
