@@ -375,7 +375,7 @@ absl::Status MetaStore::Mutate(Fn fn) {
     if (!s.ok() && IsNoSpace(s) && options_.make_room && options_.make_room()) {
       LOG(WARNING) << "metadata store: the disk is full (" << s.ToString()
                    << "); writing again in room lent from the metadata reserve";
-      rocksdb::Status resumed = db_->Resume();
+      rocksdb::Status resumed = ResumeLocked();
       s = resumed.ok() ? db_->Write(rocksdb::WriteOptions(), txn.batch()) : resumed;
     }
     if (!s.ok()) {
@@ -400,6 +400,19 @@ absl::Status MetaStore::Mutate(Fn fn) {
     return options_.change_sink->WaitReplicated(replicated_seq);
   }
   return absl::OkStatus();
+}
+
+rocksdb::Status MetaStore::ResumeLocked() {
+  // A full disk is a retryable error to RocksDB: it has started its own
+  // recovery already, and Resume() is Busy until that ends, which the room
+  // just made lets happen at once (tens of milliseconds). Waited for, up to
+  // 2 s: the first write after the room was made was EIO without the wait.
+  rocksdb::Status s = db_->Resume();
+  for (int i = 0; s.IsBusy() && i < 100; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    s = db_->Resume();
+  }
+  return s;
 }
 
 absl::StatusOr<uint64_t> MetaStore::Checkpoint(const std::string& dir) {

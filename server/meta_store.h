@@ -39,6 +39,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Status;
 class WriteBatch;
 }  // namespace rocksdb
 
@@ -284,6 +285,9 @@ class MetaStore {
   template <typename Fn>
   absl::Status Mutate(Fn fn) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status WaitDurable(uint64_t ticket);
+  // db_->Resume() after make_room, waiting for a recovery RocksDB started by
+  // itself. REQUIRES: mu_ held.
+  rocksdb::Status ResumeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   proto::Attr ToAttr(uint64_t ino, const proto::InodeRecord& rec) const;
   proto::InodeRecord NewInode(const Caller& caller, const proto::InodeRecord& dir, uint32_t mode);

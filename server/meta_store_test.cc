@@ -1588,5 +1588,30 @@ TEST_F(MetaStoreFaultTest, AFailedWalAppendIsEioAndTheChangeIsNotApplied) {
   ASSERT_OK(Create(kRootIno, "c"));
 }
 
+TEST_F(MetaStoreFaultTest, AFullDiskUnderTheWalIsEnospcUnlessRoomIsMade) {
+  ASSERT_OK(Create(kRootIno, "a"));
+  fs_->fail_append = true;
+  fs_->append_no_space = true;
+  EXPECT_EQ(Err(Create(kRootIno, "b")), ENOSPC);
+  // With make_room (the volume lends the metadata reserve of its space
+  // hold), the store resumes RocksDB and writes again.
+  store_.reset();
+  fs_->fail_append = false;
+  MetaStoreOptions o = Options();
+  o.rocksdb_env = env_.get();
+  int asked = 0;
+  o.make_room = [&] {
+    ++asked;
+    fs_->fail_append = false;  // the lent room
+    return true;
+  };
+  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  fs_->fail_append = true;
+  ASSERT_OK(Create(kRootIno, "b"));  // the first try after the room was made
+  EXPECT_EQ(asked, 1);
+  ASSERT_OK(Create(kRootIno, "c"));
+  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "b"));
+}
+
 }  // namespace
 }  // namespace grantfs
