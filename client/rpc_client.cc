@@ -46,6 +46,7 @@ absl::Status RpcClient::Write(proto::WriteRequest* req, std::shared_ptr<const st
 
 absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no server address");
+  if (options.clock == nullptr) return absl::InvalidArgumentError("no clock");
   for (const std::string& address : options.servers) {
     if (address.empty()) return absl::InvalidArgumentError("empty server address");
   }

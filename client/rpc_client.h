@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/grpc_status.h"
 #include "proto/grantfs.grpc.pb.h"
@@ -49,6 +50,11 @@ struct RpcClientOptions {
   // How long transient failures are retried before the call fails with EIO
   // (ETIMEDOUT when the last attempt ran out of time).
   absl::Duration retry_for = absl::Seconds(60);
+  // Measures `retry_for`: monotonic, so that a step of the wall clock
+  // neither stretches nor cuts a call's retries. (The deadline of one
+  // attempt, and the wait between attempts, are gRPC's and run on real
+  // time.) Not owned.
+  Clock* clock = Clock::Monotonic();
 };
 
 class RpcClient {
@@ -111,7 +117,7 @@ class RpcClient {
   absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
-    const absl::Time give_up = absl::Now() + options_.retry_for;
+    const absl::Time give_up = options_.clock->Now() + options_.retry_for;
     absl::Duration backoff = absl::Milliseconds(20);
     size_t failed = 0;  // attempts since the last sleep
     for (;;) {
@@ -130,7 +136,7 @@ class RpcClient {
       // Each server is tried once before sleeping: after a failover the
       // other server usually answers at once.
       const bool sleep = !failover || ++failed >= servers_.size();
-      if (absl::Now() + (sleep ? backoff : absl::ZeroDuration()) > give_up) {
+      if (options_.clock->Now() + (sleep ? backoff : absl::ZeroDuration()) > give_up) {
         return Failed(name, index, s);
       }
       if (failover) Failover(index, s);

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/test_util.h"
+#include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/keepalive.h"
 #include "gtest/gtest.h"
@@ -505,6 +506,46 @@ TEST(RpcClientTest, CallOnceMovesLaterCallsOnUnavailable) {
   EXPECT_EQ(ToErrno(s), EIO) << s;
   EXPECT_EQ(c->current(), 1u);
   EXPECT_EQ(s2.service.seen().size(), 0u);  // one attempt only
+}
+
+TEST(RpcClientTest, RetriesRunOnTheInjectedClock) {
+  // retry_for is measured on options.clock: here a fake one that each
+  // attempt moves by 25 s. The call gives up at the third attempt (at 75 s
+  // of 60), after two real backoffs of 20 and 40 ms, not after a minute.
+  FakeClock clock;
+  RpcClientOptions o;
+  o.servers = {"127.0.0.1:1"};  // never dialled by the attempts below
+  o.retry_for = absl::Seconds(60);
+  o.clock = &clock;
+  absl::StatusOr<std::unique_ptr<RpcClient>> c = RpcClient::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  int attempts = 0;
+  proto::GetAttrRequest req;
+  proto::AttrReply reply;
+  const absl::Time start = absl::Now();
+  absl::Status s = (*c)->CallWith(
+      "GetAttr", &req, &reply,
+      [&](size_t, grpc::ClientContext*, const proto::GetAttrRequest&, proto::AttrReply*) {
+        ++attempts;
+        clock.Advance(absl::Seconds(25));
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "down");
+      });
+  EXPECT_EQ(ToErrno(s), EIO) << s;
+  EXPECT_EQ(attempts, 3);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A clock that does not move: retried until the server answers, however
+  // long the (real) backoffs took.
+  attempts = 0;
+  s = (*c)->CallWith(
+      "GetAttr", &req, &reply,
+      [&](size_t, grpc::ClientContext*, const proto::GetAttrRequest&, proto::AttrReply*) {
+        return ++attempts < 4 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")
+                              : grpc::Status::OK;
+      });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(attempts, 4);
+  o.clock = nullptr;
+  EXPECT_TRUE(absl::IsInvalidArgument(RpcClient::Create(o).status()));
 }
 
 TEST(RpcClientTest, CreateRejectsBadServerLists) {
