@@ -129,7 +129,11 @@ class RpcClient {
         NoteCredit(ctx);
         return ErrnoStatus(reply->err(), name);
       }
-      const bool failover = ShouldFailover(s);
+      // CANCELLED: this call's context is never cancelled here, so the
+      // server dropped the call (it was shutting down for a role change,
+      // server/roles.cc): like UNAVAILABLE, the next server is tried, and a
+      // change the dropped call made is found by the retry (dedupe).
+      const bool failover = ShouldFailover(s) || s.error_code() == grpc::StatusCode::CANCELLED;
       if (!failover && s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
         return Failed(name, index, s);
       }

@@ -39,6 +39,7 @@ class FakeService final : public proto::GrantFs::Service {
     kDenied,      // PERMISSION_DENIED
     kEnoent,      // OK with err ENOENT
     kSlow,        // sleeps 500 ms, then serves
+    kCancelled,   // CANCELLED, as from a server that shuts down under the call
   };
   explicit FakeService(uint64_t id) : id_(id) {}
 
@@ -76,6 +77,8 @@ class FakeService final : public proto::GrantFs::Service {
       case kSlow:
         absl::SleepFor(absl::Milliseconds(500));
         break;
+      case kCancelled:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "CANCELLED");
       case kServe:
         break;
     }
@@ -398,6 +401,23 @@ TEST(RpcClientTest, BothRefuseUntilOneIsPromoted) {
   EXPECT_LT(took, absl::Milliseconds(600 + 400));
   for (const FakeService::Seen& s : s2.service.seen()) EXPECT_EQ(s.seq, seq);
   for (const FakeService::Seen& s : s1.service.seen()) EXPECT_EQ(s.seq, seq);
+}
+
+// A server that shuts down for a role change cancels the calls under way
+// (grpc::Server::Shutdown): the call goes on with the next server, with the
+// same seq, instead of failing (it failed an fsync with EIO during a
+// switchover).
+TEST(RpcClientTest, ACallTheServerCancelledMovesToTheNextServerWithTheSameSeq) {
+  TestServer s1(1), s2(2);
+  s1.service.set_mode(FakeService::kCancelled);
+  std::unique_ptr<RpcClient> c = Client({s1.address, s2.address});
+  uint64_t seq = 0;
+  absl::StatusOr<uint64_t> got = GetAttr(c.get(), &seq);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 2u);
+  EXPECT_EQ(c->current(), 1u);
+  ASSERT_EQ(s2.service.seen().size(), 1u);
+  EXPECT_EQ(s2.service.seen()[0].seq, seq);
 }
 
 TEST(RpcClientTest, NonTransientErrorsAreNeitherRetriedNorSwitched) {
