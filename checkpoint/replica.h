@@ -35,6 +35,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -90,10 +91,18 @@ class Replica : public proto::Replication::Service, public ServerRole {
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) override;
 
-  // ServerRole: a replica never serves clients.
+  // The copy's digest at a digest mark it applied (checkpoint/meta_digest.h):
+  // computed off the stream's thread, on a snapshot taken when the mark was
+  // applied; waits for it within the call's deadline (at most 60 s). The
+  // newest kKeptDigests are kept.
+  grpc::Status Digest(grpc::ServerContext* ctx, const proto::DigestRequest* req,
+                      proto::MetaDigest* reply) override;
+
+  // ServerRole: a replica never serves clients, and has no replica.
   bool Serving(std::string* why) override;
   void FillStatus(proto::StatusReply* reply) override;
   absl::Status Switchover() override;
+  absl::StatusOr<proto::MetaDigest> ReplicaDigest(uint64_t seq) override;
 
   uint64_t epoch();
   uint64_t applied_seq();
@@ -116,6 +125,9 @@ class Replica : public proto::Replication::Service, public ServerRole {
   absl::Status Apply(const proto::ReplRecord& rec, ChunkSet* unsynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // At a digest mark: snapshots the copy and digests it on digest_thread_.
+  void StartDigest(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  void JoinDigest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Reads the copy's identity from its store into copy_identity_.
   absl::Status LoadIdentity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Why the stream of `hello` must not replace or change the copy ("" when
@@ -137,6 +149,8 @@ class Replica : public proto::Replication::Service, public ServerRole {
   bool in_snapshot_ ABSL_GUARDED_BY(apply_mu_) = false;
   int piece_fd_ ABSL_GUARDED_BY(apply_mu_) = -1;
   std::string piece_path_ ABSL_GUARDED_BY(apply_mu_);
+  // Digests the copy at the last digest mark; joined before db_ closes.
+  std::thread digest_thread_ ABSL_GUARDED_BY(apply_mu_);
 
   absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;      // of the changes applied
@@ -160,6 +174,15 @@ class Replica : public proto::Replication::Service, public ServerRole {
   bool promoting_ ABSL_GUARDED_BY(mu_) = false;
   bool promoted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Digests at digest marks, oldest first (Digest()).
+  struct MarkDigest {
+    uint64_t epoch;
+    uint64_t seq;
+    absl::StatusOr<proto::MetaDigest> digest;
+  };
+  static constexpr size_t kKeptDigests = 4;
+  std::deque<MarkDigest> digests_ ABSL_GUARDED_BY(mu_);
+  uint64_t digest_running_ ABSL_GUARDED_BY(mu_) = 0;  // the mark being digested (0: none)
   std::thread watchdog_;
 };
 

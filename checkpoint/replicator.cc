@@ -537,6 +537,33 @@ void Replicator::FillStatus(proto::StatusReply* reply) {
   reply->set_lag_bytes(LagBytes());
 }
 
+absl::StatusOr<proto::MetaDigest> Replicator::ReplicaDigest(uint64_t seq) {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != State::kInSync || !stream_up_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no in-sync replica (", StateName(state_), ")"));
+    }
+    if (acked_ < seq) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the replica has not applied change ", seq, " (at ", acked_, ")"));
+    }
+  }
+  grpc::ClientContext ctx;
+  AddSecret(&ctx, options_.secret);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  proto::DigestRequest req;
+  req.set_epoch(options_.epoch);
+  req.set_seq(seq);
+  proto::MetaDigest reply;
+  grpc::Status st = proto::Replication::NewStub(channel_)->Digest(&ctx, req, &reply);
+  if (!st.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat("the replica's digest: ", st.error_message()));
+  }
+  return reply;
+}
+
 absl::Status Replicator::Switchover() {
   {
     absl::MutexLock l(&mu_);

@@ -109,6 +109,8 @@ class Replicator : public ChangeSink, public ServerRole {
   bool Serving(std::string* why) override;
   void FillStatus(proto::StatusReply* reply) override;
   absl::Status Switchover() override;
+  // Asks the replica (Replication.Digest, 60 s deadline).
+  absl::StatusOr<proto::MetaDigest> ReplicaDigest(uint64_t seq) override;
 
   // For tests and status.
   std::string ReplicaState();

@@ -4,9 +4,11 @@
 #ifndef GRANTFS_CHECKPOINT_SERVER_ROLE_H_
 #define GRANTFS_CHECKPOINT_SERVER_ROLE_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -22,6 +24,11 @@ class ServerRole {
   virtual void FillStatus(proto::StatusReply* reply) = 0;
   // Planned switchover: hands the primary role to the in-sync replica.
   virtual absl::Status Switchover() = 0;
+  // The in-sync replica's digest of its metadata as of digest mark `seq`
+  // (MetaStore::DigestWithMark), once the replica applied it.
+  // FAILED_PRECONDITION: no replica in sync (or this server is none's
+  // primary); else the replica's answer or UNAVAILABLE / DEADLINE_EXCEEDED.
+  virtual absl::StatusOr<proto::MetaDigest> ReplicaDigest(uint64_t seq) = 0;
 };
 
 }  // namespace grantfs

@@ -8,6 +8,12 @@
 //                                   checks a stopped server's data directory
 //                                   (server/fsck.h); exit 0 clean, 1 problems
 //                                   (with --repair: problems left), 2 cannot run
+//   grantfsctl [--server=...] fsck [--json]
+//                                   online, read-only: the primary checks a copy
+//                                   of its metadata and compares a digest of it
+//                                   with the in-sync replica's; exit 0 clean and
+//                                   equal (or no replica), 1 problems or differences,
+//                                   2 cannot run
 //
 // With several servers, `status` shows every server that answers (the
 // primary and its replica), one block each; `df` asks the primary.
@@ -18,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -148,10 +155,6 @@ int Fsck() {
   grantfs::FsckOptions o;
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.repair = absl::GetFlag(FLAGS_repair);
-  if (o.data_dir.empty()) {
-    fprintf(stderr, "grantfsctl fsck: --data_dir=DIR is required\n");
-    return 2;
-  }
   absl::StatusOr<grantfs::FsckReport> report = grantfs::CheckVolume(o);
   if (!report.ok()) {
     fprintf(stderr, "grantfsctl fsck: %s\n", std::string(report.status().message()).c_str());
@@ -167,11 +170,83 @@ int Fsck() {
   return report->clean() ? 0 : 1;
 }
 
+// `s` as a JSON string, quotes included.
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// `grantfsctl fsck` without --data_dir: asks the primary (wherever it is in
+// the list) for the online check.
+int OnlineFsck(const std::vector<std::string>& servers, const std::string& secret) {
+  for (const std::string& server : servers) {
+    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, secret);
+    if (!st.ok() || (st->role() != "primary" && st->role() != "standalone")) continue;
+    absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
+        ClientOf(server, secret, absl::Seconds(120), absl::Seconds(1));
+    if (!rpc.ok()) break;
+    grantfs::proto::CheckRequest req;
+    grantfs::proto::CheckReply reply;
+    absl::Status s = (*rpc)->Call("Check", &grantfs::proto::GrantFs::Stub::Check, &req, &reply);
+    if (!s.ok()) {
+      fprintf(stderr, "grantfsctl fsck: %s: %s\n", server.c_str(), s.ToString().c_str());
+      return 2;
+    }
+    const bool compared = reply.replica_error().empty();
+    const bool equal = compared && reply.differences_size() == 0;
+    if (absl::GetFlag(FLAGS_json)) {
+      // The metadata report, with the digest comparison added.
+      std::string json = reply.report_json();
+      if (!json.empty() && json.back() == '}') {
+        json.pop_back();
+        absl::StrAppend(&json, ",\"server\":", JsonString(server),
+                        ",\"digest_seq\":", reply.primary().seq(),
+                        ",\"replica_compared\":", compared ? "true" : "false",
+                        ",\"digests_equal\":", equal ? "true" : "false",
+                        ",\"digest_differences\":", reply.differences_size(),
+                        ",\"replica_error\":", JsonString(reply.replica_error()), "}");
+      }
+      printf("%s\n", json.c_str());
+    } else {
+      for (const std::string& p : reply.problems()) printf("%s\n", p.c_str());
+      printf("%s\n", reply.summary().c_str());
+      for (const std::string& d : reply.differences()) printf("digest_mismatch: %s\n", d.c_str());
+      uint64_t records = 0;
+      for (const auto& k : reply.primary().kinds()) records += k.records();
+      if (!compared) {
+        printf("digest of %llu records at change %llu: not compared (%s)\n",
+               (unsigned long long)records, (unsigned long long)reply.primary().seq(),
+               reply.replica_error().c_str());
+      } else {
+        printf("digest of %llu records at change %llu: %s\n", (unsigned long long)records,
+               (unsigned long long)reply.primary().seq(),
+               equal ? "the replica's is the same" : "the replica's DIFFERS");
+      }
+    }
+    return reply.clean() && (equal || !compared) ? 0 : 1;
+  }
+  fprintf(stderr,
+          "grantfsctl fsck: no primary among %s (a stopped server's data directory is checked "
+          "with --data_dir=DIR)\n",
+          absl::GetFlag(FLAGS_server).c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover\n"
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover|fsck [--json]\n"
       "       grantfsctl fsck --data_dir=DIR [--repair] [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
@@ -179,8 +254,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = args[1];
-  if (cmd == "fsck") return Fsck();
-  if (cmd != "status" && cmd != "df" && cmd != "switchover") {
+  if (cmd == "fsck" && !absl::GetFlag(FLAGS_data_dir).empty()) return Fsck();
+  if (cmd != "status" && cmd != "df" && cmd != "switchover" && cmd != "fsck") {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
@@ -215,6 +290,14 @@ int main(int argc, char** argv) {
       PrintStatus(server, *st);
     }
     return answered > 0 ? 0 : 1;
+  }
+
+  if (cmd == "fsck") {
+    if (absl::GetFlag(FLAGS_repair)) {
+      fprintf(stderr, "grantfsctl fsck: --repair needs --data_dir (a stopped server)\n");
+      return 2;
+    }
+    return OnlineFsck(servers, *secret);
   }
 
   if (cmd == "switchover") {

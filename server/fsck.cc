@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,8 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/errno_status.h"
 #include "common/rocks_logger.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/store.pb.h"
@@ -124,11 +128,14 @@ int FsckReport::unrepaired() const {
 }
 
 std::string FsckReport::Summary() const {
-  std::string s = absl::StrCat(
-      "fsck ", data_dir, ": ", inodes, " inodes (", directories, " directories, ", files,
-      " files, ", orphans, " open orphans, ", garbage, " waiting to be freed), ", entries,
-      " entries, ", chunk_records, " chunk records, ", chunk_files, " chunk files; used ",
-      used_blocks, " blocks, granted ", granted_blocks, ", capacity ", capacity_blocks, ": ");
+  std::string s = absl::StrCat("fsck ", data_dir, ": ", inodes, " inodes (", directories,
+                               " directories, ", files, " files, ", orphans, " open orphans, ",
+                               garbage, " waiting to be freed), ", entries, " entries, ",
+                               chunk_records, " chunk records, ",
+                               metadata_only ? std::string("chunk files not read")
+                                             : absl::StrCat(chunk_files, " chunk files"),
+                               "; used ", used_blocks, " blocks, granted ", granted_blocks,
+                               ", capacity ", capacity_blocks, ": ");
   if (clean()) return s + "clean";
   absl::StrAppend(&s, problems.size(), problems.size() == 1 ? " problem" : " problems");
   if (repair) absl::StrAppend(&s, ", ", problems.size() - unrepaired(), " repaired");
@@ -142,6 +149,7 @@ std::string FsckReport::ToJson() const {
   auto& f = *out.mutable_fields();
   f["data_dir"].set_string_value(data_dir);
   f["repair"].set_bool_value(repair);
+  f["metadata_only"].set_bool_value(metadata_only);
   f["clean"].set_bool_value(clean());
   f["unrepaired"].set_number_value(unrepaired());
   const std::pair<const char*, uint64_t> counts[] = {{"inodes", inodes},
@@ -176,6 +184,9 @@ std::string FsckReport::ToJson() const {
 
 absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("no data directory given");
+  if (options.metadata_only && options.repair) {
+    return absl::InvalidArgumentError("a metadata-only check cannot repair");
+  }
   if (options.chunk_size == 0 || options.chunk_size % (kBlockSize * 8) != 0) {
     return absl::InvalidArgumentError("chunk_size must be a multiple of 32 KiB");
   }
@@ -223,12 +234,38 @@ absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options) {
   FsckReport report;
   report.data_dir = options.data_dir;
   report.repair = options.repair;
+  report.metadata_only = options.metadata_only;
   Checker checker(options, db.get(), &report);
   RETURN_IF_ERROR(checker.Run());
   rocksdb::Status closed = db->Close();
   if (!closed.ok() && !closed.IsNotSupported()) {
     return absl::DataLossError(absl::StrCat("closing the metadata store: ", closed.ToString()));
   }
+  return report;
+}
+
+absl::StatusOr<FsckReport> CheckMetadataCopy(
+    const std::string& scratch_dir, const std::string& label, uint64_t chunk_size,
+    const std::function<absl::Status(const std::string& dir)>& checkpoint) {
+  // One check at a time, in one directory: a copy left by a crash during an
+  // earlier check goes first.
+  static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock l(&mu);
+  const std::string dir = scratch_dir + "/online-check";
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (mkdir(dir.c_str(), 0700) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("making ", dir, " for the online check"));
+  }
+  FsckOptions o;
+  o.data_dir = dir;
+  o.chunk_size = chunk_size;
+  o.metadata_only = true;
+  absl::Status copied = checkpoint(dir + "/meta");
+  absl::StatusOr<FsckReport> report = copied.ok() ? CheckVolume(o) : copied;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) LOG(WARNING) << "online check: removing " << dir << ": " << ec.message();
+  if (report.ok()) report->data_dir = label;
   return report;
 }
 

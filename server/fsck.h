@@ -41,6 +41,7 @@
 #define GRANTFS_SERVER_FSCK_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ struct FsckOptions {
   bool repair = false;
   // Bytes per chunk; must match the server's ChunkStore. Default 4 MiB.
   uint64_t chunk_size = 4 << 20;
+  // Check the records only: chunk files are not read (chunk_file_missing
+  // and orphan_chunk_file are not checked) and data_dir needs no chunks/.
+  // For a copy of a running server's metadata (the online check,
+  // CheckMetadataCopy below), whose chunk files move on meanwhile. Not with
+  // repair.
+  bool metadata_only = false;
 };
 
 // One inconsistency.
@@ -81,6 +88,7 @@ struct FsckProblem {
 struct FsckReport {
   std::string data_dir;
   bool repair = false;
+  bool metadata_only = false;         // chunk files were not read
   std::vector<FsckProblem> problems;  // in the order found
   // What was examined.
   uint64_t inodes = 0;
@@ -112,6 +120,16 @@ struct FsckReport {
 // copy that is still partial), or the error of a failed open, read or
 // repair write. Problems found are in the report.
 absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options);
+
+// The online check of a running server: `checkpoint` writes a consistent
+// copy of the metadata store into a new directory (MetaStore::Checkpoint);
+// the copy is made in `scratch_dir`/online-check (on the data directory's
+// file system, so it is mostly hard links), checked with metadata_only, and
+// removed. One check at a time (a second waits). The report's data_dir
+// names `label`.
+absl::StatusOr<FsckReport> CheckMetadataCopy(
+    const std::string& scratch_dir, const std::string& label, uint64_t chunk_size,
+    const std::function<absl::Status(const std::string& dir)>& checkpoint);
 
 }  // namespace grantfs
 

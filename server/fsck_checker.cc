@@ -76,7 +76,7 @@ std::string Quote(const std::string& name) {
 
 absl::Status Checker::Run() {
   RETURN_IF_ERROR(ScanRecords());
-  RETURN_IF_ERROR(ScanChunkFiles());
+  if (!options_.metadata_only) RETURN_IF_ERROR(ScanChunkFiles());
   CheckEntries();
   WalkFromRoot();
   CheckChunks();

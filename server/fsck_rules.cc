@@ -214,7 +214,7 @@ void Checker::CheckChunks() {
         }
       }
     }
-    if (!chunk_files_.count(at)) {
+    if (!options_.metadata_only && !chunk_files_.count(at)) {
       Add("chunk_file_missing",
           absl::StrCat(what, " of ", Describe(ino), " has no chunk file ", path,
                        ": those blocks read as zeros"),

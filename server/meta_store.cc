@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
 #include "common/rocks_logger.h"
 #include "common/status_macros.h"
@@ -424,6 +425,23 @@ absl::StatusOr<uint64_t> MetaStore::Checkpoint(const std::string& dir) {
   s = cp->CreateCheckpoint(dir);
   if (!s.ok()) return DbError(s, "checkpoint");
   return options_.change_sink != nullptr ? options_.change_sink->Head() : 0;
+}
+
+absl::StatusOr<proto::MetaDigest> MetaStore::DigestWithMark() {
+  const rocksdb::Snapshot* snap;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock l(&mu_);  // every batch is applied and appended under mu_
+    snap = db_->GetSnapshot();
+    if (options_.change_sink != nullptr) {
+      proto::ReplRecord mark;
+      mark.set_digest_mark(true);
+      seq = options_.change_sink->Append(std::move(mark));
+    }
+  }
+  absl::StatusOr<proto::MetaDigest> d = DigestMeta(db_, snap, seq);
+  db_->ReleaseSnapshot(snap);
+  return d;
 }
 
 absl::Status MetaStore::WaitReplicatedAll() {

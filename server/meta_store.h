@@ -222,6 +222,11 @@ class MetaStore {
   // (a RocksDB checkpoint) and returns the change sink's Head() at that
   // moment: the copy holds exactly the batches up to it. 0 without a sink.
   absl::StatusOr<uint64_t> Checkpoint(const std::string& dir);
+  // A digest of the metadata (checkpoint/meta_digest.h) as of now, labelled
+  // with the digest mark appended to the change sink at exactly this point
+  // (its seq; 0 without a sink): the replica digests its copy at the mark.
+  // Reads the whole store, outside mu_ (on a snapshot).
+  absl::StatusOr<proto::MetaDigest> DigestWithMark() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until every change appended so far is replicated (a retried
   // request answered from its dedupe record must not be acknowledged before
   // the change itself is). OK at once without a sink.

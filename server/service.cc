@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
 #include "common/secret.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
 #include "server/names.h"
@@ -624,6 +626,36 @@ grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest
       return ErrnoStatus(ENOTSUP, "standalone server: no replica");
     }
     return options_.server_role->Switchover();
+  });
+}
+
+grpc::Status GrantFsService::Check(Ctx* ctx, const proto::CheckRequest* req,
+                                   proto::CheckReply* reply) {
+  return Serve("Check", ctx, req, reply, {}, [&](const RequestContext&) -> absl::Status {
+    ASSIGN_OR_RETURN(FsckReport report, volume_->CheckMetadata());
+    reply->set_clean(report.clean());
+    for (const FsckProblem& p : report.problems) reply->add_problems(p.ToString());
+    reply->set_summary(report.Summary());
+    reply->set_report_json(report.ToJson());
+    ASSIGN_OR_RETURN(*reply->mutable_primary(), volume_->meta().DigestWithMark());
+    if (options_.server_role == nullptr) {
+      reply->set_replica_error("standalone server: no replica");
+      return absl::OkStatus();
+    }
+    // The replica digests its copy when it applies the mark.
+    absl::Status replicated = volume_->meta().WaitReplicatedAll();
+    absl::StatusOr<proto::MetaDigest> theirs =
+        replicated.ok() ? options_.server_role->ReplicaDigest(reply->primary().seq()) : replicated;
+    if (!theirs.ok()) {
+      reply->set_replica_error(std::string(theirs.status().message()));
+      return absl::OkStatus();
+    }
+    *reply->mutable_replica() = *std::move(theirs);
+    for (std::string& d : CompareDigests(reply->primary(), reply->replica())) {
+      LOG(ERROR) << "check: the replica's metadata differs from the primary's: " << d;
+      reply->add_differences(std::move(d));
+    }
+    return absl::OkStatus();
   });
 }
 

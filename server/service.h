@@ -67,6 +67,7 @@ class GrantFsService final : public proto::GrantFs::Service {
   grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*) override;
   grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*) override;
   grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*) override;
+  grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*) override;
 
  private:
   // UNAVAILABLE unless this server is the serving primary.

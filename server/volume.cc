@@ -852,4 +852,10 @@ void Volume::BackgroundLoop() {
   }
 }
 
+absl::StatusOr<FsckReport> Volume::CheckMetadata() {
+  return CheckMetadataCopy(
+      options_.dir, options_.dir + " (online, metadata)", chunks_->chunk_size(),
+      [this](const std::string& dir) { return meta_->Checkpoint(dir).status(); });
+}
+
 }  // namespace grantfs

@@ -31,6 +31,7 @@
 #include "server/chunk_store.h"
 #include "server/dedupe.h"
 #include "server/flow_control.h"
+#include "server/fsck.h"
 #include "server/lock_manager.h"
 #include "server/meta_store.h"
 #include "server/session_table.h"
@@ -113,6 +114,9 @@ class Volume {
   const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
   InFlightRequests& in_flight() { return in_flight_; }
+  // The online metadata check (server/fsck.h CheckMetadataCopy) of a
+  // consistent copy of the metadata made in the data directory.
+  absl::StatusOr<FsckReport> CheckMetadata();
   MetaStore& meta() { return *meta_; }
 
   // --- namespace ---------------------------------------------------------

@@ -65,13 +65,47 @@ def replication_available(tmp_path_factory):
         pytest.skip(f"grantfs-server has no replication yet: --role=witness -> {said}")
 
 
+def _online_check(t):
+    """`grantfsctl fsck` (online) on the drill's last primary: its metadata
+    is clean and, when its replica is in sync, the replica's digest at the
+    same change equals the primary's. Returns a problem or None."""
+    try:
+        name, _ = t.primary()
+    except AssertionError:
+        return None  # the drill ended with no primary
+    try:
+        t.wait_in_sync(name, t.other(name), 20)
+    except Exception:  # noqa: BLE001 - a drill may end with the replica gone
+        pass
+    r = subprocess.run([CTL_BIN, f"--server={t.nodes[name].addr}", "fsck", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    try:
+        report = json.loads(r.stdout)
+    except ValueError:
+        return f"online fsck of {name}: exit {r.returncode}: {r.stdout}{r.stderr}"
+    print(f"online fsck of {name}: exit {r.returncode}, clean {report.get('clean')}, "
+          f"replica compared {report.get('replica_compared')}, "
+          f"digests equal {report.get('digests_equal')}"
+          f"{'' if report.get('replica_compared') else ' (' + report.get('replica_error', '') + ')'}")
+    if r.returncode != 0:
+        return f"online fsck of {name}: exit {r.returncode}: {r.stdout}{r.stderr}"
+    return None
+
+
 def _teardown(t, request):
-    t.stop()
     rep = getattr(request.node, "rep_call", None)
+    online = None
+    if rep is not None and not rep.failed:
+        try:
+            online = _online_check(t)
+        except Exception as e:  # noqa: BLE001 - reported below, after the stop
+            online = f"online fsck: {e!r}"
+    t.stop()
     if rep is None or rep.failed:
         t.keep_logs(request.node.name)
         return
-    # After every drill: each server's copy, stopped, passes the offline fsck
+    # After every drill: the online check passed on the last primary (above),
+    # and each server's copy, stopped, passes the offline fsck
     # (the ledger recomputed from per-session grants and chunk maps agrees
     # with the counters; every inode, entry and chunk accounted for).
     # A server killed with -9 may keep the bytes of a write whose commit the
@@ -94,6 +128,8 @@ def _teardown(t, request):
         print(f"fsck of {n}: exit {r.returncode}: problems {sorted(kinds)}, killed: {killed}")
         if r.returncode != 0 and not (killed and kinds == {"orphan_chunk_file"}):
             problems.append(f"fsck of {n} ({d}): exit {r.returncode}\n{r.stdout}{r.stderr}")
+    if online:
+        problems.append(online)
     if problems:
         t.keep_logs(request.node.name)
         pytest.fail("\n".join(problems), pytrace=False)

@@ -159,8 +159,11 @@ def test_refused_while_the_server_runs(tmp_base):
         c.stop()
     r = fsck(os.path.join(tmp_base, "no-such-dir"))
     assert r.returncode == 2 and "no metadata store" in r.stderr, r.stderr
-    r = subprocess.run([CTL_BIN, "fsck"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "--data_dir" in r.stderr, r.stderr
+    # Without --data_dir it is the online check, of a server that answers.
+    r = subprocess.run([CTL_BIN, f"--server={c.server.addr}", "fsck"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "no primary among" in r.stderr, r.stderr
+    assert "--data_dir=DIR" in r.stderr, r.stderr
 
 
 # Holds files open on the mounts for test_server_stopped_under_busy_mounts_is_clean:
@@ -222,3 +225,103 @@ def test_server_stopped_under_busy_mounts_is_clean(tmp_base):
     # f (3 MiB, still recorded: the unlinked file waits for the next start,
     # as the last run's sessions were still in grace), g and cached.
     assert report["used_blocks"] == (3 + 1 + 2) * MIB // 4096, report
+
+
+# --- the online check (grantfsctl fsck without --data_dir) ----------------------------
+
+
+def online_fsck(servers, *flags):
+    return subprocess.run([CTL_BIN, f"--server={servers}", "fsck", *flags], capture_output=True,
+                          text=True, timeout=300)
+
+
+def busy_tree(root, n=40):
+    """Files, directories, renames, links, xattrs and removals: every kind of record."""
+    os.makedirs(os.path.join(root, "d", "e"), exist_ok=True)
+    for i in range(n):
+        p = os.path.join(root, "d", f"f{i}")
+        with open(p, "wb") as f:
+            f.write(os.urandom(1000 + 37 * i))
+        if i % 3 == 0:
+            os.rename(p, os.path.join(root, "d", "e", f"g{i}"))
+        elif i % 5 == 0:
+            os.link(p, os.path.join(root, f"link{i}"))
+        elif i % 7 == 0:
+            os.setxattr(p, b"user.k", b"v%d" % i)
+        elif i % 11 == 0:
+            os.unlink(p)
+    os.symlink("d/e", os.path.join(root, "sym"))
+
+
+def test_online_check_of_a_standalone_server(tmp_base):
+    c = Cluster(tmp_base, nodes=1).start()
+    try:
+        busy_tree(c.n1)
+        r = online_fsck(c.server.addr)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "chunk files not read" in r.stdout and ": clean" in r.stdout, r.stdout
+        assert "not compared (standalone server: no replica)" in r.stdout, r.stdout
+        report = json.loads(online_fsck(c.server.addr, "--json").stdout)
+        assert report["clean"] and report["metadata_only"], report
+        assert report["replica_compared"] is False and report["inodes"] > 40, report
+        r = online_fsck(c.server.addr, "--repair")
+        assert r.returncode == 2 and "--repair needs --data_dir" in r.stderr, r.stderr
+        # Nothing is left behind in the data directory.
+        assert sorted(os.listdir(c.server.data_dir)) == sorted(
+            e for e in os.listdir(c.server.data_dir) if e != "online-check"), "copy left behind"
+        assert not os.path.exists(os.path.join(c.server.data_dir, "online-check"))
+    finally:
+        c.stop()
+
+
+def test_online_check_compares_primary_and_replica_while_they_change(tmp_base):
+    """The digests are of one point of the change log on both servers, so
+    they agree while a writer keeps changing the metadata; and again on
+    the other server after a switchover."""
+    import threading
+
+    from cluster3 import Trio
+
+    t = Trio(tmp_base)
+    try:
+        t.start()
+        n1 = t.mount("node1")
+        busy_tree(n1)
+        stop = threading.Event()
+        errors = []
+
+        def churn():
+            i = 0
+            try:
+                while not stop.is_set():
+                    p = os.path.join(n1, f"churn{i % 50}")
+                    with open(p, "wb") as f:
+                        f.write(b"x" * (i % 5000))
+                    if i % 2:
+                        os.unlink(p)
+                    i += 1
+            except OSError as e:
+                errors.append(e)
+
+        th = threading.Thread(target=churn)
+        th.start()
+        try:
+            for _ in range(3):
+                r = online_fsck(t.servers)
+                assert r.returncode == 0, r.stdout + r.stderr
+                assert "the replica's is the same" in r.stdout, r.stdout
+        finally:
+            stop.set()
+            th.join(60)
+        assert not errors, errors
+        report = json.loads(online_fsck(t.servers, "--json").stdout)
+        assert report["replica_compared"] and report["digests_equal"], report
+        r = subprocess.run([CTL_BIN, f"--server={t.servers}", "switchover"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        t.wait_in_sync("B", "A", 60)
+        busy_tree(os.path.join(n1, "d", "e"), n=10)
+        r = online_fsck(t.servers)
+        assert r.returncode == 0 and "the replica's is the same" in r.stdout, r.stdout + r.stderr
+    finally:
+        t.stop()
