@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,11 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
-#include "common/errno_status.h"
 #include "common/rocks_logger.h"
 #include "common/status_macros.h"
-#include "glog/logging.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/store.pb.h"
@@ -244,28 +240,20 @@ absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options) {
   return report;
 }
 
-absl::StatusOr<FsckReport> CheckMetadataCopy(
-    const std::string& scratch_dir, const std::string& label, uint64_t chunk_size,
-    const std::function<absl::Status(const std::string& dir)>& checkpoint) {
-  // One check at a time, in one directory: a copy left by a crash during an
-  // earlier check goes first.
-  static absl::Mutex mu(absl::kConstInit);
-  absl::MutexLock l(&mu);
-  const std::string dir = scratch_dir + "/online-check";
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (mkdir(dir.c_str(), 0700) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("making ", dir, " for the online check"));
-  }
+absl::StatusOr<FsckReport> CheckMetadataSnapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot,
+                                                 const std::string& label, uint64_t chunk_size) {
   FsckOptions o;
-  o.data_dir = dir;
+  o.data_dir = label;
   o.chunk_size = chunk_size;
   o.metadata_only = true;
-  absl::Status copied = checkpoint(dir + "/meta");
-  absl::StatusOr<FsckReport> report = copied.ok() ? CheckVolume(o) : copied;
-  std::filesystem::remove_all(dir, ec);
-  if (ec) LOG(WARNING) << "online check: removing " << dir << ": " << ec.message();
-  if (report.ok()) report->data_dir = label;
+  if (o.chunk_size == 0 || o.chunk_size % (kBlockSize * 8) != 0) {
+    return absl::InvalidArgumentError("chunk_size must be a multiple of 32 KiB");
+  }
+  FsckReport report;
+  report.data_dir = label;
+  report.metadata_only = true;
+  Checker checker(o, db, &report, snapshot);
+  RETURN_IF_ERROR(checker.Run());
   return report;
 }
 

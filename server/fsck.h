@@ -41,11 +41,15 @@
 #define GRANTFS_SERVER_FSCK_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+
+namespace rocksdb {
+class DB;
+class Snapshot;
+}  // namespace rocksdb
 
 namespace grantfs {
 
@@ -60,9 +64,9 @@ struct FsckOptions {
   uint64_t chunk_size = 4 << 20;
   // Check the records only: chunk files are not read (chunk_file_missing
   // and orphan_chunk_file are not checked) and data_dir needs no chunks/.
-  // For a copy of a running server's metadata (the online check,
-  // CheckMetadataCopy below), whose chunk files move on meanwhile. Not with
-  // repair.
+  // For a running server's metadata (the online check,
+  // CheckMetadataSnapshot below), whose chunk files move on meanwhile. Not
+  // with repair.
   bool metadata_only = false;
 };
 
@@ -121,15 +125,13 @@ struct FsckReport {
 // repair write. Problems found are in the report.
 absl::StatusOr<FsckReport> CheckVolume(const FsckOptions& options);
 
-// The online check of a running server: `checkpoint` writes a consistent
-// copy of the metadata store into a new directory (MetaStore::Checkpoint);
-// the copy is made in `scratch_dir`/online-check (on the data directory's
-// file system, so it is mostly hard links), checked with metadata_only, and
-// removed. One check at a time (a second waits). The report's data_dir
+// The online check of a running server: checks `db` (its metadata store)
+// as of `snapshot` with metadata_only (every batch is atomic, so a snapshot
+// is a consistent moment of the volume). Reads the whole store once and
+// writes nothing, so it runs on a full disk too. The report's data_dir
 // names `label`.
-absl::StatusOr<FsckReport> CheckMetadataCopy(
-    const std::string& scratch_dir, const std::string& label, uint64_t chunk_size,
-    const std::function<absl::Status(const std::string& dir)>& checkpoint);
+absl::StatusOr<FsckReport> CheckMetadataSnapshot(rocksdb::DB* db, const rocksdb::Snapshot* snapshot,
+                                                 const std::string& label, uint64_t chunk_size);
 
 }  // namespace grantfs
 

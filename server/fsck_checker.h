@@ -82,9 +82,12 @@ struct InodeFix {
 };
 class Checker {
  public:
-  Checker(const FsckOptions& options, rocksdb::DB* db, FsckReport* report)
+  // Reads `db` as of `snapshot` (nullptr: as it is).
+  Checker(const FsckOptions& options, rocksdb::DB* db, FsckReport* report,
+          const rocksdb::Snapshot* snapshot = nullptr)
       : options_(options),
         db_(db),
+        snapshot_(snapshot),
         report_(report),
         chunk_dir_(options.data_dir + "/chunks"),
         blocks_per_chunk_(options.chunk_size / kBlockSize) {}
@@ -174,6 +177,7 @@ class Checker {
 
   const FsckOptions& options_;
   rocksdb::DB* const db_;
+  const rocksdb::Snapshot* const snapshot_;
   FsckReport* const report_;
   const std::string chunk_dir_;
   const uint64_t blocks_per_chunk_;

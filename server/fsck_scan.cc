@@ -26,6 +26,7 @@ namespace grantfs::fsck_internal {
 
 absl::Status Checker::ScanRecords() {
   rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot_;
   ro.fill_cache = false;
   ro.verify_checksums = true;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));

@@ -444,6 +444,14 @@ absl::StatusOr<proto::MetaDigest> MetaStore::DigestWithMark() {
   return d;
 }
 
+absl::Status MetaStore::ReadSnapshot(
+    const std::function<absl::Status(rocksdb::DB* db, const rocksdb::Snapshot* snapshot)>& fn) {
+  const rocksdb::Snapshot* snap = db_->GetSnapshot();
+  absl::Status st = fn(db_, snap);
+  db_->ReleaseSnapshot(snap);
+  return st;
+}
+
 absl::Status MetaStore::WaitReplicatedAll() {
   if (options_.change_sink == nullptr) return absl::OkStatus();
   return options_.change_sink->WaitReplicated(options_.change_sink->Head());

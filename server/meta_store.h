@@ -39,6 +39,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Snapshot;
 class Status;
 class WriteBatch;
 }  // namespace rocksdb
@@ -227,6 +228,11 @@ class MetaStore {
   // (its seq; 0 without a sink): the replica digests its copy at the mark.
   // Reads the whole store, outside mu_ (on a snapshot).
   absl::StatusOr<proto::MetaDigest> DigestWithMark() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `fn` on the store as of a snapshot taken now (a consistent moment:
+  // every batch is atomic), outside mu_; for the online check (server/fsck.h
+  // CheckMetadataSnapshot). Writes nothing.
+  absl::Status ReadSnapshot(
+      const std::function<absl::Status(rocksdb::DB* db, const rocksdb::Snapshot* snapshot)>& fn);
   // Waits until every change appended so far is replicated (a retried
   // request answered from its dedupe record must not be acknowledged before
   // the change itself is). OK at once without a sink.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -853,9 +854,13 @@ void Volume::BackgroundLoop() {
 }
 
 absl::StatusOr<FsckReport> Volume::CheckMetadata() {
-  return CheckMetadataCopy(
-      options_.dir, options_.dir + " (online, metadata)", chunks_->chunk_size(),
-      [this](const std::string& dir) { return meta_->Checkpoint(dir).status(); });
+  std::optional<absl::StatusOr<FsckReport>> report;
+  RETURN_IF_ERROR(meta_->ReadSnapshot([&](rocksdb::DB* db, const rocksdb::Snapshot* snap) {
+    report = CheckMetadataSnapshot(db, snap, options_.dir + " (online, metadata)",
+                                   chunks_->chunk_size());
+    return absl::OkStatus();
+  }));
+  return *std::move(report);
 }
 
 }  // namespace grantfs

@@ -114,8 +114,8 @@ class Volume {
   const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
   InFlightRequests& in_flight() { return in_flight_; }
-  // The online metadata check (server/fsck.h CheckMetadataCopy) of a
-  // consistent copy of the metadata made in the data directory.
+  // The online metadata check (server/fsck.h CheckMetadataSnapshot) of a
+  // snapshot of the metadata store.
   absl::StatusOr<FsckReport> CheckMetadata();
   MetaStore& meta() { return *meta_; }
 

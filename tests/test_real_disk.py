@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import Cluster, stop_process, wait_for
+from conftest import CTL_BIN, Cluster, stop_process, wait_for
 
 MIB = 1 << 20
 
@@ -204,3 +204,96 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
                  what="space to come back after the filler went away")
     finally:
         c.stop()
+
+
+def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
+    """The same fill on witness + primary + replica, each server's data on a
+    256 MiB tmpfs of its own, default capacity, and a kill -9 of the primary
+    when about a third is written: the writers pause, go on with the replica,
+    get ENOSPC only at write(), fsync and close succeed, every accepted byte
+    reads back from the new primary, and its metadata is clean."""
+    from cluster3 import Trio
+
+    disks = []
+    for n in "ab":
+        path = os.path.join(tmp_base, f"data-{n}")
+        os.makedirs(path)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", path], check=True,
+                       timeout=30)
+        disks.append(path)
+    t = Trio(tmp_base, capacity="0")
+    try:
+        t.start()
+        mounts = [t.mount("node1"), t.mount("node2")]
+        results, progress = {}, [0]
+        lock = threading.Lock()
+
+        def fill_counting(w):
+            fd = os.open(os.path.join(mounts[w % 2], f"w{w}"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            accepted, index, error = 0, 0, None
+            try:
+                while True:
+                    data = block(w, index)
+                    done = 0
+                    try:
+                        while done < len(data):
+                            done += os.write(fd, data[done:])
+                    except OSError as e:
+                        accepted += done
+                        if e.errno != errno.ENOSPC:
+                            error = f"write: {e}"
+                        break
+                    accepted += done
+                    index += 1
+                    with lock:
+                        progress[0] += done
+                try:
+                    os.fsync(fd)
+                except OSError as e:
+                    error = f"fsync after {accepted} accepted bytes: {e}"
+            finally:
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    error = error or f"close after {accepted} accepted bytes: {e}"
+            results[w] = (accepted, error)
+
+        threads = [threading.Thread(target=fill_counting, args=(w,)) for w in range(4)]
+        for th in threads:
+            th.start()
+        wait_for(lambda: progress[0] >= 64 * MIB or len(results) == 4, timeout=300,
+                 what="64 MiB written")
+        assert len(results) < 4, f"the writers ended before the kill: {results}"
+        t.kill9("A")
+        killed_at = progress[0]
+        for th in threads:
+            th.join(timeout=600)
+        assert len(results) == 4, "a writer hung"
+        total = 0
+        for w, (accepted, error) in sorted(results.items()):
+            assert error is None, f"writer {w}: {error}"
+            total += accepted
+        print(f"accepted {total / MIB:.1f} MiB, {killed_at / MIB:.0f} MiB before the kill")
+        assert total >= 100 * MIB, f"only {total} bytes accepted"
+        name, _ = t.primary()
+        assert name == "B"
+        for w, (accepted, _) in results.items():
+            with open(os.path.join(mounts[(w + 1) % 2], f"w{w}"), "rb") as f:
+                got = f.read()
+            assert len(got) == accepted, f"writer {w}: {len(got)} bytes, {accepted} accepted"
+            assert got == expected(w, accepted), f"writer {w}: data differs"
+        r = subprocess.run([CTL_BIN, f"--server={t.nodes['B'].addr}", "fsck"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        # Deleting gives the space back on the new primary.
+        for w in range(4):
+            os.unlink(os.path.join(mounts[0], f"w{w}"))
+        wait_for(lambda: room(mounts[1]), timeout=60, what="space to come back after the deletes")
+    except BaseException:
+        t.keep_logs("test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary")
+        raise
+    finally:
+        t.stop()
+        for path in disks:
+            subprocess.run(["umount", "-l", path], capture_output=True, timeout=30)
