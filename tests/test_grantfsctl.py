@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 
-from conftest import CTL_BIN, free_port
+from kit.build import CTL_BIN
+from kit.ports import free_port
 
 
 def numbers_in_text(text):

@@ -12,7 +12,9 @@ import threading
 
 import pytest
 
-from conftest import Cluster, stop_process, wait_for
+from kit.processes import stop_process
+from kit.topology import Standalone
+from kit.waits import wait_for
 
 MIB = 1 << 20
 
@@ -96,7 +98,7 @@ def expected(writer, length):
 
 
 def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
-    c = Cluster(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
+    c = Standalone(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
     c.start()
     try:
         results = {}
@@ -168,7 +170,7 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
     the server's back cannot take it: what write() accepted is stored, the
     server keeps serving and stops on SIGTERM, and it restarts on the full
     disk."""
-    c = Cluster(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
+    c = Standalone(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
     c.start()
     filler = os.path.join(small_disk, "filler")
     try:
