@@ -39,10 +39,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from suitelib import drill  # noqa: E402
+from suitelib import failover as drill  # noqa: E402 (suitelib puts tests/ on the path)
 from suitelib.context import Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import fmt, fmt_summary, summarize  # noqa: E402
+
+from kit.server import role_support  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,9 +66,9 @@ def drills(h, progress, runs, size_mb, kill_at, capacity):
     data = os.urandom(size_mb << 20)
     progress.done(drill.sha256(data)[:16])
     progress.step("starting witness, primary and replica; waiting for in sync")
-    trio = drill.Trio(h, "drill", capacity)
+    trio = drill.make_trio(h, "drill", capacity)
     trio.start()
-    progress.done(f"A {trio.addr['A']}, B {trio.addr['B']}, witness {trio.addr['W']}")
+    progress.done(f"A {trio['A'].addr}, B {trio['B'].addr}, witness {trio['W'].addr}")
     m1 = h.mount_grantfs("mnt1", trio.servers)
     m2 = h.mount_grantfs("mnt2", trio.servers)
     results, failures = [], []
@@ -104,7 +106,7 @@ def summary_lines(results):
 def compare(h, progress, runs, size_mb, creates, capacity, peer_delay_ms=0):
     """Summaries of dd MB/s and creates/s, replica in sync vs standalone."""
     progress.step("compare: starting a trio and a standalone server")
-    trio = drill.Trio(h, "cmp", capacity, peer_delay_ms)
+    trio = drill.make_trio(h, "cmp", capacity, peer_delay_ms)
     trio.start()
     solo = h.start_server("standalone", capacity)
     progress.done("up")
@@ -159,7 +161,7 @@ def main(argv):
     h = Harness(build, a.workdir, progress)
     failed = False
     try:
-        ok, said = drill.role_support(h.bin("server/grantfs-server"), h.path("probe"))
+        ok, said = role_support(h.bin("server/grantfs-server"), h.path("probe"))
         if not ok:
             print(f"drill: this grantfs-server cannot run a witness: {said}", file=sys.stderr)
             return 2

@@ -1,6 +1,9 @@
 // grantfsctl: operator's view of a GrantFS cluster.
 //
-//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status   role, replication, space, sessions
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status [--json]
+//                                   role, replication, space, sessions; with --json
+//                                   one line {"servers": [...], "unreachable": [...]}
+//                                   (client/status_json.h names the fields)
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df       capacity, used, available
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
 //                                   moves the primary role to the in-sync replica
@@ -9,14 +12,15 @@
 //                                   (server/fsck.h); exit 0 clean, 1 problems
 //                                   (with --repair: problems left), 2 cannot run
 //   grantfsctl [--server=...] fsck [--json]
-//                                   online, read-only: the primary checks a copy
+//                                   online, read-only: the primary checks a snapshot
 //                                   of its metadata and compares a digest of it
 //                                   with the in-sync replica's; exit 0 clean and
 //                                   equal (or no replica), 1 problems or differences,
 //                                   2 cannot run
 //
 // With several servers, `status` shows every server that answers (the
-// primary and its replica), one block each; `df` asks the primary.
+// primary and its replica), one block each (--json: one object each, in the
+// order given); `df` asks the primary.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,7 +33,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/rpc_client.h"
+#include "client/status_json.h"
 #include "common/secret.h"
+#include "google/protobuf/struct.pb.h"
 #include "server/fsck.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:7420",
@@ -40,7 +46,9 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(bool, repair, false,
           "fsck: fix what has one right answer (counters, link counts, allocated blocks, "
           "records of inodes that do not exist, chunk files without a record)");
-ABSL_FLAG(bool, json, false, "fsck: print the report as one JSON object");
+ABSL_FLAG(bool, json, false,
+          "status, fsck: print one JSON object (status: every server that answered, and "
+          "the error of each that did not)");
 
 namespace {
 
@@ -79,8 +87,7 @@ absl::StatusOr<grantfs::proto::StatusReply> AskStatus(const std::string& server,
 }
 
 void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& st) {
-  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
-  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
+  const uint64_t avail = grantfs::AvailableBytes(st);
   printf("server:          %s\n", server.c_str());
   printf("role:            %s\n", st.role().c_str());
   if (!st.not_serving().empty()) printf("not serving:     %s\n", st.not_serving().c_str());
@@ -139,8 +146,7 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
 }
 
 void PrintDf(const std::string& server, const grantfs::proto::StatusReply& st) {
-  const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
-  const uint64_t avail = st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
+  const uint64_t avail = grantfs::AvailableBytes(st);
   printf("%-22s %14s %14s %14s %5s\n", "server", "capacity", "used", "available", "use%");
   printf("%-22s %14llu %14llu %14llu %4.0f%%\n", server.c_str(),
          (unsigned long long)st.capacity_bytes(), (unsigned long long)st.used_bytes(),
@@ -246,7 +252,7 @@ int OnlineFsck(const std::vector<std::string>& servers, const std::string& secre
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] status|df|switchover|fsck [--json]\n"
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|switchover|fsck\n"
       "       grantfsctl fsck --data_dir=DIR [--repair] [--json]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
@@ -279,16 +285,29 @@ int main(int argc, char** argv) {
   if (cmd == "status") {
     // Every server that answers, whatever its role: operators want to see
     // the primary and the replica side by side.
+    const bool json = absl::GetFlag(FLAGS_json);
+    google::protobuf::Struct out;
+    auto* answers = (*out.mutable_fields())["servers"].mutable_list_value();
+    auto* unreachable = (*out.mutable_fields())["unreachable"].mutable_list_value();
     int answered = 0;
     for (const std::string& server : servers) {
       absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
       if (!st.ok()) {
         fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
+        auto& e = *unreachable->add_values()->mutable_struct_value()->mutable_fields();
+        e["server"].set_string_value(server);
+        e["error"].set_string_value(st.status().ToString());
+        continue;
+      }
+      if (json) {
+        *answers->add_values()->mutable_struct_value() = grantfs::StatusToStruct(server, *st);
+        ++answered;
         continue;
       }
       if (answered++ > 0) printf("\n");
       PrintStatus(server, *st);
     }
+    if (json) printf("%s\n", grantfs::ToJsonLine(out).c_str());
     return answered > 0 ? 0 : 1;
   }
 

@@ -15,11 +15,12 @@ import time
 
 import pytest
 
-from conftest import BUILD, REPO, wait_for
+from kit.build import BUILD, REPO
+from kit.mount import mounts_under
+from kit.waits import wait_for
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from suitelib import stats  # noqa: E402
-from suitelib.harness import mounts_under  # noqa: E402
 from suitelib.report import PNG_MAGIC  # noqa: E402
 
 SUITE = os.path.join(REPO, "bench", "suite.py")

@@ -17,12 +17,14 @@ import time
 
 import pytest
 
-from conftest import (BUILD, Mount, Server, force_unmount, free_port, is_mounted, start_fuse,
-                      stop_process, tail_log, wait_for)
+from kit.build import PASSTHROUGH_BIN, PROXY_BIN
+from kit.mount import Mount, force_unmount, is_mounted, start_fuse
+from kit.ports import free_port
+from kit.processes import stop_process, tail_log
+from kit.server import Server
+from kit.waits import wait_for
 from treesnap import sha256_of as sha256_file
 
-PASSTHROUGH_BIN = os.path.join(BUILD, "bench", "grantfs-passthrough")
-PROXY_BIN = os.path.join(BUILD, "bench", "grantfs-latency-proxy")
 MIB = 1 << 20
 IO_TIMEOUT = 30  # seconds for any one socket operation
 

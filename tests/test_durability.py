@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from conftest import Mount
+from kit.mount import Mount
 from treesnap import diff, snapshot
 
 MiB = 1 << 20

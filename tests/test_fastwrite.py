@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, running_cluster
+from kit.topology import Standalone, running_standalone
 
 MiB = 1 << 20
 
@@ -47,7 +47,7 @@ def pattern(seed, n):
 
 @pytest.fixture
 def small_cluster(tmp_base):
-    yield from running_cluster(tmp_base, capacity="256M", lease_ms=2000)
+    yield from running_standalone(tmp_base, capacity="256M", lease_ms=2000)
 
 
 def test_enospc_comes_from_write_and_every_accepted_byte_is_stored(small_cluster):
@@ -112,7 +112,7 @@ def test_enospc_comes_from_write_and_every_accepted_byte_is_stored(small_cluster
 
 
 def test_ledger_is_exact_after_mixed_work_and_a_clean_unmount(tmp_base):
-    c = Cluster(tmp_base, capacity="1G")
+    c = Standalone(tmp_base, capacity="1G")
     c.start()
     try:
         sizes = {}
@@ -190,7 +190,7 @@ def test_mount_memory_stays_under_the_dirty_limit_plus_overhead(tmp_base):
     # loaded machine; 128 MiB allowed. The file is 16x the dirty limit, so
     # a cache that grew with it would pass the bound by far.
     overhead = 128 * MiB
-    c = Cluster(tmp_base, capacity="2G", mount_extra=[f"--dirty_limit_mb={dirty_limit_mb}"])
+    c = Standalone(tmp_base, capacity="2G", mount_extra=[f"--dirty_limit_mb={dirty_limit_mb}"])
     c.start()
     try:
         pid = c.mounts[0].proc.pid
@@ -229,7 +229,7 @@ def test_statfs_available_is_what_a_new_grant_could_get(small_cluster):
 
 
 def test_writethrough_mode_writes_and_holds_no_grant(tmp_base):
-    c = Cluster(tmp_base, capacity="1G", mount_extra=["--write_mode=writethrough"])
+    c = Standalone(tmp_base, capacity="1G", mount_extra=["--write_mode=writethrough"])
     c.start()
     try:
         with open(os.path.join(c.n1, "f"), "wb") as f:
@@ -282,7 +282,7 @@ def test_flushers_keep_within_the_servers_in_flight_credit(tmp_base, budget_mb, 
     """With a 1 MiB budget the server's credit lets one write be in flight
     at a time, whatever the number of flushers; with the default budget the
     four flushers overlap (the control that shows the check can fail)."""
-    c = Cluster(tmp_base, capacity="2G", server_extra=[f"--write_backlog_mb={budget_mb}"],
+    c = Standalone(tmp_base, capacity="2G", server_extra=[f"--write_backlog_mb={budget_mb}"],
                 mount_extra=["--flushers=4"])
     c.start()
     try:

@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 
-from conftest import CTL_BIN, Cluster
+from kit.build import CTL_BIN
+from kit.topology import Standalone, Trio
 
 MIB = 1 << 20
 CHUNK = 4 * MIB
@@ -75,7 +76,7 @@ def build_tree(root):
 
 
 def test_clean_volume_then_damage_and_repair(tmp_base):
-    c = Cluster(tmp_base).start()
+    c = Standalone(tmp_base).start()
     try:
         files = build_tree(c.n1)
         big_ino = os.stat(os.path.join(c.n1, "a/b/big.bin")).st_ino
@@ -135,7 +136,7 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
     assert "[repaired" not in r.stdout and ": 1 problem, 0 repaired" in r.stdout, r.stdout
 
     # The server serves the rest as before; the lost chunk reads as zeros.
-    c = Cluster(tmp_base, data_dir=data).start()
+    c = Standalone(tmp_base, data_dir=data).start()
     try:
         for rel, want in files.items():
             if rel != "a/b/big.bin":
@@ -148,7 +149,7 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
 
 
 def test_refused_while_the_server_runs(tmp_base):
-    c = Cluster(tmp_base, nodes=1).start()
+    c = Standalone(tmp_base, nodes=1).start()
     try:
         for flags in [(), ("--repair",)]:
             r = fsck(c.server.data_dir, *flags)
@@ -188,7 +189,7 @@ def test_server_stopped_under_busy_mounts_is_clean(tmp_base):
     file unlinked while open, written data still cached in a mount (never
     sent: not part of the volume). All of it is consistent; so is the
     volume after the server came back and the mounts finished."""
-    c = Cluster(tmp_base).start()
+    c = Standalone(tmp_base).start()
     holder = None
     try:
         with open(os.path.join(c.n1, "f"), "wb") as f:
@@ -254,7 +255,7 @@ def busy_tree(root, n=40):
 
 
 def test_online_check_of_a_standalone_server(tmp_base):
-    c = Cluster(tmp_base, nodes=1).start()
+    c = Standalone(tmp_base, nodes=1).start()
     try:
         busy_tree(c.n1)
         r = online_fsck(c.server.addr)
@@ -275,8 +276,6 @@ def test_online_check_compares_primary_and_replica_while_they_change(tmp_base):
     they agree while a writer keeps changing the metadata; and again on
     the other server after a switchover."""
     import threading
-
-    from cluster3 import Trio
 
     t = Trio(tmp_base)
     try:

@@ -26,9 +26,11 @@ import time
 import pytest
 
 import fsx
-from conftest import BUILD, Cluster, force_unmount, start_fuse, stop_process, tail_log
+from kit.build import PASSTHROUGH_BIN
+from kit.mount import force_unmount, start_fuse
+from kit.processes import stop_process, tail_log
+from kit.topology import Standalone
 
-PASSTHROUGH_BIN = os.path.join(BUILD, "bench", "grantfs-passthrough")
 
 LONG = os.environ.get("GRANTFS_LONG") == "1"
 FIXED_SEED = 1
@@ -53,7 +55,7 @@ def grantfs_target(base, mode):
     """A real grantfs-server and real grantfs-mount(s): two for twomounts,
     the write cache off (--write_mode=writethrough) for nocache."""
     extra = ["--write_mode=writethrough"] if mode == "nocache" else []
-    c = Cluster(base, nodes=2 if mode == "twomounts" else 1, mount_extra=extra)
+    c = Standalone(base, nodes=2 if mode == "twomounts" else 1, mount_extra=extra)
     try:
         c.start()
         yield ([m.path for m in c.mounts],

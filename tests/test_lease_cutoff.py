@@ -13,9 +13,10 @@ import re
 import threading
 import time
 
-from conftest import Mount, Server, wait_for
-from cluster3 import NsMount
-from netlab import NetLab
+from kit.mount import Mount, NsMount
+from kit.netlab import NetLab
+from kit.server import Server
+from kit.waits import wait_for
 from test_real_disk import block, expected, write_on
 
 MIB = 1 << 20

@@ -19,14 +19,15 @@ import re
 
 import pytest
 
-from conftest import Cluster, wait_for
+from kit.topology import Standalone
+from kit.waits import wait_for
 
 MIB = 1 << 20
 
 
 @pytest.fixture
 def full_cluster(tmp_base):
-    c = Cluster(tmp_base, nodes=2, capacity="64M")
+    c = Standalone(tmp_base, nodes=2, capacity="64M")
     c.start()
     try:
         yield c

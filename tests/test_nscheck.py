@@ -19,9 +19,11 @@ import time
 import pytest
 
 import nscheck
-from conftest import BUILD, Cluster, force_unmount, start_fuse, stop_process
+from kit.build import PASSTHROUGH_BIN
+from kit.mount import force_unmount, start_fuse
+from kit.processes import stop_process
+from kit.topology import Standalone
 
-PASSTHROUGH_BIN = os.path.join(BUILD, "bench", "grantfs-passthrough")
 LONG = os.environ.get("GRANTFS_LONG") == "1"
 WORKERS = 4 if LONG else 3
 # Ops per worker: the whole file takes about a minute on a 2-core machine.
@@ -74,7 +76,7 @@ def passthrough_mounts(tmp_base):
 @pytest.fixture
 def grantfs_mounts(tmp_base):
     """One server, three mounts standing for three nodes."""
-    c = Cluster(tmp_base, nodes=3)
+    c = Standalone(tmp_base, nodes=3)
     try:
         c.start()
         yield [m.path for m in c.mounts]

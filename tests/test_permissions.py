@@ -1,7 +1,7 @@
 """Permission checks through GrantFS mounts, as a non-root user (nobody).
 
 Objects are prepared as root, then the operation under test runs in a forked
-child with the credentials of nobody (conftest.as_user), whose errno is
+child with the credentials of nobody (kit.users.as_user), whose errno is
 checked exactly.
 """
 
@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from conftest import NOBODY, NOGROUP, as_user, expect_errno
+from kit.users import NOBODY, NOGROUP, as_user, expect_errno
 
 OTHER_UID = 1000
 GROUP = 100

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from conftest import expect_errno, running_cluster
+from kit.topology import running_standalone
+from kit.users import expect_errno
 from treesnap import poll_until
 
 # --- helpers -------------------------------------------------------------------
@@ -987,7 +988,7 @@ TIB = 1 << 40  # the server's largest file size
 
 @pytest.fixture(params=["fastwrite", "writethrough"])
 def any_mode_cluster(request, tmp_base):
-    yield from running_cluster(tmp_base, nodes=1, mount_extra=[f"--write_mode={request.param}"])
+    yield from running_standalone(tmp_base, nodes=1, mount_extra=[f"--write_mode={request.param}"])
 
 
 class TestMaxFileSize:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import running_cluster
+from kit.topology import running_standalone
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -61,7 +61,7 @@ def served_from_read_ahead(mount):
 @pytest.fixture(params=["readahead", "off"])
 def ra_cluster(request, tmp_base):
     extra = [] if request.param == "readahead" else ["--readahead_kib=0"]
-    for c in running_cluster(tmp_base, capacity="2G", mount_extra=extra):
+    for c in running_standalone(tmp_base, capacity="2G", mount_extra=extra):
         c.readahead = request.param == "readahead"
         yield c
 

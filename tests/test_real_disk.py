@@ -12,7 +12,10 @@ import threading
 
 import pytest
 
-from conftest import CTL_BIN, Cluster, stop_process, wait_for
+from kit.build import CTL_BIN
+from kit.processes import stop_process
+from kit.topology import Standalone, Trio
+from kit.waits import wait_for
 
 MIB = 1 << 20
 
@@ -96,7 +99,7 @@ def expected(writer, length):
 
 
 def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
-    c = Cluster(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
+    c = Standalone(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
     c.start()
     try:
         results = {}
@@ -168,7 +171,7 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
     the server's back cannot take it: what write() accepted is stored, the
     server keeps serving and stops on SIGTERM, and it restarts on the full
     disk."""
-    c = Cluster(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
+    c = Standalone(tmp_base, nodes=2, capacity="0", data_dir=os.path.join(small_disk, "data"))
     c.start()
     filler = os.path.join(small_disk, "filler")
     try:
@@ -212,8 +215,6 @@ def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
     when about a third is written: the writers pause, go on with the replica,
     get ENOSPC only at write(), fsync and close succeed, every accepted byte
     reads back from the new primary, and its metadata is clean."""
-    from cluster3 import Trio
-
     disks = []
     for n in "ab":
         path = os.path.join(tmp_base, f"data-{n}")

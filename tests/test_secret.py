@@ -3,7 +3,9 @@
 import os
 import subprocess
 
-from conftest import MOUNT_BIN, Mount, Server, is_mounted
+from kit.build import MOUNT_BIN
+from kit.mount import Mount, is_mounted
+from kit.server import Server
 
 
 def test_cluster_secret_is_required(tmp_base):

@@ -2,7 +2,7 @@
 mounted (an empty mount point, or no data directory at all), or on another
 volume's data, never becomes primary and never costs the replica its copy.
 
-Real servers and mounts: a witness, a primary and a replica (tests/cluster3.py)
+Real servers and mounts: a witness, a primary and a replica (tests/kit/topology.py)
 on loopback. To make sure the restarted server asks the witness while it still
 names it primary, the replica is paused (SIGSTOP) from the kill until the
 restarted server has had its answer; then it takes over as in a failover.
@@ -18,9 +18,11 @@ import time
 
 import pytest
 
-from cluster3 import Trio
-from conftest import SERVER_BIN, Cluster, free_port, wait_for
-from suitelib.drill import role_support  # cluster3 put bench/ on the path
+from kit.build import SERVER_BIN
+from kit.ports import free_port
+from kit.server import role_support
+from kit.topology import Standalone, Trio
+from kit.waits import wait_for
 
 MiB = 1 << 20
 MISSING = "does not exist: refusing to start (is the data disk mounted?)"
@@ -129,9 +131,9 @@ def test_primary_restarted_on_an_empty_data_dir_runs_as_replica_and_the_data_sur
     files = write_files(t.n1)
     victim, st = t.primary()
     heir = t.other(victim)
-    volume = st["volume"]
+    volume = st["volume_id"]
     assert len(volume) == 32, st
-    assert t.status(heir)["volume"] == volume
+    assert t.status(heir)["volume_id"] == volume
 
     log = LogFrom(t[victim])
 
@@ -152,8 +154,8 @@ def test_primary_restarted_on_an_empty_data_dir_runs_as_replica_and_the_data_sur
     t.wait_in_sync(heir, victim, 120)
     got = t.status(victim)
     assert got["role"] == "replica"
-    assert got["volume"] == volume
-    assert t.status(heir)["volume"] == volume
+    assert got["volume_id"] == volume
+    assert t.status(heir)["volume_id"] == volume
     check_files(t.n1, files)
     check_files(fresh_mount(t, "node2"), files)
     assert "grantfs-server: primary" not in log.text()
@@ -212,12 +214,12 @@ def test_a_server_on_another_volumes_data_is_refused_and_that_data_kept(trio, tm
     files = write_files(t.n1)
     victim, st = t.primary()
     heir = t.other(victim)
-    volume = st["volume"]
+    volume = st["volume_id"]
 
     # Another volume: a standalone server's, with a file of its own.
     other_base = os.path.join(tmp_base, "other")
     os.mkdir(other_base)
-    other = Cluster(other_base, nodes=1, capacity="1G").start()
+    other = Standalone(other_base, nodes=1, capacity="1G").start()
     try:
         with open(os.path.join(other.n1, "theirs"), "w") as f:
             f.write("another volume's file")
@@ -241,15 +243,15 @@ def test_a_server_on_another_volumes_data_is_refused_and_that_data_kept(trio, tm
     # The new primary's stream is refused too: the other volume stays.
     log.wait(f"the primary serves volume {volume} but this copy is of volume {other_volume}")
     got = t.status(victim)
-    assert got["role"] == "replica" and got["volume"] == other_volume, got
-    assert t.status(heir)["replica state"] != "in sync"
+    assert got["role"] == "replica" and got["volume_id"] == other_volume, got
+    assert t.status(heir)["replica_state"] != "in sync"
     check_files(t.n1, files)
     check_files(fresh_mount(t, "node2"), files)
     assert "grantfs-server: primary" not in log.text()
 
     # Its own data is intact: served alone, it is the other volume still.
     t.kill9(victim)
-    alone = Cluster(other_base, nodes=1, capacity="1G", data_dir=t.data_dirs[victim]).start()
+    alone = Standalone(other_base, nodes=1, capacity="1G", data_dir=t.data_dirs[victim]).start()
     try:
         with open(os.path.join(alone.n1, "theirs")) as f:
             assert f.read() == "another volume's file"

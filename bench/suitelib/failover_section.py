@@ -1,11 +1,13 @@
-"""Section 8: the failover drill (suitelib/drill.py, also bench/drill.py),
+"""Section 8: the failover drill (suitelib/failover.py, also bench/drill.py),
 a few runs sized to the mode, and the cost of the replica: write + fsync
 MB/s and creates/s with the replica in sync against a standalone server.
 Skipped, with what the server said, when this build cannot run a witness."""
 
 import os
 
-from . import drill
+from kit.server import role_support
+
+from . import failover as drill
 from .context import Section
 from .harness import BenchError
 from .stats import fmt, fmt_ratio, fmt_summary
@@ -18,7 +20,7 @@ def failover_drill(ctx):
     cfg, h, res = ctx.cfg, ctx.h, ctx.results
     sec = Section(ctx, 8, DRILL, "Failover drill (from the checkpoint issue)")
     ctx.progress.step("§8 does grantfs-server accept --role=witness?")
-    ok, said = drill.role_support(h.bin("server/grantfs-server"), h.path("witness-probe"))
+    ok, said = role_support(h.bin("server/grantfs-server"), h.path("witness-probe"))
     if not ok:
         ctx.progress.done("no")
         sec.text(f"""
@@ -33,7 +35,7 @@ acknowledged before the kill that cannot be read back) needs a witness and a rep
     ctx.progress.done("yes")
     runs, mib = cfg["drill_runs"], cfg["drill_mib"]
     data = os.urandom(mib << 20)
-    trio = drill.Trio(h, "failover", cfg["capacity"])
+    trio = drill.make_trio(h, "failover", cfg["capacity"])
     ctx.progress.step("§8 witness, primary, replica: waiting for in sync")
     trio.start()
     ctx.progress.done("in sync")

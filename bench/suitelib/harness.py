@@ -10,87 +10,21 @@ scratch directory (never while something is still mounted inside it).
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 
+from kit.errors import HarnessError
+from kit.mount import forget, is_mounted, mounts_under, wait_mounted
+from kit.ports import free_port
+from kit.processes import Proc
+from kit.waits import listening, wait_for
 
-class BenchError(Exception):
-    """A step of the benchmark failed; the message says which and why."""
+# A step of the benchmark failed; the message says which and why. The kit's
+# own error, so that a failure inside the kit (a server that exited, a wait
+# that timed out) ends a section like one of the bench's.
+BenchError = HarnessError
 
-
-def tail(path, n=2000):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-n:]
-    except OSError:
-        return ""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
-
-
-def mounts_under(base):
-    base = os.path.realpath(base) + "/"
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if (line.split()[4] + "/").startswith(base)]
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def listening(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-class Proc:
-    """A child process with its log file."""
-
-    def __init__(self, name, argv, log_path):
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def alive(self):
-        return self.popen.poll() is None
-
-    def check_alive(self):
-        if not self.alive():
-            raise BenchError(f"{self.name} exited with {self.popen.returncode}: "
-                             f"{tail(self.log_path)}")
-
-    def stop(self, timeout=15):
-        if self.alive():
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=timeout)
-        return self.popen.returncode
+__all__ = ["BenchError", "Harness", "install_signal_handlers", "mounts_under"]
 
 
 class Server:
@@ -110,6 +44,7 @@ class Harness:
         self.base = tempfile.mkdtemp(prefix="grantfs-bench.", dir=workdir)
         os.chmod(self.base, 0o755)
         self._procs = []  # every Proc started, in order
+        self._owned = []  # topologies (kit Trio) to stop() at cleanup
         self._mounts = {}  # path -> Proc (None for kernel mounts such as tmpfs)
 
     def bin(self, rel):
@@ -133,9 +68,15 @@ class Harness:
     def start_process(self, name, argv):
         """Starts argv in its own session, output to NAME.log (appended to, so
         a restarted process keeps one log); stopped by cleanup()."""
-        p = Proc(name, argv, self.path(f"{name}.log"))
+        p = Proc(name, argv, self.path(f"{name}.log"), new_session=True)
         self._procs.append(p)
         return p
+
+    def own(self, topology):
+        """topology.stop() at cleanup (after the unmounts, before the
+        processes started here: a proxy outlives the servers behind it)."""
+        self._owned.append(topology)
+        return topology
 
     # --- servers and proxies ---------------------------------------------------
 
@@ -154,7 +95,7 @@ class Harness:
 
         def up():
             p.check_alive()
-            return listening(port)
+            return listening("127.0.0.1", port)
 
         wait_for(up, timeout, f"{name} on port {port}")
         return Server(p, port, data)
@@ -172,7 +113,7 @@ class Harness:
 
         def up():
             p.check_alive()
-            return listening(port)
+            return listening("127.0.0.1", port)
 
         wait_for(up, timeout, f"{name} on port {port}")
         return port
@@ -183,12 +124,7 @@ class Harness:
         os.makedirs(path, exist_ok=True)
         p = self.start_process(name, argv)
         self._mounts[path] = p
-
-        def up():
-            p.check_alive()
-            return is_mounted(path)
-
-        wait_for(up, timeout, f"{name} mounted at {path}")
+        wait_mounted(p.popen, path, p.log_path, timeout, name)
         return path
 
     def mount_grantfs(self, name, server_addr, write_mode="fastwrite"):
@@ -219,6 +155,7 @@ class Harness:
         """Unmounts (fusermount3 -u or umount, lazily if busy) and waits for
         the daemon to exit."""
         proc = self._mounts.pop(path, None)
+        forget(path)
         if is_mounted(path):
             cmd = ["fusermount3", "-u", path] if proc is not None else ["umount", path]
             r = subprocess.run(cmd, capture_output=True, timeout=60)
@@ -243,6 +180,11 @@ class Harness:
                 self.unmount(path)
             except Exception as e:  # keep tearing down the rest
                 self.progress.note(f"cleanup: unmount {path}: {e}")
+        for t in reversed(self._owned):
+            try:
+                t.stop()
+            except Exception as e:  # keep tearing down the rest
+                self.progress.note(f"cleanup: stop {t}: {e}")
         for p in reversed(self._procs):
             try:
                 p.stop()

@@ -1,45 +1,98 @@
-"""A replicated GrantFS for the failover drills: a witness W, a primary A and
-a replica B (three grantfs-server processes with their own data directories
-and logs under the test's directory), mounts that know both A and B, and the
-workload processes the test starts, all stopped by stop(), also after a
-failure.
+"""The shapes a test or benchmark runs GrantFS in.
 
-    t = Trio(base)                  # on loopback; Trio(base, lab) in netlab namespaces
-    t.start()                       # returns once A says "replica state: in sync"
-    m = t.mount("node1")            # grantfs-mount A,B:/ base/node1
-    node, st = t.primary()          # "A" or "B", and its parsed status
-    t.kill9(node); t.restart(node)  # restart = its original command line
-    t.wait_in_sync(primary, replica, timeout)
+    Standalone(base, nodes=2)     one server, `nodes` mounts of it (n1, n2)
+    Trio(base)                    witness W, primary A, replica B; mounts of A,B
+    Trio(base, lab=NetLab(...))   the same, each server in a network namespace
 
-Every server is started with its original command line, always: A keeps
---role=primary after it lost the role; the witness tells it who owns the
-epoch and it runs as the replica.
+Everything a topology starts lives under `base` (data directories, logs,
+mount points) and is stopped by stop(), also after a failure.
 """
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 
-from conftest import (CTL_BIN, MOUNT_BIN, REPO, SERVER_BIN, Mount, _live_mounts, free_port,
-                      start_fuse, tail_log, wait_for)
-
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from suitelib.drill import parse_status  # noqa: E402
+from .build import CTL, SERVER, binary
+from .errors import HarnessError, WaitTimeout
+from .mount import Mount, NsMount, forget
+from .ports import free_port
+from .processes import tail_log
+from .server import Server, parse_status, statuses
+from .waits import listening, wait_for
 
 LOG_KEEP_DIR = "/tmp/grantfs-failover-logs"
 
 
-class Node:
-    """One grantfs-server. `wrap` turns an argv into one run in the node's
-    network namespace (identity on loopback) for the server itself; `enter`
-    does the same for short commands such as grantfsctl."""
+class Standalone:
+    """A server and `nodes` mounts of it under one directory."""
 
-    def __init__(self, name, addr, argv, log_path, wrap=None, enter=None, data_dir=None):
+    def __init__(self, base, nodes=2, capacity="4G", lease_ms=10000, mount_extra=(),
+                 server_extra=(), data_dir=None, build=None):
+        self.base = base
+        self.server = Server(data_dir or os.path.join(base, "data"), capacity=capacity,
+                             lease_ms=lease_ms, extra=server_extra, log_dir=base, build=build)
+        self.mount_extra = list(mount_extra)
+        self.mounts = [Mount(self.server.addr, os.path.join(base, f"node{i + 1}"),
+                             self.mount_extra, build) for i in range(nodes)]
+
+    def start(self):
+        self.server.start()
+        for m in self.mounts:
+            m.start()
+        return self
+
+    @property
+    def n1(self):
+        return self.mounts[0].path
+
+    @property
+    def n2(self):
+        return self.mounts[1].path
+
+    def stop(self):
+        for m in self.mounts:
+            try:
+                m.unmount()
+            except Exception:  # keep tearing down the rest
+                pass
+        self.server.stop()
+
+    def restart_server(self):
+        """kill -9 the server and start it again on the same port and data."""
+        self.server.kill9()
+        self.server.start()
+
+
+def running(topology):
+    """Starts `topology`, yields it, and stops it afterwards, also when
+    starting it failed: the body of a fixture."""
+    try:
+        topology.start()
+    except Exception:
+        topology.stop()
+        raise
+    try:
+        yield topology
+    finally:
+        topology.stop()
+
+
+def running_standalone(base, **kwargs):
+    """running(Standalone(base, **kwargs))."""
+    yield from running(Standalone(base, **kwargs))
+
+
+class Node:
+    """One grantfs-server of a Trio, always started with its original
+    command line. `wrap` turns an argv into one run in the node's network
+    namespace (identity on loopback) for the server itself; `enter` does the
+    same for short commands such as grantfsctl."""
+
+    def __init__(self, name, addr, argv, log_path, wrap=None, enter=None, data_dir=None,
+                 new_session=False, build=None, tag="test"):
         self.name = name
         self.addr = addr
         self.argv = argv
@@ -48,7 +101,10 @@ class Node:
         self.make_data_dir = True  # start() creates it when missing
         self.wrap = wrap or (lambda a: a)
         self.enter = enter or (lambda a: a)
-        self.proc = None
+        self.new_session = new_session
+        self.build = build
+        self.tag = tag
+        self.proc = None  # Popen
         self.expected_down = True
 
     def start(self):
@@ -60,20 +116,22 @@ class Node:
             log.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n")
             log.flush()
             self.proc = subprocess.Popen(self.wrap(self.argv), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=self.new_session)
         self.expected_down = False
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
     def ctl_argv(self, *args):
-        return self.enter([CTL_BIN, f"--server={self.addr}", *args])
+        return self.enter([binary(CTL, self.build), f"--server={self.addr}", *args])
 
     def status(self, timeout=5):
-        """Parsed `grantfsctl status`, or None when the server does not answer."""
+        """`grantfsctl status --json` of this server (kit.server.parse_status),
+        or None when it does not answer."""
         try:
-            r = subprocess.run(self.ctl_argv("status"), capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL)
+            r = subprocess.run(self.ctl_argv("--json", "status"), capture_output=True,
+                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return None
         return parse_status(r.stdout) if r.returncode == 0 else None
@@ -97,41 +155,59 @@ class Node:
                 self.proc.wait(timeout=15)
 
     def note(self, text):
-        """A line in the server's log, so a reader sees what the test did when."""
+        """A line in the server's log, timestamped like glog's, so a reader
+        sees what the test (or drill) did when beside what the server did."""
+        now = time.time()
         with open(self.log_path, "a") as log:
-            log.write(f"=== {time.strftime('%H:%M:%S')} test: {text}\n")
-
-
-class NsMount(Mount):
-    """A mount whose daemon runs in another network namespace (nsenter
-    --net): it reaches the servers from there, and this test sees it."""
-
-    def __init__(self, server_addr, path, enter, extra=()):
-        super().__init__(server_addr, path, extra)
-        self.enter = enter
-
-    def start(self):
-        self.proc = start_fuse(self.enter([MOUNT_BIN, f"{self.server_addr}:/", self.path, "-f",
-                                           *self.extra]), self.path, self.log_path)
-        return self
+            log.write(f"=== {time.strftime('%Y%m%d %H:%M:%S', time.localtime(now))}."
+                      f"{int(now % 1 * 1e6):06d} {self.tag}: {text}\n")
 
 
 class Trio:
-    def __init__(self, base, lab=None, capacity="8G"):
+    """A replicated GrantFS: a witness W, a primary A and a replica B (three
+    grantfs-server processes with their own data directories and logs under
+    `base`), mounts that know both A and B, and the workload processes the
+    caller starts, all stopped by stop(), also after a failure.
+
+        t = Trio(base)                  # on loopback; Trio(base, lab) in netlab namespaces
+        t.start()                       # returns once A says replica_state "in sync"
+        m = t.mount("node1")            # grantfs-mount A,B:/ base/node1
+        node, st = t.primary()          # "A" or "B", and its status (a dict)
+        t.kill9(node); t.restart(node)  # restart = its original command line
+        t.wait_in_sync(primary, replica, timeout)
+
+    Every server is started with its original command line, always: A keeps
+    --role=primary after it lost the role; the witness tells it who owns the
+    epoch and it runs as the replica.
+
+    Files: <prefix>data-<n> and <prefix>server-<n>.log (n = w, a, b).
+    peer_via(node, addr) -> addr: how the other server reaches `node` (the
+    bench puts a latency proxy there); clients and the witness reach it
+    directly. new_session: servers in sessions of their own (the bench).
+    tag: the word note() writes before its text.
+    """
+
+    def __init__(self, base, lab=None, capacity="8G", prefix="", peer_via=None,
+                 new_session=False, build=None, tag="test"):
         self.base = base
         self.lab = lab
+        self.build = build
         nodes = {}
         if lab is None:
             addr = {n: f"127.0.0.1:{free_port()}" for n in "WAB"}
         else:
             addr = {n: f"{lab.ip(n.lower())}:7420" for n in "WAB"}
-        data = {n: os.path.join(base, f"data-{n.lower()}") for n in "WAB"}
+        peer = dict(addr)
+        if peer_via is not None:
+            for n in "AB":
+                peer[n] = peer_via(n, addr[n])
+        data = {n: os.path.join(base, f"{prefix}data-{n.lower()}") for n in "WAB"}
+        server = binary(SERVER, build)
         argv = {
-            "W": [SERVER_BIN, "--role=witness", f"--listen={addr['W']}",
-                  f"--data_dir={data['W']}"],
-            "A": [SERVER_BIN, "--role=primary", f"--listen={addr['A']}", f"--peer={addr['B']}",
+            "W": [server, "--role=witness", f"--listen={addr['W']}", f"--data_dir={data['W']}"],
+            "A": [server, "--role=primary", f"--listen={addr['A']}", f"--peer={peer['B']}",
                   f"--witness={addr['W']}", f"--data_dir={data['A']}", f"--capacity={capacity}"],
-            "B": [SERVER_BIN, "--role=replica", f"--listen={addr['B']}", f"--peer={addr['A']}",
+            "B": [server, "--role=replica", f"--listen={addr['B']}", f"--peer={peer['A']}",
                   f"--witness={addr['W']}", f"--data_dir={data['B']}", f"--capacity={capacity}"],
         }
         for n in "WAB":
@@ -140,8 +216,9 @@ class Trio:
                 host = n.lower()
                 wrap = lambda a, h=host: ["ip", "netns", "exec", lab.ns(h), *a]  # noqa: E731
                 enter = lambda a, h=host: lab.wrap(h, a)  # noqa: E731
-            nodes[n] = Node(n, addr[n], argv[n], os.path.join(base, f"server-{n.lower()}.log"),
-                            wrap, enter, data[n])
+            nodes[n] = Node(n, addr[n], argv[n],
+                            os.path.join(base, f"{prefix}server-{n.lower()}.log"), wrap, enter,
+                            data[n], new_session, build, tag)
         self.nodes = nodes
         self.data_dirs = data
         self.mounts = []
@@ -154,6 +231,7 @@ class Trio:
 
     @property
     def servers(self):
+        """The mounts' server list: "A,B"."""
         return f"{self.nodes['A'].addr},{self.nodes['B'].addr}"
 
     @staticmethod
@@ -163,7 +241,7 @@ class Trio:
     def start(self, timeout=90):
         self.nodes["W"].start()
         host, port = self.nodes["W"].addr.rsplit(":", 1)
-        wait_for(lambda: self.check_alive() or _listening(host, int(port)), 30,
+        wait_for(lambda: self.check_alive() or listening(host, int(port)), 30,
                  "the witness listening")
         self.nodes["A"].start()
         self.nodes["B"].start()
@@ -171,10 +249,10 @@ class Trio:
         return self
 
     def check_alive(self):
-        """Raises if a server the test did not stop has exited; else False."""
+        """Raises HarnessError if a server nobody stopped has exited; else False."""
         for n in self.nodes.values():
             if not n.expected_down and not n.alive():
-                raise RuntimeError(f"server {n.name} exited with {n.proc.returncode}:\n"
+                raise HarnessError(f"server {n.name} exited with {n.proc.returncode}:\n"
                                    f"{tail_log(n.log_path)}")
         return False
 
@@ -182,21 +260,8 @@ class Trio:
         return self.nodes[name].status(timeout)
 
     def statuses(self, names=("A", "B"), timeout=2):
-        """{name: parsed status or None}, asked in parallel, one server each."""
-        procs = {n: subprocess.Popen(self.nodes[n].ctl_argv("status"), stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                     text=True) for n in names}
-        out = {}
-        deadline = time.monotonic() + timeout
-        for n, p in procs.items():
-            try:
-                so, _ = p.communicate(timeout=max(0.01, deadline - time.monotonic()))
-                out[n] = parse_status(so) if p.returncode == 0 else None
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
-                out[n] = None
-        return out
+        """{name: status or None}, asked in parallel, one server each."""
+        return statuses({n: self.nodes[n].ctl_argv("--json", "status") for n in names}, timeout)
 
     def primary(self):
         """(name, status) of the server saying primary at the highest epoch."""
@@ -205,7 +270,8 @@ class Trio:
             if s and s.get("role") == "primary" and (best is None or
                                                      s["epoch"] > best[1]["epoch"]):
                 best = (n, s)
-        assert best is not None, f"no server says primary: {self.statuses()}"
+        if best is None:
+            raise HarnessError(f"no server says primary: {self.statuses()}")
         return best
 
     def wait_status(self, name, pred, timeout, what):
@@ -220,22 +286,35 @@ class Trio:
 
         try:
             wait_for(ok, timeout, f"{name}: {what}")
-        except TimeoutError:
-            raise TimeoutError(f"{name}: {what}: not within {timeout} s; last status "
-                               f"{got.get('s')}") from None
+        except WaitTimeout:
+            raise WaitTimeout(f"{name}: {what}: not within {timeout} s; last status "
+                              f"{got.get('s')}") from None
         return got["s"]
 
     def wait_role(self, name, role, timeout):
         return self.wait_status(name, lambda s: s.get("role") == role, timeout,
                                 f"role {role}")
 
+    def in_sync(self, primary, replica):
+        """Whether `primary` says primary with its replica in sync and
+        `replica` says replica (now, once)."""
+        self.check_alive()
+        sp = self.status(primary)
+        if not sp or sp.get("role") != "primary" or sp.get("replica_state") != "in sync":
+            return False
+        sr = self.status(replica)
+        return bool(sr) and sr.get("role") == "replica"
+
     def wait_in_sync(self, primary, replica, timeout):
         deadline = time.monotonic() + timeout
         self.wait_status(primary, lambda s: s.get("role") == "primary" and
-                         s.get("replica state") == "in sync", timeout,
+                         s.get("replica_state") == "in sync", timeout,
                          "primary with its replica in sync")
         self.wait_status(replica, lambda s: s.get("role") == "replica",
                          max(1.0, deadline - time.monotonic()), "role replica")
+
+    def note(self, name, text):
+        self.nodes[name].note(text)
 
     def kill9(self, name):
         self.nodes[name].note("kill -9")
@@ -248,14 +327,14 @@ class Trio:
     # --- mounts and workloads -----------------------------------------------------------
 
     def mount(self, name, extra=()):
-        m = Mount(self.servers, os.path.join(self.base, name), extra)
+        m = Mount(self.servers, os.path.join(self.base, name), extra, self.build)
         m.start()
         self.mounts.append(m)
         return m.path
 
     def mount_in(self, host, name, servers, extra=()):
         m = NsMount(servers, os.path.join(self.base, name), lambda a: self.lab.wrap(host, a),
-                    extra)
+                    extra, self.build)
         m.start()
         self.mounts.append(m)
         return m
@@ -281,7 +360,7 @@ class Trio:
                     m.kill9()
             except Exception:  # keep tearing down the rest
                 subprocess.run(["umount", "-l", m.path], capture_output=True, timeout=60)
-                _live_mounts.discard(m.path)
+                forget(m.path)
         for p in self.workers:
             try:
                 p.wait(timeout=30)
@@ -305,14 +384,6 @@ class Trio:
         for n in self.nodes.values():
             print(f"--- end of server {n.name} log ({n.log_path}):\n{tail_log(n.log_path)}")
         return dest
-
-
-def _listening(host, port):
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 class RolePoller(threading.Thread):

@@ -1,0 +1,33 @@
+// The machine-readable form of a server's status (`grantfsctl status --json`).
+//
+// The same facts as the text form (grantfsctl_main.cc PrintStatus), named as
+// in proto StatusReply: role, not_serving, volume_id, data_epoch, epoch, peer,
+// witness, replica_state, log_seq, acked_seq, lag_bytes; for a server that
+// holds the volume (not a replica, fenced or isolated one) also the space
+// ledger (capacity_bytes, used_bytes, granted_bytes, reserved_bytes,
+// available_bytes, ledger_ok), inodes, next_ino, pending_deletes,
+// write_backlog_bytes, write_budget_bytes and the sessions. Numbers are JSON
+// numbers (exact up to 2^53); a session's client_id is a 16-digit hex string,
+// as the text prints it. Stateless; safe from any thread.
+#ifndef GRANTFS_CLIENT_STATUS_JSON_H_
+#define GRANTFS_CLIENT_STATUS_JSON_H_
+
+#include <string>
+
+#include "google/protobuf/struct.pb.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+// What `server` said, as one JSON object ("server" is the address asked).
+google::protobuf::Struct StatusToStruct(const std::string& server, const proto::StatusReply& st);
+
+// Bytes neither used, granted nor reserved (0 when the ledger is over).
+uint64_t AvailableBytes(const proto::StatusReply& st);
+
+// `value` printed as one line of JSON, field names as given.
+std::string ToJsonLine(const google::protobuf::Struct& value);
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_STATUS_JSON_H_

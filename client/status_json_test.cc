@@ -1,0 +1,75 @@
+#include "client/status_json.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+const google::protobuf::Value& Field(const google::protobuf::Struct& s, const std::string& name) {
+  static const google::protobuf::Value kMissing;
+  auto it = s.fields().find(name);
+  return it == s.fields().end() ? kMissing : it->second;
+}
+
+TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
+  proto::StatusReply st;
+  st.set_role("primary");
+  st.set_epoch(3);
+  st.set_replica_state("in sync");
+  st.set_capacity_bytes(4ull << 30);
+  st.set_used_bytes(1 << 20);
+  st.set_granted_bytes(2 << 20);
+  st.set_reserved_bytes(4096);
+  st.set_ledger_ok(true);
+  proto::SessionInfo* ses = st.add_sessions();
+  ses->set_client_id(0xabcdef0123456789ull);
+  ses->set_client_name("node1");
+  ses->set_reclaiming(true);
+  ses->set_lease_left_ms(-250);
+  st.add_sessions()->set_client_name("node2");
+
+  google::protobuf::Struct s = StatusToStruct("127.0.0.1:7420", st);
+  EXPECT_EQ(Field(s, "server").string_value(), "127.0.0.1:7420");
+  EXPECT_EQ(Field(s, "role").string_value(), "primary");
+  EXPECT_EQ(Field(s, "epoch").number_value(), 3);
+  EXPECT_EQ(Field(s, "replica_state").string_value(), "in sync");
+  EXPECT_EQ(Field(s, "capacity_bytes").number_value(), 4ull << 30);
+  EXPECT_EQ(Field(s, "available_bytes").number_value(), (4ull << 30) - (3 << 20) - 4096);
+  EXPECT_TRUE(Field(s, "ledger_ok").bool_value());
+  EXPECT_EQ(Field(s, "sessions_reclaiming").number_value(), 1);
+  const auto& sessions = Field(s, "sessions").list_value();
+  ASSERT_EQ(sessions.values_size(), 2);
+  const auto& first = sessions.values(0).struct_value();
+  EXPECT_EQ(Field(first, "client_id").string_value(), "abcdef0123456789");
+  EXPECT_EQ(Field(first, "client_name").string_value(), "node1");
+  EXPECT_EQ(Field(first, "lease_left_ms").number_value(), -250);
+  EXPECT_TRUE(Field(first, "reclaiming").bool_value());
+
+  const std::string line = ToJsonLine(s);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_NE(line.find("\"replica_state\":\"in sync\""), std::string::npos) << line;
+}
+
+TEST(StatusJsonTest, AvailableIsZeroWhenTheLedgerIsOver) {
+  proto::StatusReply st;
+  st.set_capacity_bytes(100);
+  st.set_used_bytes(80);
+  st.set_granted_bytes(30);
+  EXPECT_EQ(AvailableBytes(st), 0u);
+}
+
+TEST(StatusJsonTest, AReplicaHasNoSpaceFigures) {
+  proto::StatusReply st;
+  st.set_role("replica");
+  st.set_capacity_bytes(1 << 30);
+  google::protobuf::Struct s = StatusToStruct("b:7420", st);
+  EXPECT_EQ(Field(s, "role").string_value(), "replica");
+  EXPECT_TRUE(s.fields().count("epoch"));
+  EXPECT_FALSE(s.fields().count("capacity_bytes"));
+  EXPECT_FALSE(s.fields().count("sessions"));
+}
+
+}  // namespace
+}  // namespace grantfs

@@ -1,0 +1,72 @@
+"""`grantfsctl status --json` against a real server: the same facts as the
+text form, in fields a script can read (client/status_json.h)."""
+
+import json
+import os
+import re
+import subprocess
+
+from kit.build import CTL_BIN
+from kit.ports import free_port
+
+
+def numbers_in_text(text):
+    """{label: bytes} of the text lines "label: 1.0 GiB (N bytes)" / "label: N bytes"."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(\w[\w ]*):\s+(?:.*\()?(\d+) bytes\)?$", line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def test_status_json_says_what_the_text_says(cluster):
+    with open(os.path.join(cluster.n1, "f"), "wb") as f:
+        f.write(b"x" * (1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    text = cluster.server.ctl("status")
+    raw = cluster.server.ctl("--json", "status")
+    assert raw.count("\n") == 1, "one line"
+    doc = json.loads(raw)
+    assert doc["unreachable"] == []
+    [st] = doc["servers"]
+    assert st["server"] == cluster.server.addr
+    assert st["role"] == "standalone" and re.search(r"role:\s+standalone", text)
+    assert st["epoch"] == 0 and st["replica_state"] == ""
+    nums = numbers_in_text(text)
+    for label, field in (("capacity", "capacity_bytes"), ("used", "used_bytes"),
+                         ("granted", "granted_bytes"), ("reserved", "reserved_bytes"),
+                         ("available", "available_bytes")):
+        assert isinstance(st[field], int), (field, st[field])
+    # Taken one after the other: the capacity is fixed, the rest may move a
+    # little (grants); the ledger holds in both.
+    assert st["capacity_bytes"] == nums["capacity"] == 4 << 30
+    assert st["used_bytes"] >= 1 << 20
+    assert st["available_bytes"] == (st["capacity_bytes"] - st["used_bytes"] -
+                                     st["granted_bytes"] - st["reserved_bytes"])
+    assert st["ledger_ok"] is True and re.search(r"ledger:\s+ok", text)
+    assert int(re.search(r"inodes:\s+(\d+)", text).group(1)) == st["inodes"] >= 2
+    assert len(st["sessions"]) == 2 and "sessions:        2" in text
+    assert st["sessions_reclaiming"] == 0
+    for ses in st["sessions"]:
+        assert re.fullmatch(r"[0-9a-f]{16}", ses["client_id"])
+        assert ses["client_id"] in text
+        assert ses["lease_left_ms"] > 0 and ses["reclaiming"] is False
+    assert st["write_budget_bytes"] > 0
+
+
+def test_status_json_names_the_servers_that_did_not_answer(cluster):
+    gone = f"127.0.0.1:{free_port()}"
+    r = subprocess.run([CTL_BIN, f"--server={gone},{cluster.server.addr}", "--json", "status"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s["server"] for s in doc["servers"]] == [cluster.server.addr]
+    assert [u["server"] for u in doc["unreachable"]] == [gone]
+    assert doc["unreachable"][0]["error"]
+
+    r = subprocess.run([CTL_BIN, f"--server={gone}", "--json", "status"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["servers"] == []
