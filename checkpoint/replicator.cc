@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "checkpoint/snapshot_sender.h"
 #include "common/keepalive.h"
 #include "common/secret.h"
@@ -583,8 +584,22 @@ absl::Status Replicator::Switchover() {
       return absl::UnavailableError("the replica did not catch up; switchover abandoned");
     }
   }
-  absl::StatusOr<proto::WitnessReply> r =
-      options_.witness_call(MakeWitnessRequest(proto::WitnessRequest::HANDOVER));
+  // Each witness call has a short deadline (500 ms); a loaded machine can
+  // miss it, so the handover is asked again for up to 3 s. An attempt that
+  // the witness granted but whose answer was lost makes the next one find
+  // the epoch already handed to the peer: that is the grant.
+  const absl::Time give_up = options_.clock->Now() + absl::Seconds(3);
+  absl::StatusOr<proto::WitnessReply> r;
+  for (;;) {
+    r = options_.witness_call(MakeWitnessRequest(proto::WitnessRequest::HANDOVER));
+    if (r.ok() && !r->granted() && r->state().epoch() > options_.epoch &&
+        r->state().primary() == options_.peer) {
+      r->set_granted(true);
+    }
+    if (r.ok() || !absl::IsUnavailable(r.status()) || options_.clock->Now() >= give_up) break;
+    LOG(WARNING) << "switchover: asking the witness again: " << r.status().message();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   if (!r.ok() || !r->granted()) {
     absl::MutexLock l(&mu_);
     handing_over_ = false;

@@ -804,6 +804,30 @@ TEST_F(ReplicationTest, SwitchoverHandsTheEpochToTheReplica) {
   EXPECT_TRUE(SameTree(want, ReplicaTree()));
 }
 
+// The witness granted the handover but its answer was lost (the 500 ms
+// deadline passed on a loaded machine): the switchover asks again, finds
+// the epoch handed to the replica, and takes that as the grant.
+TEST_F(ReplicationTest, SwitchoverWhoseGrantWasLostIsTakenOnTheRetry) {
+  std::atomic<int> handovers{0};
+  ASSERT_NO_FATAL_FAILURE(StartPrimary(true, [&](ReplicatorOptions* ro) {
+    ro->witness_call = [call = ro->witness_call,
+                        &handovers](WitnessRequest req) -> absl::StatusOr<WitnessReply> {
+      if (req.op() != WitnessRequest::HANDOVER) return call(req);
+      absl::StatusOr<WitnessReply> r = call(req);
+      if (handovers.fetch_add(1) == 0) return absl::UnavailableError("the answer was lost");
+      return r;
+    };
+  }));
+  ASSERT_NO_FATAL_FAILURE(StartReplica(absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(WaitInSync());
+  ASSERT_OK(replicator_->Switchover());
+  EXPECT_EQ(handovers.load(), 2);
+  EXPECT_EQ(WitnessState().epoch(), epoch_ + 1);
+  EXPECT_EQ(WitnessState().primary(), replica_addr_);
+  EXPECT_EQ(fenced_.load(), 1);
+  ASSERT_TRUE(WaitFor([this] { return !Promoted().empty(); })) << "the replica never took over";
+}
+
 TEST_F(ReplicationTest, SwitchoverWithoutAnInSyncReplicaIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartPrimary());
   EXPECT_EQ(replicator_->Switchover().code(), absl::StatusCode::kFailedPrecondition);
