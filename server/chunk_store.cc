@@ -107,11 +107,9 @@ absl::Status ChunkStore::Write(uint64_t ino, uint64_t offset, const char* data, 
   while (size > 0) {
     uint64_t index = offset / cs, within = offset % cs;
     size_t n = std::min<uint64_t>(size, cs - within);
-    if (options_.change_sink == nullptr) {
-      RETURN_IF_ERROR(WritePiece(ino, index, within, data, n, sync));
-    } else {
-      absl::MutexLock l(&order_mu_[(ino * 31 + index) % order_mu_.size()]);
-      RETURN_IF_ERROR(WritePiece(ino, index, within, data, n, sync));
+    absl::MutexLock l(&order_mu_[(ino * 31 + index) % order_mu_.size()]);
+    RETURN_IF_ERROR(WritePiece(ino, index, within, data, n, sync));
+    if (options_.change_sink != nullptr) {
       proto::ReplRecord rec;
       rec.mutable_data()->set_ino(ino);
       rec.mutable_data()->set_offset(offset);
@@ -142,13 +140,37 @@ absl::Status ChunkStore::WritePiece(uint64_t ino, uint64_t index, uint64_t withi
   absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/true);
   if (!file.ok()) return IoError(file.status());
   size_t done;
-  if (absl::Status s = WriteAll(file->get(), path, data, n, within, &done); !s.ok()) {
-    return IoError(s);
+  absl::Status st = WriteOrUndo(file->get(), path, within, data, n, sync, &done);
+  return ToErrno(st) == EINVAL ? IoError(st) : st;  // buffered: EINVAL is EIO as ever
+}
+
+absl::Status ChunkStore::WriteOrUndo(File* file, const std::string& path, uint64_t within,
+                                     const char* data, size_t n, bool sync, size_t* done) {
+  *done = 0;
+  absl::StatusOr<uint64_t> before = file->Size();
+  if (!before.ok()) return IoError(before.status());
+  absl::Status st = WriteAll(file, path, data, n, within, done);
+  if (!st.ok()) {
+    // EINVAL with nothing written is O_DIRECT refused (WriteDirect then
+    // writes buffered): returned as it is.
+    if (ToErrno(st) != EINVAL || *done != 0) st = IoError(st);
+  } else if (sync) {
+    // Durability: data must be on disk before the metadata that makes it
+    // visible is acknowledged.
+    st = DataSync(file, path);
   }
-  // Durability: data must be on disk before the metadata that makes it
-  // visible is acknowledged.
-  if (sync) RETURN_IF_ERROR(DataSync(file->get(), path));
-  return absl::OkStatus();
+  if (!st.ok()) UndoPiece(file, path, *before);
+  return st;
+}
+
+void ChunkStore::UndoPiece(File* file, const std::string& path, uint64_t before) {
+  // Bytes within `before` that the failed write changed stay changed (as
+  // after any failed pwrite); blocks the write would have allocated read
+  // as zeros until a write commits them (Volume::ZeroUnallocated).
+  absl::Status st = before == 0 ? options_.env->Remove(path) : file->Truncate(before);
+  if (!st.ok() && !absl::IsNotFound(st)) {
+    LOG(WARNING) << "chunk store: undoing a failed write of " << path << ": " << st;
+  }
 }
 
 absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, const char* data,
@@ -165,17 +187,16 @@ absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, c
   if (buf == nullptr) return ErrnoStatus(ENOMEM, "direct write buffer");
   memcpy(buf, data, n);
   size_t done;
-  const absl::Status written = WriteAll(file->get(), path, buf, n, within, &done);
+  // Durability as for a buffered write: the device cache and the block
+  // allocation are only stable after fdatasync.
+  const absl::Status written = WriteOrUndo(file->get(), path, within, buf, n, sync, &done);
   GiveBuffer(buf);
   if (ToErrno(written) == EINVAL && done == 0) {
     *refused = true;  // nothing written: the caller writes buffered
     return absl::OkStatus();
   }
-  if (!written.ok()) return IoError(written);
+  if (!written.ok()) return written;
   direct_writes_.fetch_add(1, std::memory_order_relaxed);
-  // Durability as for a buffered write: the device cache and the block
-  // allocation are only stable after fdatasync.
-  if (sync) RETURN_IF_ERROR(DataSync(file->get(), path));
   return absl::OkStatus();
 }
 

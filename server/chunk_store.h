@@ -107,12 +107,24 @@ class ChunkStore : public ChunkApplier {
   std::string ChunkDir(uint64_t ino) const;  // where the chunk files of `ino` are
   std::string ChunkPath(uint64_t ino, uint64_t index) const;
   absl::Status Unlink(uint64_t ino, uint64_t index);
+  // Writes one chunk's piece. A piece that fails (ENOSPC on a full disk,
+  // EIO) is undone: the chunk file gets back the size it had (or is removed
+  // when it was empty), so no byte of a write that was refused stays in it
+  // (fsck: orphan_chunk_file; the space: counted nowhere). Called under the
+  // chunk's order_mu_ stripe, so no other write of the chunk is under way.
   absl::Status WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data, size_t n,
                           bool sync);
+  // The undo of a failed piece: `file` (open on `path`) back to `before`
+  // bytes, removed when that is 0. Logs what it cannot do.
+  void UndoPiece(File* file, const std::string& path, uint64_t before);
   // WritePiece with O_DIRECT. Sets *refused (and writes nothing) when the
   // file system does not take O_DIRECT.
   absl::Status WriteDirect(const std::string& path, uint64_t within, const char* data, size_t n,
                            bool sync, bool* refused);
+  // What WritePiece and WriteDirect do once `file` is open: size, write,
+  // sync, undo on failure.
+  absl::Status WriteOrUndo(File* file, const std::string& path, uint64_t within, const char* data,
+                           size_t n, bool sync, size_t* done);
   // Opens `path` for writing (created if missing unless `create` is false).
   absl::StatusOr<std::unique_ptr<File>> OpenForWrite(const std::string& path, bool create,
                                                      bool direct = false);
@@ -122,8 +134,9 @@ class ChunkStore : public ChunkApplier {
   void Replicate(proto::ReplRecord rec);
 
   const ChunkStoreOptions options_;
-  // With a change sink: held across a chunk write and its Append, so
-  // overlapping writes reach the replica in the order they hit the disk.
+  // Held across a chunk write (and with a change sink its Append, so
+  // overlapping writes reach the replica in the order they hit the disk),
+  // so that a failed write can be undone (WritePiece).
   std::array<absl::Mutex, 256> order_mu_;
 
   std::atomic<bool> direct_ok_;

@@ -515,6 +515,30 @@ TEST_F(ChunkStoreFaultTest, DiskErrorsComeBackAsEnospcOrEio) {
   EXPECT_EQ(Err(ChunkStore::Create(options)), EIO);
 }
 
+// A write the disk refused leaves no byte behind: a chunk file it created
+// is removed, one it extended gets its size back (fsck found such bytes as
+// orphan chunk files after the real-disk fills), whether the write or its
+// fdatasync failed, buffered or O_DIRECT.
+TEST_F(ChunkStoreFaultTest, AFailedWriteIsUndone) {
+  const std::string small = Pattern(8192, 3), big = Pattern(128 << 10, 4);
+  for (FileOp op : {FileOp::kWrite, FileOp::kDataSync}) {
+    for (bool direct : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << "op " << static_cast<int>(op) << (direct ? " direct" : " buffered"));
+      const std::string& data = direct ? big : small;
+      env_.FailNext(op, ENOSPC);
+      EXPECT_EQ(Err(Write(12, 0, data, /*sync=*/true)), ENOSPC);
+      EXPECT_EQ(ChunkFileSize12(0), -1) << "the chunk file it created is still there";
+      ASSERT_OK(Write(12, 0, data, true));
+      env_.FailNext(op, ENOSPC);
+      EXPECT_EQ(Err(Write(12, data.size(), data, true)), ENOSPC);
+      EXPECT_EQ(ChunkFileSize12(0), static_cast<int64_t>(data.size()));
+      EXPECT_EQ(ReadFaulty(12, 0, data.size()), data);
+      ASSERT_OK(faulty_->RemoveChunk(12, 0));
+    }
+  }
+}
+
 TEST_F(ChunkStoreFaultTest, AFileSystemWithoutODirectGetsBufferedWrites) {
   const std::string big = Pattern(128 << 10, 8);
   // Refused at the open (EINVAL): written buffered, the same bytes.
