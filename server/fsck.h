@@ -5,7 +5,7 @@
 // The check reads every record (key layout: server/keys.h) and every chunk
 // file once, and holds a summary of the namespace in memory (some 200 bytes
 // per inode, directory entry and chunk record). It checks the invariants
-// that server/meta_store.cc keeps in every batch:
+// that the metadata records (server/metadata.h) keep in every batch:
 //   - names: each entry ('D') names an existing inode of the type it records,
 //     in an existing directory, and has the readdir-order twin ('E') with the
 //     same inode, type, cookie and name (and each 'E' its 'D'); every inode

@@ -162,7 +162,7 @@ class Checker {
   void WalkFromRoot();
 
   // How far garbage inode `ino`'s deleter removes chunk files
-  // (MetaStore::GarbageChunkSpan).
+  // (Orphans::GarbageChunkSpan).
   uint64_t GarbageSpan(uint64_t ino, uint64_t size) const;
 
   void CheckChunks();

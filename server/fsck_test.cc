@@ -660,7 +660,7 @@ TEST_F(FsckTest, CorruptAndUnknownRecordsAndStrayFiles) {
 
 // Found by fsck (a bug in normal operation, not in fsck): a truncate inside
 // a chunk whose allocated blocks all lie past the cut deleted the chunk's
-// record (MetaStore::CutAllocation: no bit left) but only shortened its file,
+// record (server/allocator.h CutAllocation: no bit left) but only shortened its file,
 // so a chunk file without a record stayed until the file was deleted. The
 // truncation now removes such a chunk file (Volume::SetAttr).
 TEST_F(FsckTest, TruncateInsideAChunkLeavesNoChunkFileWithoutRecord) {

@@ -80,7 +80,7 @@ TEST_F(LedgerTest, GrantIsTakenFromFreeSpaceAndWritesConvertItToUsed) {
   SpaceInfo s = volume_->Space();
   EXPECT_EQ(s.used_bytes, kMiB);
   EXPECT_EQ(s.granted_bytes, 15 * kMiB);
-  EXPECT_EQ(volume_->meta().GrantOf(a) * kBlockSize, 15 * kMiB);
+  EXPECT_EQ(volume_->meta().space().GrantOf(a) * kBlockSize, 15 * kMiB);
   ExpectInvariant();
 }
 
@@ -91,7 +91,7 @@ TEST_F(LedgerTest, OverwritingAllocatedBytesCostsNothing) {
   ASSERT_TRUE(volume_->Write(Ctx(a), ino, 0, std::string(kMiB, 'x'), false, true).ok());
   ASSERT_TRUE(volume_->Write(Ctx(a), ino, 4096, std::string(kMiB - 8192, 'y'), false, true).ok());
   EXPECT_EQ(volume_->Space().used_bytes, kMiB);
-  EXPECT_EQ(volume_->meta().GrantOf(a) * kBlockSize, 3 * kMiB);
+  EXPECT_EQ(volume_->meta().space().GrantOf(a) * kBlockSize, 3 * kMiB);
   ExpectInvariant();
 }
 
@@ -101,7 +101,7 @@ TEST_F(LedgerTest, AShortGrantIsToppedUpFromFreeSpaceAndENOSPCIsExact) {
   const uint64_t ino = NewFile("f");
   // 2 MiB from a 1 MiB grant: the rest comes from free space.
   ASSERT_TRUE(volume_->Write(Ctx(a), ino, 0, std::string(2 * kMiB, 'x'), false, true).ok());
-  EXPECT_EQ(volume_->meta().GrantOf(a), 0u);
+  EXPECT_EQ(volume_->meta().space().GrantOf(a), 0u);
   EXPECT_EQ(volume_->Space().used_bytes, 2 * kMiB);
   // Fill the volume to the last block with plain writes, then one more byte.
   uint64_t off = 2 * kMiB;
@@ -168,7 +168,7 @@ TEST_F(LedgerTest, GrantsSurviveARestartAndExpireIfTheirClientNeverReturns) {
   volume_.reset();
   Open();
   EXPECT_EQ(volume_->Space().granted_bytes, 24 * kMiB);
-  EXPECT_EQ(volume_->meta().GrantOf(a) * kBlockSize, 16 * kMiB);
+  EXPECT_EQ(volume_->meta().space().GrantOf(a) * kBlockSize, 16 * kMiB);
   // a comes back (any call renews its lease); b never does.
   clock_.Advance(absl::Seconds(8));
   volume_->sessions().Touch(a);

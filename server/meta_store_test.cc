@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "server/metadata.h"
 #include "server/names.h"
 #include "server/permissions.h"
 
@@ -75,62 +76,62 @@ class MetaStoreTest : public ::testing::Test {
   // Closes the store (if open) and opens it again from the same directory.
   void Reopen() {
     store_.reset();
-    auto store = MetaStore::Open(Options());
+    auto store = Metadata::Open(Options());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
 
   absl::StatusOr<proto::Attr> Create(uint64_t parent, const std::string& name, uint32_t mode = 0644,
                                      const Caller& caller = kRoot) {
-    return store_->MkNod(caller, parent, name, S_IFREG | mode, 0, 0, true);
+    return store_->names().MkNod(caller, parent, name, S_IFREG | mode, 0, 0, true);
   }
   absl::StatusOr<proto::Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode = 0755,
                                     const Caller& caller = kRoot) {
-    return store_->MkNod(caller, parent, name, S_IFDIR | mode, 0, 0, true);
+    return store_->names().MkNod(caller, parent, name, S_IFDIR | mode, 0, 0, true);
   }
   absl::StatusOr<proto::Attr> Chmod(uint64_t ino, uint32_t mode, const Caller& caller = kRoot) {
     proto::SetAttrRequest req;
     req.set_ino(ino);
     req.set_valid(V::MODE);
     req.set_mode(mode);
-    return store_->SetAttr(caller, req);
+    return store_->inodes().SetAttr(caller, req);
   }
   absl::StatusOr<proto::Attr> Truncate(uint64_t ino, uint64_t size, const Caller& caller = kRoot) {
     proto::SetAttrRequest req;
     req.set_ino(ino);
     req.set_valid(V::SIZE);
     req.set_size(size);
-    return store_->SetAttr(caller, req);
+    return store_->inodes().SetAttr(caller, req);
   }
   // What a data write does to the metadata: reserve, then commit.
   absl::StatusOr<proto::Attr> Write(uint64_t ino, uint64_t offset, uint64_t length) {
-    ASSIGN_OR_RETURN(Reservation reserved, store_->Reserve(ino, offset, length));
-    return store_->CommitWrite(ino, offset, length, /*extend=*/true, reserved);
+    ASSIGN_OR_RETURN(Reservation reserved, store_->space().Reserve(ino, offset, length));
+    return store_->space().CommitWrite(ino, offset, length, /*extend=*/true, reserved);
   }
   // nlink of `ino`, or -1 when it does not exist.
   int64_t Nlink(uint64_t ino) {
-    auto a = store_->GetAttr(ino);
+    auto a = store_->inodes().GetAttr(ino);
     return a.ok() ? static_cast<int64_t>(a->nlink()) : -1;
   }
   // The inode `name` in `parent` names, or 0.
   uint64_t InoOf(uint64_t parent, const std::string& name) {
-    auto a = store_->Lookup(kRoot, parent, name);
+    auto a = store_->names().Lookup(kRoot, parent, name);
     return a.ok() ? a->ino() : 0;
   }
   std::vector<uint64_t> Orphans() {
-    auto orphans = store_->ListOrphans();
+    auto orphans = store_->orphans().ListOrphans();
     if (!orphans.ok()) return {999999};
     std::vector<uint64_t> ids;
     for (const auto& [ino, rec] : *orphans) ids.push_back(ino);
     return ids;
   }
   std::vector<uint64_t> Garbage() {
-    return store_->ListGarbage().value_or(std::vector<uint64_t>{999999});
+    return store_->orphans().ListGarbage().value_or(std::vector<uint64_t>{999999});
   }
   // Every entry of `dir` as name -> cookie, read in one go.
   std::map<std::string, uint64_t> ListAll(uint64_t dir) {
     proto::ReadDirReply reply;
-    absl::Status s = store_->ReadDir(kRoot, dir, 0, 100000, &reply);
+    absl::Status s = store_->names().ReadDir(kRoot, dir, 0, 100000, &reply);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_TRUE(reply.eof());
     std::map<std::string, uint64_t> out;
@@ -141,13 +142,13 @@ class MetaStoreTest : public ::testing::Test {
   FakeClock clock_;
   int64_t start_ns_ = 0;
   std::string root_dir_;
-  std::unique_ptr<MetaStore> store_;
+  std::unique_ptr<Metadata> store_;
 };
 
 // --- a new volume ---------------------------------------------------------------
 
 TEST_F(MetaStoreTest, RootExistsAfterOpen) {
-  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.ino(), kRootIno);
   EXPECT_EQ(root.mode(), S_IFDIR | 0755u);
   EXPECT_EQ(root.nlink(), 2u);
@@ -157,7 +158,7 @@ TEST_F(MetaStoreTest, RootExistsAfterOpen) {
   EXPECT_EQ(root.ctime_ns(), start_ns_);
   EXPECT_EQ(InoOf(kRootIno, "."), kRootIno);
   EXPECT_EQ(InoOf(kRootIno, ".."), kRootIno);
-  SpaceInfo space = store_->Space();
+  SpaceInfo space = store_->store().Space();
   EXPECT_EQ(space.capacity_bytes, kCapacity);
   EXPECT_EQ(space.used_bytes, 0u);
   EXPECT_EQ(space.reserved_bytes, 0u);
@@ -181,18 +182,18 @@ TEST(MetaStoreOpenTest, RejectsBadOptions) {
 }
 
 TEST_F(MetaStoreTest, TheCapacityIsRecordedAndChangedOnlyWhenAskedTo) {
-  EXPECT_EQ(store_->Space().capacity_bytes, kCapacity);
+  EXPECT_EQ(store_->store().Space().capacity_bytes, kCapacity);
   // Reopened with no capacity (a full disk would have derived 0): kept.
   capacity_ = 0;
   Reopen();
-  EXPECT_EQ(store_->Space().capacity_bytes, kCapacity);
+  EXPECT_EQ(store_->store().Space().capacity_bytes, kCapacity);
   // An explicit one changes it, and is kept from then on.
   capacity_ = 2 * kCapacity;
   Reopen();
-  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+  EXPECT_EQ(store_->store().Space().capacity_bytes, 2 * kCapacity);
   capacity_ = 0;
   Reopen();
-  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+  EXPECT_EQ(store_->store().Space().capacity_bytes, 2 * kCapacity);
   // Not below what is used.
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK(Write(f.ino(), 0, 8 * kBlockSize).status());
@@ -202,11 +203,11 @@ TEST_F(MetaStoreTest, TheCapacityIsRecordedAndChangedOnlyWhenAskedTo) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   capacity_ = 0;
   Reopen();
-  EXPECT_EQ(store_->Space().capacity_bytes, 2 * kCapacity);
+  EXPECT_EQ(store_->store().Space().capacity_bytes, 2 * kCapacity);
 }
 
 TEST_F(MetaStoreTest, TheVolumeHasAnIdentityWhoseDataEpochGrowsAtEachOpen) {
-  const proto::VolumeIdentity first = store_->identity();
+  const proto::VolumeIdentity first = store_->store().identity();
   EXPECT_EQ(first.volume_id().size(), 32u);
   EXPECT_EQ(first.volume_id().find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_GE(first.created_ns(), start_ns_);
@@ -220,18 +221,18 @@ TEST_F(MetaStoreTest, TheVolumeHasAnIdentityWhoseDataEpochGrowsAtEachOpen) {
 
   // Each open to serve raises it: by one, or to the witness epoch served.
   Reopen();
-  EXPECT_EQ(store_->identity().volume_id(), first.volume_id());
-  EXPECT_EQ(store_->identity().created_ns(), first.created_ns());
-  EXPECT_EQ(store_->identity().data_epoch(), 2u);
+  EXPECT_EQ(store_->store().identity().volume_id(), first.volume_id());
+  EXPECT_EQ(store_->store().identity().created_ns(), first.created_ns());
+  EXPECT_EQ(store_->store().identity().data_epoch(), 2u);
   store_.reset();
   MetaStoreOptions o = Options();
   o.epoch = 7;
-  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
-  EXPECT_EQ(store_->identity().data_epoch(), 7u);
+  ASSERT_OK_AND_ASSIGN(store_, Metadata::Open(o));
+  EXPECT_EQ(store_->store().identity().data_epoch(), 7u);
   store_.reset();
   o.epoch = 3;  // a witness that forgot its epochs: never lowered
-  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
-  EXPECT_EQ(store_->identity().data_epoch(), 8u);
+  ASSERT_OK_AND_ASSIGN(store_, Metadata::Open(o));
+  EXPECT_EQ(store_->store().identity().data_epoch(), 8u);
   store_.reset();
   ASSERT_OK_AND_ASSIGN(read, MetaStore::ReadIdentity(root_dir_ + "/meta"));
   EXPECT_EQ(read->data_epoch(), 8u);
@@ -256,20 +257,20 @@ TEST_F(MetaStoreTest, NothingIsPromisedThatTheDiskCannotHold) {
   store_.reset();
   MetaStoreOptions o = Options();
   o.disk_available = [&disk] { return disk; };
-  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  ASSERT_OK_AND_ASSIGN(store_, Metadata::Open(o));
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   // The capacity (64 blocks) says yes, the disk says 10.
-  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 10 * kBlockSize));
-  EXPECT_EQ(Err(store_->Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->space().Reserve(f.ino(), 0, 10 * kBlockSize));
+  EXPECT_EQ(Err(store_->space().Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
   // Written: the blocks are on disk now (the disk's free space went down
   // with them), so nothing more fits.
-  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 10 * kBlockSize, true, r).status());
+  ASSERT_OK(store_->space().CommitWrite(f.ino(), 0, 10 * kBlockSize, true, r).status());
   disk -= 10 * kBlockSize;
-  EXPECT_EQ(Err(store_->Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
+  EXPECT_EQ(Err(store_->space().Reserve(f.ino(), 10 * kBlockSize, kBlockSize)), ENOSPC);
   // Another program frees space: it can be promised again.
   disk = 3 * kBlockSize;
-  ASSERT_OK(store_->Reserve(f.ino(), 10 * kBlockSize, 3 * kBlockSize).status());
-  EXPECT_EQ(Err(store_->Reserve(f.ino(), 20 * kBlockSize, kBlockSize)), ENOSPC);
+  ASSERT_OK(store_->space().Reserve(f.ino(), 10 * kBlockSize, 3 * kBlockSize).status());
+  EXPECT_EQ(Err(store_->space().Reserve(f.ino(), 20 * kBlockSize, kBlockSize)), ENOSPC);
 }
 
 // --- creating and looking up ---------------------------------------------------
@@ -277,7 +278,7 @@ TEST_F(MetaStoreTest, NothingIsPromisedThatTheDiskCannotHold) {
 TEST_F(MetaStoreTest, MkNodLookupGetAttr) {
   clock_.Advance(absl::Seconds(1));
   ASSERT_OK_AND_ASSIGN(proto::Attr f,
-                       store_->MkNod(kRoot, kRootIno, "f", S_IFREG | 0666, 0, 022, true));
+                       store_->names().MkNod(kRoot, kRootIno, "f", S_IFREG | 0666, 0, 022, true));
   EXPECT_EQ(f.ino(), 2u);
   EXPECT_EQ(f.mode(), S_IFREG | 0644u);  // umask applied
   EXPECT_EQ(f.nlink(), 1u);
@@ -286,129 +287,131 @@ TEST_F(MetaStoreTest, MkNodLookupGetAttr) {
   EXPECT_EQ(f.blocks(), 0u);
   EXPECT_EQ(f.mtime_ns(), start_ns_ + 1000000000);
 
-  ASSERT_OK_AND_ASSIGN(proto::Attr looked, store_->Lookup(kRoot, kRootIno, "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr looked, store_->names().Lookup(kRoot, kRootIno, "f"));
   EXPECT_EQ(looked.ino(), f.ino());
   EXPECT_EQ(looked.mode(), f.mode());
-  ASSERT_OK_AND_ASSIGN(proto::Attr got, store_->GetAttr(f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr got, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(got.SerializeAsString(), f.SerializeAsString());
 
   ASSERT_OK_AND_ASSIGN(proto::Attr fifo,
-                       store_->MkNod(kRoot, kRootIno, "p", S_IFIFO | 0600, 0, 0, true));
+                       store_->names().MkNod(kRoot, kRootIno, "p", S_IFIFO | 0600, 0, 0, true));
   EXPECT_EQ(fifo.ino(), 3u);
   EXPECT_EQ(fifo.mode(), S_IFIFO | 0600u);
-  ASSERT_OK_AND_ASSIGN(proto::Attr dev,
-                       store_->MkNod(kRoot, kRootIno, "null", S_IFCHR | 0666, 0x0103, 0, true));
+  ASSERT_OK_AND_ASSIGN(proto::Attr dev, store_->names().MkNod(kRoot, kRootIno, "null",
+                                                              S_IFCHR | 0666, 0x0103, 0, true));
   EXPECT_EQ(dev.rdev(), 0x0103u);
 
-  SpaceInfo space = store_->Space();
+  SpaceInfo space = store_->store().Space();
   EXPECT_EQ(space.inodes, 4u);
   EXPECT_EQ(space.next_ino, 5u);
 }
 
 TEST_F(MetaStoreTest, SymlinkAndReadLink) {
-  ASSERT_OK_AND_ASSIGN(proto::Attr l, store_->Symlink(kRoot, kRootIno, "l", "../some/target"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr l,
+                       store_->names().Symlink(kRoot, kRootIno, "l", "../some/target"));
   EXPECT_EQ(l.mode(), S_IFLNK | 0777u);
   EXPECT_EQ(l.size(), 14u);  // the target's length
-  ASSERT_OK_AND_ASSIGN(std::string target, store_->ReadLink(l.ino()));
+  ASSERT_OK_AND_ASSIGN(std::string target, store_->names().ReadLink(l.ino()));
   EXPECT_EQ(target, "../some/target");
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  EXPECT_EQ(Err(store_->ReadLink(f.ino())), EINVAL);
-  EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "empty", "")), ENOENT);
-  EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "long", std::string(4096, 'a'))), ENAMETOOLONG);
-  EXPECT_EQ(Err(store_->Symlink(kRoot, kRootIno, "l", "x")), EEXIST);
+  EXPECT_EQ(Err(store_->names().ReadLink(f.ino())), EINVAL);
+  EXPECT_EQ(Err(store_->names().Symlink(kRoot, kRootIno, "empty", "")), ENOENT);
+  EXPECT_EQ(Err(store_->names().Symlink(kRoot, kRootIno, "long", std::string(4096, 'a'))),
+            ENAMETOOLONG);
+  EXPECT_EQ(Err(store_->names().Symlink(kRoot, kRootIno, "l", "x")), EEXIST);
 }
 
 TEST_F(MetaStoreTest, BadTypesAndNames) {
-  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "x", 0644, 0, 0, true)), EINVAL);  // no type
-  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "x", S_IFLNK | 0777, 0, 0, true)), EINVAL);
-  EXPECT_EQ(Err(store_->MkNod(kAlice, kRootIno, "x", S_IFBLK | 0600, 1, 0, true)), EPERM);
+  EXPECT_EQ(Err(store_->names().MkNod(kRoot, kRootIno, "x", 0644, 0, 0, true)), EINVAL);  // no type
+  EXPECT_EQ(Err(store_->names().MkNod(kRoot, kRootIno, "x", S_IFLNK | 0777, 0, 0, true)), EINVAL);
+  EXPECT_EQ(Err(store_->names().MkNod(kAlice, kRootIno, "x", S_IFBLK | 0600, 1, 0, true)), EPERM);
   EXPECT_EQ(Err(Create(kRootIno, "")), EINVAL);
   EXPECT_EQ(Err(Create(kRootIno, ".")), EINVAL);
   EXPECT_EQ(Err(Create(kRootIno, "..")), EINVAL);
   EXPECT_EQ(Err(Create(kRootIno, "a/b")), EINVAL);
   EXPECT_EQ(Err(Create(kRootIno, std::string(256, 'n'))), ENAMETOOLONG);
   EXPECT_EQ(Err(Create(kRootIno, std::string(255, 'n'))), 0);
-  EXPECT_EQ(Err(store_->Lookup(kRoot, kRootIno, std::string(256, 'n'))), ENAMETOOLONG);
-  EXPECT_EQ(store_->Space().inodes, 2u);
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, kRootIno, std::string(256, 'n'))), ENAMETOOLONG);
+  EXPECT_EQ(store_->store().Space().inodes, 2u);
 }
 
 TEST_F(MetaStoreTest, ExistingNamesAreEexistAndUseNoInodeNumber) {
   ASSERT_OK(Create(kRootIno, "f"));
   ASSERT_OK(Mkdir(kRootIno, "d"));
-  const SpaceInfo before = store_->Space();
+  const SpaceInfo before = store_->store().Space();
   EXPECT_EQ(Err(Create(kRootIno, "f")), EEXIST);
   EXPECT_EQ(Err(Create(kRootIno, "d")), EEXIST);
   EXPECT_EQ(Err(Mkdir(kRootIno, "f")), EEXIST);
   EXPECT_EQ(Err(Mkdir(kRootIno, "d")), EEXIST);
-  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "f", S_IFIFO | 0644, 0, 0, false)), EEXIST);
-  const SpaceInfo after = store_->Space();
+  EXPECT_EQ(Err(store_->names().MkNod(kRoot, kRootIno, "f", S_IFIFO | 0644, 0, 0, false)), EEXIST);
+  const SpaceInfo after = store_->store().Space();
   EXPECT_EQ(after.inodes, before.inodes);
   EXPECT_EQ(after.next_ino, before.next_ino);
   EXPECT_EQ(Nlink(kRootIno), 3);
 }
 
 TEST_F(MetaStoreTest, MissingNamesAndInodesAreEnoent) {
-  EXPECT_EQ(Err(store_->Lookup(kRoot, kRootIno, "nope")), ENOENT);
-  EXPECT_EQ(Err(store_->GetAttr(999)), ENOENT);
-  EXPECT_EQ(Err(store_->GetInode(999)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, kRootIno, "nope")), ENOENT);
+  EXPECT_EQ(Err(store_->inodes().GetAttr(999)), ENOENT);
+  EXPECT_EQ(Err(store_->inodes().GetInode(999)), ENOENT);
   EXPECT_EQ(Err(Create(999, "f")), ENOENT);
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "nope", false)), ENOENT);
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "nope", true)), ENOENT);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "nope", kRootIno, "other", 0)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "nope", false)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "nope", true)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "nope", kRootIno, "other", 0)), ENOENT);
 }
 
 TEST_F(MetaStoreTest, AFileAsParentIsEnotdir) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   EXPECT_EQ(Err(Create(f.ino(), "x")), ENOTDIR);
   EXPECT_EQ(Err(Mkdir(f.ino(), "x")), ENOTDIR);
-  EXPECT_EQ(Err(store_->Lookup(kRoot, f.ino(), "x")), ENOTDIR);
-  EXPECT_EQ(Err(store_->Remove(kRoot, f.ino(), "x", false)), ENOTDIR);
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, f.ino(), "x")), ENOTDIR);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, f.ino(), "x", false)), ENOTDIR);
   proto::ReadDirReply reply;
-  EXPECT_EQ(Err(store_->ReadDir(kRoot, f.ino(), 0, 10, &reply)), ENOTDIR);
+  EXPECT_EQ(Err(store_->names().ReadDir(kRoot, f.ino(), 0, 10, &reply)), ENOTDIR);
   // rmdir of a file.
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "f", true)), ENOTDIR);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "f", true)), ENOTDIR);
   EXPECT_EQ(InoOf(kRootIno, "f"), f.ino());
 }
 
 TEST_F(MetaStoreTest, UnlinkOfADirectoryIsEisdir) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "d", false)), EISDIR);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "d", false)), EISDIR);
   EXPECT_EQ(InoOf(kRootIno, "d"), d.ino());
-  EXPECT_EQ(Err(store_->Link(kRoot, d.ino(), kRootIno, "d2")), EPERM);
+  EXPECT_EQ(Err(store_->names().Link(kRoot, d.ino(), kRootIno, "d2")), EPERM);
 }
 
 TEST_F(MetaStoreTest, RmdirOfANonEmptyDirectoryIsEnotempty) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
   ASSERT_OK(Create(d.ino(), "f"));
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "d", true)), ENOTEMPTY);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "d", true)), ENOTEMPTY);
   EXPECT_EQ(Nlink(d.ino()), 2);
-  ASSERT_OK(store_->Remove(kRoot, d.ino(), "f", false));
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "d", true)), 0);
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, ".", true)), EINVAL);
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "..", true)), ENOTEMPTY);
+  ASSERT_OK(store_->names().Remove(kRoot, d.ino(), "f", false));
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "d", true)), 0);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, ".", true)), EINVAL);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "..", true)), ENOTEMPTY);
 }
 
 TEST_F(MetaStoreTest, NonExclusiveCreateReturnsTheExistingFile) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0600));
-  const SpaceInfo before = store_->Space();
+  const SpaceInfo before = store_->store().Space();
   ASSERT_OK_AND_ASSIGN(proto::Attr again,
-                       store_->MkNod(kRoot, kRootIno, "f", S_IFREG | 0777, 0, 0, false));
+                       store_->names().MkNod(kRoot, kRootIno, "f", S_IFREG | 0777, 0, 0, false));
   EXPECT_EQ(again.ino(), f.ino());
   EXPECT_EQ(again.mode(), S_IFREG | 0600u);  // the existing file, unchanged
   EXPECT_EQ(again.nlink(), 1u);
-  EXPECT_EQ(store_->Space().next_ino, before.next_ino);
-  EXPECT_EQ(store_->Space().inodes, before.inodes);
+  EXPECT_EQ(store_->store().Space().next_ino, before.next_ino);
+  EXPECT_EQ(store_->store().Space().inodes, before.inodes);
   // An existing directory cannot be opened for creation.
   ASSERT_OK(Mkdir(kRootIno, "d"));
   // Non-exclusive create over a directory: the caller's view was stale.
-  EXPECT_EQ(Err(store_->MkNod(kRoot, kRootIno, "d", S_IFREG | 0644, 0, 0, false)), ESTALE);
+  EXPECT_EQ(Err(store_->names().MkNod(kRoot, kRootIno, "d", S_IFREG | 0644, 0, 0, false)), ESTALE);
 }
 
 TEST_F(MetaStoreTest, NonExclusiveCreateOfAnExistingFileNeedsNoWriteAccessToTheDirectory) {
   // open(O_CREAT) without O_EXCL of an existing file only opens it (POSIX,
   // Linux): the directory's write permission is needed only to create.
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "shared", 0666));
-  auto opened = store_->MkNod(kAlice, kRootIno, "shared", S_IFREG | 0644, 0, 022, false);
+  auto opened = store_->names().MkNod(kAlice, kRootIno, "shared", S_IFREG | 0644, 0, 022, false);
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(opened->ino(), f.ino());
 }
@@ -430,12 +433,12 @@ TEST_F(MetaStoreTest, MkdirAndRmdirKeepParentLinkCounts) {
   ASSERT_OK(Create(a.ino(), "f"));
   EXPECT_EQ(Nlink(a.ino()), 3);
 
-  ASSERT_OK_AND_ASSIGN(Removed rb, store_->Remove(kRoot, a.ino(), "b", true));
+  ASSERT_OK_AND_ASSIGN(Removed rb, store_->names().Remove(kRoot, a.ino(), "b", true));
   EXPECT_EQ(rb.ino, b.ino());
   EXPECT_EQ(rb.nlink, 0u);
   EXPECT_EQ(Nlink(a.ino()), 2);
-  ASSERT_OK(store_->Remove(kRoot, a.ino(), "f", false));
-  ASSERT_OK_AND_ASSIGN(Removed ra, store_->Remove(kRoot, kRootIno, "a", true));
+  ASSERT_OK(store_->names().Remove(kRoot, a.ino(), "f", false));
+  ASSERT_OK_AND_ASSIGN(Removed ra, store_->names().Remove(kRoot, kRootIno, "a", true));
   EXPECT_EQ(ra.ino, a.ino());
   EXPECT_EQ(ra.nlink, 0u);
   EXPECT_EQ(Nlink(kRootIno), 2);
@@ -445,69 +448,69 @@ TEST_F(MetaStoreTest, MkdirAndRmdirKeepParentLinkCounts) {
 TEST_F(MetaStoreTest, CreatingInARemovedDirectoryIsEnoent) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "d", true));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "d", true));
   EXPECT_EQ(Err(Create(d.ino(), "x")), ENOENT);
-  EXPECT_EQ(Err(store_->Link(kRoot, f.ino(), d.ino(), "x")), ENOENT);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", d.ino(), "x", 0)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Link(kRoot, f.ino(), d.ino(), "x")), ENOENT);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "f", d.ino(), "x", 0)), ENOENT);
   EXPECT_EQ(InoOf(kRootIno, "f"), f.ino());
 }
 
 TEST_F(MetaStoreTest, HardLinkCounts) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
-  ASSERT_OK_AND_ASSIGN(proto::Attr linked, store_->Link(kRoot, f.ino(), d.ino(), "g"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr linked, store_->names().Link(kRoot, f.ino(), d.ino(), "g"));
   EXPECT_EQ(linked.ino(), f.ino());
   EXPECT_EQ(linked.nlink(), 2u);
   EXPECT_EQ(InoOf(d.ino(), "g"), f.ino());
-  EXPECT_EQ(Err(store_->Link(kRoot, f.ino(), d.ino(), "g")), EEXIST);
+  EXPECT_EQ(Err(store_->names().Link(kRoot, f.ino(), d.ino(), "g")), EEXIST);
   EXPECT_EQ(Nlink(f.ino()), 2);
   EXPECT_EQ(Nlink(d.ino()), 2);  // a file link is no subdirectory
 
-  ASSERT_OK_AND_ASSIGN(Removed r1, store_->Remove(kRoot, kRootIno, "f", false));
+  ASSERT_OK_AND_ASSIGN(Removed r1, store_->names().Remove(kRoot, kRootIno, "f", false));
   EXPECT_EQ(r1.ino, f.ino());
   EXPECT_EQ(r1.nlink, 1u);
   EXPECT_TRUE(Orphans().empty());
-  ASSERT_OK_AND_ASSIGN(Removed r2, store_->Remove(kRoot, d.ino(), "g", false));
+  ASSERT_OK_AND_ASSIGN(Removed r2, store_->names().Remove(kRoot, d.ino(), "g", false));
   EXPECT_EQ(r2.ino, f.ino());
   EXPECT_EQ(r2.nlink, 0u);
   // Unlinked but still an inode (it may be open) until reaped.
   EXPECT_EQ(Nlink(f.ino()), 0);
   EXPECT_EQ(Orphans(), std::vector<uint64_t>{f.ino()});
   EXPECT_TRUE(Garbage().empty());
-  EXPECT_EQ(Err(store_->Link(kRoot, f.ino(), kRootIno, "back")), ENOENT);
+  EXPECT_EQ(Err(store_->names().Link(kRoot, f.ino(), kRootIno, "back")), ENOENT);
 }
 
 TEST_F(MetaStoreTest, LastUnlinkThenReapMakesGarbage) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK(Write(f.ino(), 0, 3 * kBlockSize));
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.k", "v", 0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "user.k", "v", 0));
   ASSERT_OK_AND_ASSIGN(proto::Attr live, Create(kRootIno, "live"));
   // Reap of a file that still has a link is a no-op.
-  ASSERT_OK(store_->Reap(live.ino()));
+  ASSERT_OK(store_->orphans().Reap(live.ino()));
   EXPECT_EQ(Nlink(live.ino()), 1);
 
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "f", false));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "f", false));
   EXPECT_EQ(Orphans(), std::vector<uint64_t>{f.ino()});
-  EXPECT_EQ(store_->Space().inodes, 3u);
-  ASSERT_OK(store_->Reap(f.ino()));
+  EXPECT_EQ(store_->store().Space().inodes, 3u);
+  ASSERT_OK(store_->orphans().Reap(f.ino()));
   EXPECT_TRUE(Orphans().empty());
   EXPECT_EQ(Garbage(), std::vector<uint64_t>{f.ino()});
-  EXPECT_EQ(Err(store_->GetAttr(f.ino())), ENOENT);
-  EXPECT_EQ(Err(store_->ListXattr(kRoot, f.ino())), ENOENT);
-  SpaceInfo space = store_->Space();
+  EXPECT_EQ(Err(store_->inodes().GetAttr(f.ino())), ENOENT);
+  EXPECT_EQ(Err(store_->inodes().ListXattr(kRoot, f.ino())), ENOENT);
+  SpaceInfo space = store_->store().Space();
   EXPECT_EQ(space.inodes, 2u);
   EXPECT_EQ(space.pending_deletes, 1u);
   EXPECT_EQ(space.used_bytes, 3 * kBlockSize);  // freed only with the chunks
-  ASSERT_OK_AND_ASSIGN(uint64_t span, store_->GarbageChunkSpan(f.ino()));
+  ASSERT_OK_AND_ASSIGN(uint64_t span, store_->orphans().GarbageChunkSpan(f.ino()));
   EXPECT_EQ(span, 1u);
 
-  ASSERT_OK(store_->FinishGarbage(f.ino()));
+  ASSERT_OK(store_->orphans().FinishGarbage(f.ino()));
   EXPECT_TRUE(Garbage().empty());
-  space = store_->Space();
+  space = store_->store().Space();
   EXPECT_EQ(space.used_bytes, 0u);
   EXPECT_EQ(space.pending_deletes, 0u);
   // Reaping twice is harmless.
-  ASSERT_OK(store_->Reap(f.ino()));
+  ASSERT_OK(store_->orphans().Reap(f.ino()));
   EXPECT_TRUE(Garbage().empty());
 }
 
@@ -515,21 +518,21 @@ TEST_F(MetaStoreTest, GarbageChunkSpanCoversEveryRecordedChunk) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK(Write(f.ino(), 0, 100));  // size 100: one chunk
   // Blocks allocated past the size (fallocate with KEEP_SIZE) in chunk 5.
-  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 5 * kChunk, 10));
-  ASSERT_OK(store_->CommitWrite(f.ino(), 5 * kChunk, 10, /*extend=*/false, reserved));
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "f", false));
-  ASSERT_OK(store_->Reap(f.ino()));
-  ASSERT_OK_AND_ASSIGN(uint64_t span, store_->GarbageChunkSpan(f.ino()));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->space().Reserve(f.ino(), 5 * kChunk, 10));
+  ASSERT_OK(store_->space().CommitWrite(f.ino(), 5 * kChunk, 10, /*extend=*/false, reserved));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "f", false));
+  ASSERT_OK(store_->orphans().Reap(f.ino()));
+  ASSERT_OK_AND_ASSIGN(uint64_t span, store_->orphans().GarbageChunkSpan(f.ino()));
   EXPECT_EQ(span, 6u);
-  ASSERT_OK(store_->FinishGarbage(f.ino()));
-  EXPECT_EQ(store_->Space().used_bytes, 0u);
+  ASSERT_OK(store_->orphans().FinishGarbage(f.ino()));
+  EXPECT_EQ(store_->store().Space().used_bytes, 0u);
 }
 
 // --- rename -----------------------------------------------------------------------
 
 TEST_F(MetaStoreTest, RenamePlain) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "a"));
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
   EXPECT_EQ(r.ino, 0u);
   EXPECT_EQ(InoOf(kRootIno, "a"), 0u);
   EXPECT_EQ(InoOf(kRootIno, "b"), f.ino());
@@ -538,8 +541,8 @@ TEST_F(MetaStoreTest, RenamePlain) {
   EXPECT_EQ(names.count("a"), 0u);
   EXPECT_EQ(names.count("b"), 1u);
   // Renaming onto another link of the same file changes nothing.
-  ASSERT_OK(store_->Link(kRoot, f.ino(), kRootIno, "c"));
-  ASSERT_OK_AND_ASSIGN(r, store_->Rename(kRoot, kRootIno, "b", kRootIno, "c", 0));
+  ASSERT_OK(store_->names().Link(kRoot, f.ino(), kRootIno, "c"));
+  ASSERT_OK_AND_ASSIGN(r, store_->names().Rename(kRoot, kRootIno, "b", kRootIno, "c", 0));
   EXPECT_EQ(r.ino, 0u);
   EXPECT_EQ(InoOf(kRootIno, "b"), f.ino());
   EXPECT_EQ(InoOf(kRootIno, "c"), f.ino());
@@ -547,15 +550,17 @@ TEST_F(MetaStoreTest, RenamePlain) {
   // From a mount, whose kernel only sends it when its two entries hold
   // different inodes (found by tests/nscheck.py: "a" -> "a" with a stale
   // source entry made the node mark the live target directory dead).
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", kRootIno, "c", 0, f.ino(), f.ino())), ESTALE);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", kRootIno, "b", 0, f.ino(), f.ino())), ESTALE);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "b", kRootIno, "c", 0, f.ino(), f.ino())),
+            ESTALE);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "b", kRootIno, "b", 0, f.ino(), f.ino())),
+            ESTALE);
   EXPECT_EQ(Nlink(f.ino()), 2);
 }
 
 TEST_F(MetaStoreTest, RenameOfAFileAcrossDirectories) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK(store_->Rename(kRoot, kRootIno, "f", d.ino(), "g", 0));
+  ASSERT_OK(store_->names().Rename(kRoot, kRootIno, "f", d.ino(), "g", 0));
   EXPECT_EQ(InoOf(kRootIno, "f"), 0u);
   EXPECT_EQ(InoOf(d.ino(), "g"), f.ino());
   EXPECT_EQ(Nlink(kRootIno), 3);
@@ -567,17 +572,17 @@ TEST_F(MetaStoreTest, RenameOfADirectoryAcrossDirectoriesMovesItsLinkAndDotDot) 
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
   ASSERT_OK_AND_ASSIGN(proto::Attr c, Mkdir(a.ino(), "c"));
   EXPECT_EQ(Nlink(a.ino()), 3);
-  ASSERT_OK(store_->Rename(kRoot, a.ino(), "c", b.ino(), "c", 0));
+  ASSERT_OK(store_->names().Rename(kRoot, a.ino(), "c", b.ino(), "c", 0));
   EXPECT_EQ(Nlink(a.ino()), 2);
   EXPECT_EQ(Nlink(b.ino()), 3);
   EXPECT_EQ(Nlink(kRootIno), 4);
   EXPECT_EQ(Nlink(c.ino()), 2);
   EXPECT_EQ(InoOf(c.ino(), ".."), b.ino());
   // a is now empty and can go.
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "a", true)), 0);
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "b", true)), ENOTEMPTY);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "a", true)), 0);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "b", true)), ENOTEMPTY);
   // Up to the root.
-  ASSERT_OK(store_->Rename(kRoot, b.ino(), "c", kRootIno, "c", 0));
+  ASSERT_OK(store_->names().Rename(kRoot, b.ino(), "c", kRootIno, "c", 0));
   EXPECT_EQ(Nlink(b.ino()), 2);
   EXPECT_EQ(Nlink(kRootIno), 4);  // b and c
   EXPECT_EQ(InoOf(c.ino(), ".."), kRootIno);
@@ -585,7 +590,7 @@ TEST_F(MetaStoreTest, RenameOfADirectoryAcrossDirectoriesMovesItsLinkAndDotDot) 
 
 TEST_F(MetaStoreTest, RenameOfADirectoryWithinItsDirectoryKeepsLinkCounts) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Mkdir(kRootIno, "a"));
-  ASSERT_OK(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  ASSERT_OK(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
   EXPECT_EQ(Nlink(kRootIno), 3);
   EXPECT_EQ(Nlink(a.ino()), 2);
   EXPECT_EQ(InoOf(a.ino(), ".."), kRootIno);
@@ -596,7 +601,7 @@ TEST_F(MetaStoreTest, RenameOfADirectoryOverAnEmptyDirectoryElsewhere) {
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
   ASSERT_OK_AND_ASSIGN(proto::Attr x, Mkdir(a.ino(), "x"));
   ASSERT_OK_AND_ASSIGN(proto::Attr y, Mkdir(b.ino(), "x"));
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, a.ino(), "x", b.ino(), "x", 0));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->names().Rename(kRoot, a.ino(), "x", b.ino(), "x", 0));
   EXPECT_EQ(r.ino, y.ino());
   EXPECT_EQ(r.nlink, 0u);
   EXPECT_EQ(InoOf(b.ino(), "x"), x.ino());
@@ -612,7 +617,7 @@ TEST_F(MetaStoreTest, RenameExchangeOfTwoDirectoriesAcrossDirectories) {
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
   ASSERT_OK_AND_ASSIGN(proto::Attr x, Mkdir(a.ino(), "x"));
   ASSERT_OK_AND_ASSIGN(proto::Attr y, Mkdir(b.ino(), "y"));
-  ASSERT_OK(store_->Rename(kRoot, a.ino(), "x", b.ino(), "y", kExchange));
+  ASSERT_OK(store_->names().Rename(kRoot, a.ino(), "x", b.ino(), "y", kExchange));
   EXPECT_EQ(InoOf(a.ino(), "x"), y.ino());
   EXPECT_EQ(InoOf(b.ino(), "y"), x.ino());
   EXPECT_EQ(InoOf(x.ino(), ".."), b.ino());
@@ -621,13 +626,13 @@ TEST_F(MetaStoreTest, RenameExchangeOfTwoDirectoriesAcrossDirectories) {
   EXPECT_EQ(Nlink(b.ino()), 3);
   EXPECT_EQ(Nlink(kRootIno), 4);
   // Exchanging a directory with its own ancestor's entry is a loop.
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "b", b.ino(), "y", kExchange)), EINVAL);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "b", b.ino(), "y", kExchange)), EINVAL);
 }
 
 TEST_F(MetaStoreTest, RenameOverAFileReturnsTheReplacedInode) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a"));
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Create(kRootIno, "b"));
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
   EXPECT_EQ(r.ino, b.ino());
   EXPECT_EQ(r.nlink, 0u);
   EXPECT_EQ(InoOf(kRootIno, "b"), a.ino());
@@ -640,8 +645,8 @@ TEST_F(MetaStoreTest, RenameOverAFileReturnsTheReplacedInode) {
 TEST_F(MetaStoreTest, RenameOverAFileWithAnotherLinkKeepsIt) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a"));
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Create(kRootIno, "b"));
-  ASSERT_OK(store_->Link(kRoot, b.ino(), kRootIno, "b2"));
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  ASSERT_OK(store_->names().Link(kRoot, b.ino(), kRootIno, "b2"));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
   EXPECT_EQ(r.ino, b.ino());
   EXPECT_EQ(r.nlink, 1u);
   EXPECT_EQ(InoOf(kRootIno, "b2"), b.ino());
@@ -652,27 +657,29 @@ TEST_F(MetaStoreTest, RenameOverAFileWithAnotherLinkKeepsIt) {
 TEST_F(MetaStoreTest, RenameNoReplace) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a"));
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Create(kRootIno, "b"));
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", kNoReplace)), EEXIST);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", kNoReplace)), EEXIST);
   EXPECT_EQ(InoOf(kRootIno, "a"), a.ino());
   EXPECT_EQ(InoOf(kRootIno, "b"), b.ino());
   EXPECT_EQ(Nlink(b.ino()), 1);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "c", kNoReplace)), 0);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "c", kNoReplace)), 0);
   EXPECT_EQ(InoOf(kRootIno, "c"), a.ino());
 }
 
 TEST_F(MetaStoreTest, RenameBadFlags) {
   ASSERT_OK(Create(kRootIno, "a"));
   ASSERT_OK(Create(kRootIno, "b"));
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", kNoReplace | kExchange)),
-            EINVAL);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 4)), EINVAL);
+  EXPECT_EQ(
+      Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", kNoReplace | kExchange)),
+      EINVAL);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 4)), EINVAL);
 }
 
 TEST_F(MetaStoreTest, RenameExchangeSwaps) {
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a"));
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
   const auto cookies = ListAll(kRootIno);
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", kExchange));
+  ASSERT_OK_AND_ASSIGN(Removed r,
+                       store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", kExchange));
   EXPECT_EQ(r.ino, 0u);
   EXPECT_EQ(InoOf(kRootIno, "a"), b.ino());
   EXPECT_EQ(InoOf(kRootIno, "b"), a.ino());
@@ -682,7 +689,7 @@ TEST_F(MetaStoreTest, RenameExchangeSwaps) {
   EXPECT_EQ(ListAll(kRootIno), cookies);  // names keep their positions
   // The entry type follows the inode.
   proto::ReadDirReply reply;
-  ASSERT_OK(store_->ReadDir(kRoot, kRootIno, 2, 10, &reply));
+  ASSERT_OK(store_->names().ReadDir(kRoot, kRootIno, 2, 10, &reply));
   ASSERT_EQ(reply.entries_size(), 2);
   for (const auto& e : reply.entries()) {
     if (e.name() == "a") {
@@ -691,7 +698,8 @@ TEST_F(MetaStoreTest, RenameExchangeSwaps) {
       EXPECT_TRUE(S_ISREG(e.attr().mode()));
     }
   }
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "missing", kExchange)), ENOENT);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "missing", kExchange)),
+            ENOENT);
 }
 
 TEST_F(MetaStoreTest, RenameExchangeAcrossDirectoriesMovesTheSubdirectoryLink) {
@@ -699,7 +707,7 @@ TEST_F(MetaStoreTest, RenameExchangeAcrossDirectoriesMovesTheSubdirectoryLink) {
   ASSERT_OK_AND_ASSIGN(proto::Attr x, Mkdir(kRootIno, "x"));  // root/x
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(x.ino(), "f"));  // root/x/f
   EXPECT_EQ(Nlink(kRootIno), 4);
-  ASSERT_OK(store_->Rename(kRoot, kRootIno, "d", x.ino(), "f", kExchange));
+  ASSERT_OK(store_->names().Rename(kRoot, kRootIno, "d", x.ino(), "f", kExchange));
   EXPECT_EQ(InoOf(kRootIno, "d"), f.ino());
   EXPECT_EQ(InoOf(x.ino(), "f"), d.ino());
   EXPECT_EQ(Nlink(kRootIno), 3);  // only x is a subdirectory now
@@ -711,9 +719,9 @@ TEST_F(MetaStoreTest, RenameOfADirectoryIntoItselfIsEinval) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
   ASSERT_OK_AND_ASSIGN(proto::Attr s, Mkdir(d.ino(), "s"));
   ASSERT_OK_AND_ASSIGN(proto::Attr t, Mkdir(s.ino(), "t"));
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "d", s.ino(), "x", 0)), EINVAL);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "d", t.ino(), "x", 0)), EINVAL);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "d", d.ino(), "x", 0)), EINVAL);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "d", s.ino(), "x", 0)), EINVAL);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "d", t.ino(), "x", 0)), EINVAL);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "d", d.ino(), "x", 0)), EINVAL);
   EXPECT_EQ(InoOf(kRootIno, "d"), d.ino());
   EXPECT_EQ(InoOf(d.ino(), ".."), kRootIno);
   EXPECT_EQ(Nlink(kRootIno), 3);
@@ -725,11 +733,11 @@ TEST_F(MetaStoreTest, RenameOfADirectoryOverADirectory) {
   ASSERT_OK_AND_ASSIGN(proto::Attr b, Mkdir(kRootIno, "b"));
   ASSERT_OK(Create(b.ino(), "f"));
   EXPECT_EQ(Nlink(kRootIno), 4);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0)), ENOTEMPTY);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0)), ENOTEMPTY);
   EXPECT_EQ(InoOf(kRootIno, "b"), b.ino());
-  ASSERT_OK(store_->Remove(kRoot, b.ino(), "f", false));
+  ASSERT_OK(store_->names().Remove(kRoot, b.ino(), "f", false));
   // Over an empty directory it works and replaces it.
-  ASSERT_OK_AND_ASSIGN(Removed r, store_->Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
+  ASSERT_OK_AND_ASSIGN(Removed r, store_->names().Rename(kRoot, kRootIno, "a", kRootIno, "b", 0));
   EXPECT_EQ(r.ino, b.ino());
   EXPECT_EQ(r.nlink, 0u);
   EXPECT_EQ(InoOf(kRootIno, "b"), a.ino());
@@ -740,8 +748,8 @@ TEST_F(MetaStoreTest, RenameOfADirectoryOverADirectory) {
 TEST_F(MetaStoreTest, RenameBetweenFileAndDirectory) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", kRootIno, "d", 0)), EISDIR);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "d", kRootIno, "f", 0)), ENOTDIR);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "f", kRootIno, "d", 0)), EISDIR);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "d", kRootIno, "f", 0)), ENOTDIR);
   EXPECT_EQ(InoOf(kRootIno, "f"), f.ino());
   EXPECT_EQ(InoOf(kRootIno, "d"), d.ino());
   EXPECT_EQ(Nlink(kRootIno), 3);
@@ -764,7 +772,7 @@ TEST_F(MetaStoreTest, ReadDirPagesThroughEveryEntryExactlyOnce) {
   int pages = 0;
   for (;;) {
     proto::ReadDirReply reply;
-    ASSERT_OK(store_->ReadDir(kRoot, dir.ino(), cookie, 100, &reply));
+    ASSERT_OK(store_->names().ReadDir(kRoot, dir.ino(), cookie, 100, &reply));
     ++pages;
     ASSERT_LE(reply.entries_size(), 100);
     for (const auto& e : reply.entries()) {
@@ -794,9 +802,9 @@ TEST_F(MetaStoreTest, ReadDirPagesThroughEveryEntryExactlyOnce) {
   EXPECT_EQ(ListAll(dir.ino()), cookie_of);
 
   // Resuming after an entry that was removed meanwhile continues right after it.
-  ASSERT_OK(store_->Remove(kRoot, dir.ino(), "f0500", false));
+  ASSERT_OK(store_->names().Remove(kRoot, dir.ino(), "f0500", false));
   proto::ReadDirReply reply;
-  ASSERT_OK(store_->ReadDir(kRoot, dir.ino(), cookie_of["f0500"], 3, &reply));
+  ASSERT_OK(store_->names().ReadDir(kRoot, dir.ino(), cookie_of["f0500"], 3, &reply));
   ASSERT_EQ(reply.entries_size(), 3);
   EXPECT_EQ(reply.entries(0).name(), "f0501");
   EXPECT_EQ(reply.entries(0).cookie(), cookie_of["f0501"]);
@@ -811,20 +819,20 @@ TEST_F(MetaStoreTest, ReadDirPagesThroughEveryEntryExactlyOnce) {
 TEST_F(MetaStoreTest, ReadDirSmallPagesAndTheEnd) {
   ASSERT_OK(Create(kRootIno, "a"));
   proto::ReadDirReply r1;
-  ASSERT_OK(store_->ReadDir(kRoot, kRootIno, 0, 1, &r1));
+  ASSERT_OK(store_->names().ReadDir(kRoot, kRootIno, 0, 1, &r1));
   ASSERT_EQ(r1.entries_size(), 1);
   EXPECT_EQ(r1.entries(0).name(), ".");
   EXPECT_FALSE(r1.eof());
   proto::ReadDirReply r2;
-  ASSERT_OK(store_->ReadDir(kRoot, kRootIno, 1, 1, &r2));
+  ASSERT_OK(store_->names().ReadDir(kRoot, kRootIno, 1, 1, &r2));
   ASSERT_EQ(r2.entries_size(), 1);
   EXPECT_EQ(r2.entries(0).name(), "..");
   proto::ReadDirReply r3;
-  ASSERT_OK(store_->ReadDir(kRoot, kRootIno, 2, 1, &r3));
+  ASSERT_OK(store_->names().ReadDir(kRoot, kRootIno, 2, 1, &r3));
   ASSERT_EQ(r3.entries_size(), 1);
   EXPECT_EQ(r3.entries(0).name(), "a");
   proto::ReadDirReply r4;
-  ASSERT_OK(store_->ReadDir(kRoot, kRootIno, r3.entries(0).cookie(), 1, &r4));
+  ASSERT_OK(store_->names().ReadDir(kRoot, kRootIno, r3.entries(0).cookie(), 1, &r4));
   EXPECT_EQ(r4.entries_size(), 0);
   EXPECT_TRUE(r4.eof());
 }
@@ -832,8 +840,8 @@ TEST_F(MetaStoreTest, ReadDirSmallPagesAndTheEnd) {
 TEST_F(MetaStoreTest, ReadDirNeedsReadPermission) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "private", 0700));
   proto::ReadDirReply reply;
-  EXPECT_EQ(Err(store_->ReadDir(kAlice, d.ino(), 0, 10, &reply)), EACCES);
-  EXPECT_EQ(Err(store_->Lookup(kAlice, d.ino(), "x")), EACCES);
+  EXPECT_EQ(Err(store_->names().ReadDir(kAlice, d.ino(), 0, 10, &reply)), EACCES);
+  EXPECT_EQ(Err(store_->names().Lookup(kAlice, d.ino(), "x")), EACCES);
 }
 
 // --- xattrs ----------------------------------------------------------------------------
@@ -841,61 +849,64 @@ TEST_F(MetaStoreTest, ReadDirNeedsReadPermission) {
 TEST_F(MetaStoreTest, XattrSetGetListRemove) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0666));
   ASSERT_OK_AND_ASSIGN(proto::Attr other, Create(kRootIno, "other"));
-  ASSERT_OK(store_->SetXattr(kRoot, other.ino(), "user.elsewhere", "x", 0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, other.ino(), "user.elsewhere", "x", 0));
 
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.a", "1", 0));
-  ASSERT_OK_AND_ASSIGN(std::string v, store_->GetXattr(kRoot, f.ino(), "user.a"));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "user.a", "1", 0));
+  ASSERT_OK_AND_ASSIGN(std::string v, store_->inodes().GetXattr(kRoot, f.ino(), "user.a"));
   EXPECT_EQ(v, "1");
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "user.a", "2", XATTR_CREATE)), EEXIST);
-  ASSERT_OK_AND_ASSIGN(v, store_->GetXattr(kRoot, f.ino(), "user.a"));
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "user.a", "2", XATTR_CREATE)), EEXIST);
+  ASSERT_OK_AND_ASSIGN(v, store_->inodes().GetXattr(kRoot, f.ino(), "user.a"));
   EXPECT_EQ(v, "1");
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "user.b", "2", XATTR_REPLACE)), ENODATA);
-  EXPECT_EQ(Err(store_->GetXattr(kRoot, f.ino(), "user.b")), ENODATA);
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.a", "22", XATTR_REPLACE));
-  ASSERT_OK_AND_ASSIGN(v, store_->GetXattr(kRoot, f.ino(), "user.a"));
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "user.b", "2", XATTR_REPLACE)), ENODATA);
+  EXPECT_EQ(Err(store_->inodes().GetXattr(kRoot, f.ino(), "user.b")), ENODATA);
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "user.a", "22", XATTR_REPLACE));
+  ASSERT_OK_AND_ASSIGN(v, store_->inodes().GetXattr(kRoot, f.ino(), "user.a"));
   EXPECT_EQ(v, "22");
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.b", std::string("\0bin", 4), XATTR_CREATE));
-  ASSERT_OK_AND_ASSIGN(v, store_->GetXattr(kRoot, f.ino(), "user.b"));
+  ASSERT_OK(
+      store_->inodes().SetXattr(kRoot, f.ino(), "user.b", std::string("\0bin", 4), XATTR_CREATE));
+  ASSERT_OK_AND_ASSIGN(v, store_->inodes().GetXattr(kRoot, f.ino(), "user.b"));
   EXPECT_EQ(v, std::string("\0bin", 4));
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "trusted.t", "", 0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "trusted.t", "", 0));
 
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->ListXattr(kRoot, f.ino()));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->inodes().ListXattr(kRoot, f.ino()));
   EXPECT_EQ(names, (std::vector<std::string>{"trusted.t", "user.a", "user.b"}));
 
-  ASSERT_OK(store_->RemoveXattr(kRoot, f.ino(), "user.a"));
-  EXPECT_EQ(Err(store_->GetXattr(kRoot, f.ino(), "user.a")), ENODATA);
-  EXPECT_EQ(Err(store_->RemoveXattr(kRoot, f.ino(), "user.a")), ENODATA);
-  ASSERT_OK_AND_ASSIGN(names, store_->ListXattr(kRoot, f.ino()));
+  ASSERT_OK(store_->inodes().RemoveXattr(kRoot, f.ino(), "user.a"));
+  EXPECT_EQ(Err(store_->inodes().GetXattr(kRoot, f.ino(), "user.a")), ENODATA);
+  EXPECT_EQ(Err(store_->inodes().RemoveXattr(kRoot, f.ino(), "user.a")), ENODATA);
+  ASSERT_OK_AND_ASSIGN(names, store_->inodes().ListXattr(kRoot, f.ino()));
   EXPECT_EQ(names, (std::vector<std::string>{"trusted.t", "user.b"}));
-  ASSERT_OK_AND_ASSIGN(names, store_->ListXattr(kRoot, other.ino()));
+  ASSERT_OK_AND_ASSIGN(names, store_->inodes().ListXattr(kRoot, other.ino()));
   EXPECT_EQ(names, std::vector<std::string>{"user.elsewhere"});
 }
 
 TEST_F(MetaStoreTest, XattrValidation) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "system.posix_acl_access", "x", 0)), EOPNOTSUPP);
-  EXPECT_EQ(Err(store_->GetXattr(kRoot, f.ino(), "system.posix_acl_access")), EOPNOTSUPP);
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "foo", "x", 0)), EOPNOTSUPP);
-  EXPECT_EQ(
-      Err(store_->SetXattr(kRoot, f.ino(), "user.big", std::string(kXattrValueMax + 1, 'v'), 0)),
-      E2BIG);
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.max", std::string(kXattrValueMax, 'v'), 0));
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, f.ino(), "user.x", "x", 4)), EINVAL);
-  EXPECT_EQ(Err(store_->SetXattr(kRoot, 999, "user.x", "x", 0)), ENOENT);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "system.posix_acl_access", "x", 0)),
+            EOPNOTSUPP);
+  EXPECT_EQ(Err(store_->inodes().GetXattr(kRoot, f.ino(), "system.posix_acl_access")), EOPNOTSUPP);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "foo", "x", 0)), EOPNOTSUPP);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "user.big",
+                                          std::string(kXattrValueMax + 1, 'v'), 0)),
+            E2BIG);
+  ASSERT_OK(
+      store_->inodes().SetXattr(kRoot, f.ino(), "user.max", std::string(kXattrValueMax, 'v'), 0));
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "user.x", "x", 4)), EINVAL);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, 999, "user.x", "x", 0)), ENOENT);
 }
 
 TEST_F(MetaStoreTest, XattrPermissionsForOrdinaryUsers) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0644));  // root's
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "trusted.t", "secret", 0));
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.u", "public", 0));
-  ASSERT_OK_AND_ASSIGN(std::string v, store_->GetXattr(kAlice, f.ino(), "user.u"));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "trusted.t", "secret", 0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "user.u", "public", 0));
+  ASSERT_OK_AND_ASSIGN(std::string v, store_->inodes().GetXattr(kAlice, f.ino(), "user.u"));
   EXPECT_EQ(v, "public");
-  EXPECT_EQ(Err(store_->SetXattr(kAlice, f.ino(), "user.u", "mine", 0)), EACCES);
-  EXPECT_EQ(Err(store_->RemoveXattr(kAlice, f.ino(), "user.u")), EACCES);
-  EXPECT_EQ(Err(store_->SetXattr(kAlice, f.ino(), "trusted.t", "x", 0)), EPERM);
-  EXPECT_EQ(Err(store_->GetXattr(kAlice, f.ino(), "trusted.t")), ENODATA);
-  EXPECT_EQ(Err(store_->SetXattr(kAlice, f.ino(), "security.s", "x", 0)), EPERM);
-  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->ListXattr(kAlice, f.ino()));
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kAlice, f.ino(), "user.u", "mine", 0)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().RemoveXattr(kAlice, f.ino(), "user.u")), EACCES);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kAlice, f.ino(), "trusted.t", "x", 0)), EPERM);
+  EXPECT_EQ(Err(store_->inodes().GetXattr(kAlice, f.ino(), "trusted.t")), ENODATA);
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kAlice, f.ino(), "security.s", "x", 0)), EPERM);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, store_->inodes().ListXattr(kAlice, f.ino()));
   EXPECT_EQ(names, std::vector<std::string>{"user.u"});
 }
 
@@ -907,7 +918,7 @@ TEST_F(MetaStoreTest, SetgidDirectoryPassesItsGroupOn) {
   chgrp.set_ino(g.ino());
   chgrp.set_valid(V::GID);
   chgrp.set_gid(500);
-  ASSERT_OK(store_->SetAttr(kRoot, chgrp));
+  ASSERT_OK(store_->inodes().SetAttr(kRoot, chgrp));
   ASSERT_OK_AND_ASSIGN(proto::Attr open, Mkdir(kRootIno, "open", 0777));
 
   ASSERT_OK_AND_ASSIGN(proto::Attr sub, Mkdir(g.ino(), "sub", 0755, kAlice));
@@ -933,18 +944,18 @@ TEST_F(MetaStoreTest, SetgidDirectoryPassesItsGroupOn) {
 TEST_F(MetaStoreTest, OrdinaryUserCannotCreateInARootOwnedDirectory) {
   EXPECT_EQ(Err(Create(kRootIno, "f", 0644, kAlice)), EACCES);
   EXPECT_EQ(Err(Mkdir(kRootIno, "d", 0755, kAlice)), EACCES);
-  EXPECT_EQ(Err(store_->Symlink(kAlice, kRootIno, "l", "t")), EACCES);
+  EXPECT_EQ(Err(store_->names().Symlink(kAlice, kRootIno, "l", "t")), EACCES);
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "rootfile", 0666));
-  EXPECT_EQ(Err(store_->Link(kAlice, f.ino(), kRootIno, "l")), EACCES);
-  EXPECT_EQ(Err(store_->Remove(kAlice, kRootIno, "rootfile", false)), EACCES);
-  EXPECT_EQ(Err(store_->Rename(kAlice, kRootIno, "rootfile", kRootIno, "x", 0)), EACCES);
-  EXPECT_EQ(store_->Space().inodes, 2u);
+  EXPECT_EQ(Err(store_->names().Link(kAlice, f.ino(), kRootIno, "l")), EACCES);
+  EXPECT_EQ(Err(store_->names().Remove(kAlice, kRootIno, "rootfile", false)), EACCES);
+  EXPECT_EQ(Err(store_->names().Rename(kAlice, kRootIno, "rootfile", kRootIno, "x", 0)), EACCES);
+  EXPECT_EQ(store_->store().Space().inodes, 2u);
 }
 
 TEST_F(MetaStoreTest, ChmodOfSomeoneElsesFileIsEperm) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0666));
   EXPECT_EQ(Err(Chmod(f.ino(), 0777, kAlice)), EPERM);
-  ASSERT_OK_AND_ASSIGN(proto::Attr unchanged, store_->GetAttr(f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr unchanged, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(unchanged.mode(), S_IFREG | 0666u);
 
   ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
@@ -957,7 +968,7 @@ TEST_F(MetaStoreTest, ChmodOfSomeoneElsesFileIsEperm) {
   chgrp.set_ino(mine.ino());
   chgrp.set_valid(V::GID);
   chgrp.set_gid(777);
-  ASSERT_OK(store_->SetAttr(kRoot, chgrp));
+  ASSERT_OK(store_->inodes().SetAttr(kRoot, chgrp));
   ASSERT_OK_AND_ASSIGN(changed, Chmod(mine.ino(), S_ISGID | 0755, kAlice));
   EXPECT_EQ(changed.mode(), S_IFREG | 0755u);
 }
@@ -969,8 +980,8 @@ TEST_F(MetaStoreTest, ChownRules) {
   req.set_ino(f.ino());
   req.set_valid(V::UID);
   req.set_uid(kBob.uid);
-  EXPECT_EQ(Err(store_->SetAttr(kAlice, req)), EPERM);
-  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->SetAttr(kRoot, req));
+  EXPECT_EQ(Err(store_->inodes().SetAttr(kAlice, req)), EPERM);
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->inodes().SetAttr(kRoot, req));
   EXPECT_EQ(a.uid(), kBob.uid);
   EXPECT_EQ(a.mode(), S_IFREG | 0755u);  // set-user-ID dropped
 }
@@ -994,7 +1005,7 @@ TEST_F(MetaStoreTest, AnyoneWhoMayWriteMayDropSetIdBits) {
   kill.set_ino(closed.ino());
   kill.set_valid(V::MODE);
   kill.set_mode(0755);
-  ASSERT_OK_AND_ASSIGN(a, store_->SetAttr(kBob, kill, /*opened=*/true));
+  ASSERT_OK_AND_ASSIGN(a, store_->inodes().SetAttr(kBob, kill, /*opened=*/true));
   EXPECT_EQ(a.mode(), S_IFREG | 0755u);
 }
 
@@ -1012,28 +1023,29 @@ TEST_F(MetaStoreTest, TruncateThroughAnOpenHandleNeedsNoWritePermission) {
   ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(home.ino(), "f", 0, kAlice));
   EXPECT_EQ(Err(Truncate(f.ino(), 10, kAlice)), EACCES);
-  EXPECT_EQ(Err(store_->CheckTruncate(kAlice, f.ino(), 10)), EACCES);
-  ASSERT_OK(store_->CheckTruncate(kAlice, f.ino(), 10, /*opened=*/true).status());
+  EXPECT_EQ(Err(store_->inodes().CheckTruncate(kAlice, f.ino(), 10)), EACCES);
+  ASSERT_OK(store_->inodes().CheckTruncate(kAlice, f.ino(), 10, /*opened=*/true).status());
   proto::SetAttrRequest req;
   req.set_ino(f.ino());
   req.set_valid(V::SIZE);
   req.set_size(10);
-  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->SetAttr(kAlice, req, /*opened=*/true));
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->inodes().SetAttr(kAlice, req, /*opened=*/true));
   EXPECT_EQ(a.size(), 10u);
 }
 
 TEST_F(MetaStoreTest, TheOpenOfACreateNeedsNoPermissionOnTheNewFile) {
   ASSERT_OK_AND_ASSIGN(proto::Attr home, Mkdir(kRootIno, "home", 0777));
   bool created = false;
-  ASSERT_OK_AND_ASSIGN(proto::Attr f,
-                       store_->MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0, false, &created));
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, store_->names().MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0,
+                                                            false, &created));
   EXPECT_TRUE(created);
-  EXPECT_EQ(Err(store_->CheckOpen(kAlice, f.ino(), O_RDWR)), EACCES);
-  ASSERT_OK(store_->CheckOpen(kAlice, f.ino(), O_RDWR, /*created=*/true).status());
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kAlice, f.ino(), O_RDWR)), EACCES);
+  ASSERT_OK(store_->inodes().CheckOpen(kAlice, f.ino(), O_RDWR, /*created=*/true).status());
   // Someone else's file: the claim is not honoured.
-  EXPECT_EQ(Err(store_->CheckOpen(kBob, f.ino(), O_RDWR, /*created=*/true)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kBob, f.ino(), O_RDWR, /*created=*/true)), EACCES);
   // A second open(O_CREAT) finds the name: nothing created.
-  ASSERT_OK(store_->MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0, false, &created).status());
+  ASSERT_OK(
+      store_->names().MkNod(kAlice, home.ino(), "f", S_IFREG, 0, 0, false, &created).status());
   EXPECT_FALSE(created);
 }
 
@@ -1041,28 +1053,28 @@ TEST_F(MetaStoreTest, StickyDirectoryProtectsOtherUsersFiles) {
   ASSERT_OK_AND_ASSIGN(proto::Attr tmp, Mkdir(kRootIno, "tmp", S_ISVTX | 0777));
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(tmp.ino(), "alice", 0666, kAlice));
   ASSERT_OK(Create(tmp.ino(), "bob", 0666, kBob));
-  EXPECT_EQ(Err(store_->Remove(kBob, tmp.ino(), "alice", false)), EPERM);
-  EXPECT_EQ(Err(store_->Rename(kBob, tmp.ino(), "alice", tmp.ino(), "stolen", 0)), EPERM);
+  EXPECT_EQ(Err(store_->names().Remove(kBob, tmp.ino(), "alice", false)), EPERM);
+  EXPECT_EQ(Err(store_->names().Rename(kBob, tmp.ino(), "alice", tmp.ino(), "stolen", 0)), EPERM);
   // Nor may Bob replace Alice's file by renaming over it.
-  EXPECT_EQ(Err(store_->Rename(kBob, tmp.ino(), "bob", tmp.ino(), "alice", 0)), EPERM);
+  EXPECT_EQ(Err(store_->names().Rename(kBob, tmp.ino(), "bob", tmp.ino(), "alice", 0)), EPERM);
   EXPECT_EQ(InoOf(tmp.ino(), "alice"), a.ino());
   EXPECT_EQ(Nlink(a.ino()), 1);
   // The owner may, and so may root.
-  EXPECT_EQ(Err(store_->Remove(kAlice, tmp.ino(), "alice", false)), 0);
-  EXPECT_EQ(Err(store_->Remove(kRoot, tmp.ino(), "bob", false)), 0);
+  EXPECT_EQ(Err(store_->names().Remove(kAlice, tmp.ino(), "alice", false)), 0);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, tmp.ino(), "bob", false)), 0);
 }
 
 TEST_F(MetaStoreTest, CheckOpen) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0640));
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
-  EXPECT_EQ(Err(store_->CheckOpen(kRoot, f.ino(), O_RDWR)), 0);
-  EXPECT_EQ(Err(store_->CheckOpen(kAlice, f.ino(), O_RDONLY)), EACCES);
-  EXPECT_EQ(Err(store_->CheckOpen(User(1000, 0), f.ino(), O_RDONLY)), 0);  // group
-  EXPECT_EQ(Err(store_->CheckOpen(User(1000, 0), f.ino(), O_WRONLY)), EACCES);
-  EXPECT_EQ(Err(store_->CheckOpen(User(1000, 0), f.ino(), O_RDONLY | O_TRUNC)), EACCES);
-  EXPECT_EQ(Err(store_->CheckOpen(kRoot, d.ino(), O_RDONLY)), 0);
-  EXPECT_EQ(Err(store_->CheckOpen(kRoot, d.ino(), O_WRONLY)), EISDIR);
-  EXPECT_EQ(Err(store_->CheckOpen(kRoot, 999, O_RDONLY)), ENOENT);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kRoot, f.ino(), O_RDWR)), 0);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kAlice, f.ino(), O_RDONLY)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(User(1000, 0), f.ino(), O_RDONLY)), 0);  // group
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(User(1000, 0), f.ino(), O_WRONLY)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(User(1000, 0), f.ino(), O_RDONLY | O_TRUNC)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kRoot, d.ino(), O_RDONLY)), 0);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kRoot, d.ino(), O_WRONLY)), EISDIR);
+  EXPECT_EQ(Err(store_->inodes().CheckOpen(kRoot, 999, O_RDONLY)), ENOENT);
 }
 
 // --- timestamps -------------------------------------------------------------------------
@@ -1075,27 +1087,27 @@ TEST_F(MetaStoreTest, CreateAndRemoveUpdateTheParentsTimes) {
   EXPECT_EQ(f.atime_ns(), t1);
   EXPECT_EQ(f.mtime_ns(), t1);
   EXPECT_EQ(f.ctime_ns(), t1);
-  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.mtime_ns(), t1);
   EXPECT_EQ(root.ctime_ns(), t1);
   EXPECT_EQ(root.atime_ns(), t0);
 
   clock_.Advance(absl::Seconds(1));
   const int64_t t2 = clock_.NowNanos();
-  ASSERT_OK(store_->Link(kRoot, f.ino(), kRootIno, "g"));
-  ASSERT_OK_AND_ASSIGN(proto::Attr linked, store_->GetAttr(f.ino()));
+  ASSERT_OK(store_->names().Link(kRoot, f.ino(), kRootIno, "g"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr linked, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(linked.ctime_ns(), t2);
   EXPECT_EQ(linked.mtime_ns(), t1);
-  ASSERT_OK_AND_ASSIGN(root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.mtime_ns(), t2);
 
   clock_.Advance(absl::Seconds(1));
   const int64_t t3 = clock_.NowNanos();
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "g", false));
-  ASSERT_OK_AND_ASSIGN(proto::Attr after, store_->GetAttr(f.ino()));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "g", false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr after, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(after.ctime_ns(), t3);
   EXPECT_EQ(after.mtime_ns(), t1);
-  ASSERT_OK_AND_ASSIGN(root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.mtime_ns(), t3);
   EXPECT_EQ(root.ctime_ns(), t3);
 }
@@ -1111,7 +1123,7 @@ TEST_F(MetaStoreTest, ChmodChangesOnlyCtime) {
   EXPECT_EQ(a.ctime_ns(), t2);
   EXPECT_EQ(a.mtime_ns(), t1);
   EXPECT_EQ(a.atime_ns(), t1);
-  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.mtime_ns(), t1);  // the directory is not touched
   EXPECT_EQ(root.ctime_ns(), t1);
 }
@@ -1127,14 +1139,14 @@ TEST_F(MetaStoreTest, WritesAndRenamesUpdateTimes) {
   EXPECT_EQ(w.atime_ns(), start_ns_);
   clock_.Advance(absl::Seconds(1));
   const int64_t t2 = clock_.NowNanos();
-  ASSERT_OK(store_->Rename(kRoot, kRootIno, "f", d.ino(), "f", 0));
-  ASSERT_OK_AND_ASSIGN(proto::Attr moved, store_->GetAttr(f.ino()));
+  ASSERT_OK(store_->names().Rename(kRoot, kRootIno, "f", d.ino(), "f", 0));
+  ASSERT_OK_AND_ASSIGN(proto::Attr moved, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(moved.ctime_ns(), t2);
   EXPECT_EQ(moved.mtime_ns(), t1);
-  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->GetAttr(kRootIno));
+  ASSERT_OK_AND_ASSIGN(proto::Attr root, store_->inodes().GetAttr(kRootIno));
   EXPECT_EQ(root.mtime_ns(), t2);
   EXPECT_EQ(root.ctime_ns(), t2);
-  ASSERT_OK_AND_ASSIGN(proto::Attr dd, store_->GetAttr(d.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr dd, store_->inodes().GetAttr(d.ino()));
   EXPECT_EQ(dd.mtime_ns(), t2);
   EXPECT_EQ(dd.ctime_ns(), t2);
 }
@@ -1146,12 +1158,12 @@ TEST_F(MetaStoreTest, ExplicitTimesNeedOwnershipNowNeedsWriteAccess) {
   req.set_ino(f.ino());
   req.set_valid(V::MTIME);
   req.set_mtime_ns(12345);
-  EXPECT_EQ(Err(store_->SetAttr(kBob, req)), EPERM);
-  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->SetAttr(kAlice, req));
+  EXPECT_EQ(Err(store_->inodes().SetAttr(kBob, req)), EPERM);
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, store_->inodes().SetAttr(kAlice, req));
   EXPECT_EQ(a.mtime_ns(), 12345);
   clock_.Advance(absl::Seconds(5));
   req.set_valid(V::MTIME_NOW | V::ATIME_NOW);
-  ASSERT_OK_AND_ASSIGN(a, store_->SetAttr(kBob, req));  // 0666: Bob may write
+  ASSERT_OK_AND_ASSIGN(a, store_->inodes().SetAttr(kBob, req));  // 0666: Bob may write
   EXPECT_EQ(a.mtime_ns(), clock_.NowNanos());
   EXPECT_EQ(a.atime_ns(), clock_.NowNanos());
 }
@@ -1160,40 +1172,40 @@ TEST_F(MetaStoreTest, ExplicitTimesNeedOwnershipNowNeedsWriteAccess) {
 
 TEST_F(MetaStoreTest, WritingTheSameBlocksTwiceAllocatesThemOnce) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->space().Reserve(f.ino(), 0, 2 * kBlockSize));
   EXPECT_EQ(reserved.blocks, 2u);
-  EXPECT_EQ(store_->Space().reserved_bytes, 2 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 2 * kBlockSize);
   ASSERT_OK_AND_ASSIGN(proto::Attr a,
-                       store_->CommitWrite(f.ino(), 0, 2 * kBlockSize, true, reserved));
+                       store_->space().CommitWrite(f.ino(), 0, 2 * kBlockSize, true, reserved));
   EXPECT_EQ(a.size(), 2 * kBlockSize);
   EXPECT_EQ(a.blocks(), 2 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 2 * kBlockSize);
-  EXPECT_EQ(store_->Space().reserved_bytes, 0u);
+  EXPECT_EQ(store_->store().Space().used_bytes, 2 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 0u);
 
   // The same blocks again (and a partial block inside them) need nothing.
-  ASSERT_OK_AND_ASSIGN(reserved, store_->Reserve(f.ino(), 100, kBlockSize));
+  ASSERT_OK_AND_ASSIGN(reserved, store_->space().Reserve(f.ino(), 100, kBlockSize));
   EXPECT_EQ(reserved.blocks, 0u);
-  ASSERT_OK_AND_ASSIGN(a, store_->CommitWrite(f.ino(), 100, kBlockSize, true, reserved));
+  ASSERT_OK_AND_ASSIGN(a, store_->space().CommitWrite(f.ino(), 100, kBlockSize, true, reserved));
   EXPECT_EQ(a.size(), 2 * kBlockSize);
   EXPECT_EQ(a.blocks(), 2 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 2 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 2 * kBlockSize);
 
   // A small write past the end touches one new block.
   ASSERT_OK_AND_ASSIGN(a, Write(f.ino(), 2 * kBlockSize + 10, 1));
   EXPECT_EQ(a.size(), 2 * kBlockSize + 11);
-  EXPECT_EQ(store_->Space().used_bytes, 3 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 3 * kBlockSize);
   // A write across a chunk boundary: blocks 15 and 16.
   ASSERT_OK_AND_ASSIGN(a, Write(f.ino(), kChunk - 10, 20));
   EXPECT_EQ(a.size(), kChunk + 10);
   EXPECT_EQ(a.blocks(), 5 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 5 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 5 * kBlockSize);
 }
 
 TEST_F(MetaStoreTest, CommitWithoutExtendKeepsTheSize) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 3 * kBlockSize));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->space().Reserve(f.ino(), 0, 3 * kBlockSize));
   ASSERT_OK_AND_ASSIGN(proto::Attr a,
-                       store_->CommitWrite(f.ino(), 0, 3 * kBlockSize, false, reserved));
+                       store_->space().CommitWrite(f.ino(), 0, 3 * kBlockSize, false, reserved));
   EXPECT_EQ(a.size(), 0u);
   EXPECT_EQ(a.blocks(), 3 * kBlockSize / 512);
 }
@@ -1205,25 +1217,25 @@ TEST_F(MetaStoreTest, ReservationsPastCapacityAreEnospc) {
   ASSERT_OK(Write(f.ino(), 0, 2 * kBlockSize));
   // Room for exactly the rest.
   ASSERT_OK_AND_ASSIGN(Reservation held,
-                       store_->Reserve(g.ino(), 0, (kCapBlocks - 2) * kBlockSize));
+                       store_->space().Reserve(g.ino(), 0, (kCapBlocks - 2) * kBlockSize));
   EXPECT_EQ(held.blocks, kCapBlocks - 2);
   // Reservations count: nothing more fits.
-  EXPECT_EQ(Err(store_->Reserve(f.ino(), 2 * kBlockSize, 1)), ENOSPC);
+  EXPECT_EQ(Err(store_->space().Reserve(f.ino(), 2 * kBlockSize, 1)), ENOSPC);
   // Rewriting allocated blocks needs no space.
-  ASSERT_OK_AND_ASSIGN(Reservation none, store_->Reserve(f.ino(), 0, 2 * kBlockSize));
+  ASSERT_OK_AND_ASSIGN(Reservation none, store_->space().Reserve(f.ino(), 0, 2 * kBlockSize));
   EXPECT_EQ(none.blocks, 0u);
-  store_->Unreserve(held);
-  EXPECT_EQ(store_->Space().reserved_bytes, 0u);
-  EXPECT_EQ(Err(store_->Reserve(g.ino(), 0, (kCapBlocks - 1) * kBlockSize)), ENOSPC);
-  EXPECT_EQ(store_->Space().reserved_bytes, 0u);  // a refused reservation holds nothing
+  store_->space().Unreserve(held);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 0u);
+  EXPECT_EQ(Err(store_->space().Reserve(g.ino(), 0, (kCapBlocks - 1) * kBlockSize)), ENOSPC);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 0u);  // a refused reservation holds nothing
   ASSERT_OK(Write(g.ino(), 0, (kCapBlocks - 2) * kBlockSize));
-  SpaceInfo space = store_->Space();
+  SpaceInfo space = store_->store().Space();
   EXPECT_EQ(space.used_bytes, kCapacity);
   EXPECT_EQ(space.reserved_bytes, 0u);
-  EXPECT_EQ(Err(store_->Reserve(f.ino(), 2 * kBlockSize, 1)), ENOSPC);
+  EXPECT_EQ(Err(store_->space().Reserve(f.ino(), 2 * kBlockSize, 1)), ENOSPC);
   // Full, but overwriting in place still works.
   ASSERT_OK(Write(g.ino(), kBlockSize, 100));
-  EXPECT_EQ(store_->Space().used_bytes, kCapacity);
+  EXPECT_EQ(store_->store().Space().used_bytes, kCapacity);
 }
 
 TEST_F(MetaStoreTest, RemovalsOfANameThatWasReplacedAreStale) {
@@ -1231,17 +1243,19 @@ TEST_F(MetaStoreTest, RemovalsOfANameThatWasReplacedAreStale) {
   // it. Removing by name would remove the new one while the caller marks
   // the old one dead: ESTALE instead (the kernel looks up and retries).
   ASSERT_OK_AND_ASSIGN(proto::Attr old_d, Mkdir(kRootIno, "d"));
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "d", true).status());
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "d", true).status());
   ASSERT_OK_AND_ASSIGN(proto::Attr new_d, Mkdir(kRootIno, "d"));
-  EXPECT_EQ(Err(store_->Remove(kRoot, kRootIno, "d", true, old_d.ino())), ESTALE);
+  EXPECT_EQ(Err(store_->names().Remove(kRoot, kRootIno, "d", true, old_d.ino())), ESTALE);
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", kRootIno, "d", 0, f.ino(), old_d.ino())),
+  EXPECT_EQ(
+      Err(store_->names().Rename(kRoot, kRootIno, "f", kRootIno, "d", 0, f.ino(), old_d.ino())),
+      ESTALE);
+  EXPECT_EQ(Err(store_->names().Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, old_d.ino(), 0)),
             ESTALE);
-  EXPECT_EQ(Err(store_->Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, old_d.ino(), 0)), ESTALE);
   // The right inodes (or none known): as before.
-  ASSERT_OK(store_->Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, f.ino(), 0).status());
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "d", true, new_d.ino()).status());
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "g", false, 0).status());
+  ASSERT_OK(store_->names().Rename(kRoot, kRootIno, "f", kRootIno, "g", 0, f.ino(), 0).status());
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "d", true, new_d.ino()).status());
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "g", false, 0).status());
 }
 
 // --- grants and reservations across a crash (issue: the ledger survives crashes) ----------------
@@ -1252,22 +1266,23 @@ class LedgerCrashTest : public MetaStoreTest {
     capacity_ = 1ull << 30;  // room for grants under the grant policy
     MetaStoreTest::SetUp();
     proto::SessionRecord rec;
-    ASSERT_OK(store_->PutSession(kA, rec));
-    ASSERT_OK(store_->PutSession(kB, rec));
+    ASSERT_OK(store_->sessions().PutSession(kA, rec));
+    ASSERT_OK(store_->sessions().PutSession(kB, rec));
   }
   static constexpr uint64_t kA = 101, kB = 102;
   uint64_t GrantBlocks(uint64_t client, uint64_t wanted, uint64_t back = 0) {
     uint64_t added = 0;
-    auto g = store_->Grant(client, wanted, back, &added);
+    auto g = store_->space().Grant(client, wanted, back, &added);
     EXPECT_TRUE(g.ok()) << g.status();
     return g.ok() ? *g : 0;
   }
   // The sessions' grants and the granted total agree, and the ledger holds.
   void ExpectConsistent(uint64_t want_granted_blocks) {
-    const SpaceInfo s = store_->Space();
+    const SpaceInfo s = store_->store().Space();
     EXPECT_TRUE(s.ledger_ok);
     EXPECT_EQ(s.granted_bytes, want_granted_blocks * kBlockSize);
-    EXPECT_EQ(s.granted_bytes, (store_->GrantOf(kA) + store_->GrantOf(kB)) * kBlockSize);
+    EXPECT_EQ(s.granted_bytes,
+              (store_->space().GrantOf(kA) + store_->space().GrantOf(kB)) * kBlockSize);
     EXPECT_LE(s.used_bytes + s.granted_bytes + s.reserved_bytes, s.capacity_bytes);
   }
 };
@@ -1277,7 +1292,7 @@ TEST_F(LedgerCrashTest, ACrashBetweenReserveAndCommitLeavesEveryGrantWhole) {
   EXPECT_EQ(GrantBlocks(kA, 20), 20u);
   EXPECT_EQ(GrantBlocks(kB, 20), 20u);
   // A's write sits between reserve and commit...
-  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize, kA));
   EXPECT_EQ(r.from_grant, 4u);
   // ... while another change commits (it writes the counters) ...
   ASSERT_OK(Create(kRootIno, "g").status());
@@ -1285,51 +1300,51 @@ TEST_F(LedgerCrashTest, ACrashBetweenReserveAndCommitLeavesEveryGrantWhole) {
   // ... and the server dies: the write never committed, A still holds its
   // whole grant (its mount resends the write from its cache).
   Reopen();
-  EXPECT_EQ(store_->GrantOf(kA), 20u);
-  EXPECT_EQ(store_->GrantOf(kB), 20u);
+  EXPECT_EQ(store_->space().GrantOf(kA), 20u);
+  EXPECT_EQ(store_->space().GrantOf(kB), 20u);
   ExpectConsistent(40);
   // Both sessions end: nothing granted, no wrap-around.
-  ASSERT_OK(store_->EndSession(kA));
-  ASSERT_OK(store_->EndSession(kB));
+  ASSERT_OK(store_->sessions().EndSession(kA));
+  ASSERT_OK(store_->sessions().EndSession(kB));
   ExpectConsistent(0);
   Reopen();
   ExpectConsistent(0);
   // And the space is all there again.
-  ASSERT_OK(store_->PutSession(kA, proto::SessionRecord()));
+  ASSERT_OK(store_->sessions().PutSession(kA, proto::SessionRecord()));
   EXPECT_EQ(GrantBlocks(kA, 8), 8u);
 }
 
 TEST_F(LedgerCrashTest, AGivenUpWriteGivesItsGrantBack) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   GrantBlocks(kA, 20);
-  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
-  store_->Unreserve(r);  // the chunk write failed
-  EXPECT_EQ(store_->GrantOf(kA), 20u);
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  store_->space().Unreserve(r);  // the chunk write failed
+  EXPECT_EQ(store_->space().GrantOf(kA), 20u);
   ExpectConsistent(20);
   // A committed one debits the grant, in the same batch as the usage.
-  ASSERT_OK_AND_ASSIGN(r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
-  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
-  EXPECT_EQ(store_->GrantOf(kA), 16u);
-  EXPECT_EQ(store_->Space().used_bytes, 4 * kBlockSize);
+  ASSERT_OK_AND_ASSIGN(r, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK(store_->space().CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
+  EXPECT_EQ(store_->space().GrantOf(kA), 16u);
+  EXPECT_EQ(store_->store().Space().used_bytes, 4 * kBlockSize);
   Reopen();
-  EXPECT_EQ(store_->GrantOf(kA), 16u);
+  EXPECT_EQ(store_->space().GrantOf(kA), 16u);
   ExpectConsistent(16);
 }
 
 TEST_F(LedgerCrashTest, BlocksHeldByAWriteInProgressAreNotGivenBackOrReleased) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   GrantBlocks(kA, 20);
-  ASSERT_OK_AND_ASSIGN(Reservation r, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK_AND_ASSIGN(Reservation r, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize, kA));
   // A give-back of everything keeps what the write holds.
   EXPECT_EQ(GrantBlocks(kA, 0, 100), 4u);
   ExpectConsistent(4);
   // The session ends meanwhile: those blocks stay granted until the write
   // commits, then the grant is gone.
-  ASSERT_OK(store_->EndSession(kA));
+  ASSERT_OK(store_->sessions().EndSession(kA));
   ExpectConsistent(4);
-  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
+  ASSERT_OK(store_->space().CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r).status());
   ExpectConsistent(0);
-  EXPECT_EQ(store_->Space().used_bytes, 4 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 4 * kBlockSize);
   Reopen();
   ExpectConsistent(0);
 }
@@ -1337,31 +1352,32 @@ TEST_F(LedgerCrashTest, BlocksHeldByAWriteInProgressAreNotGivenBackOrReleased) {
 TEST_F(LedgerCrashTest, AGrantForASessionThatEndedIsRefused) {
   // The session ended while a Grant was on its way: nothing is granted to
   // nobody (its space would stay taken until a restart).
-  ASSERT_OK(store_->EndSession(kA));
+  ASSERT_OK(store_->sessions().EndSession(kA));
   uint64_t added = 0;
-  auto g = store_->Grant(kA, 20, 0, &added);
+  auto g = store_->space().Grant(kA, 20, 0, &added);
   EXPECT_EQ(g.status().code(), absl::StatusCode::kResourceExhausted) << g.status();
   EXPECT_EQ(added, 0u);
   ExpectConsistent(0);
   // Giving back needs no session.
-  ASSERT_OK(store_->Grant(kA, 0, 5, &added).status());
+  ASSERT_OK(store_->space().Grant(kA, 0, 5, &added).status());
 }
 
 TEST_F(LedgerCrashTest, TwoWritesOfOneSessionCannotBothSpendTheSameGrant) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   GrantBlocks(kA, 6);
-  ASSERT_OK_AND_ASSIGN(Reservation r1, store_->Reserve(f.ino(), 0, 4 * kBlockSize, kA));
+  ASSERT_OK_AND_ASSIGN(Reservation r1, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize, kA));
   ASSERT_OK_AND_ASSIGN(Reservation r2,
-                       store_->Reserve(f.ino(), 8 * kBlockSize, 4 * kBlockSize, kA));
+                       store_->space().Reserve(f.ino(), 8 * kBlockSize, 4 * kBlockSize, kA));
   EXPECT_EQ(r1.from_grant, 4u);
   EXPECT_EQ(r2.from_grant, 2u);  // the rest from free space
-  EXPECT_EQ(store_->Space().reserved_bytes, 2 * kBlockSize);
-  ASSERT_OK(store_->CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r1).status());
-  ASSERT_OK(store_->CommitWrite(f.ino(), 8 * kBlockSize, 4 * kBlockSize, true, r2).status());
-  EXPECT_EQ(store_->GrantOf(kA), 0u);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 2 * kBlockSize);
+  ASSERT_OK(store_->space().CommitWrite(f.ino(), 0, 4 * kBlockSize, true, r1).status());
+  ASSERT_OK(
+      store_->space().CommitWrite(f.ino(), 8 * kBlockSize, 4 * kBlockSize, true, r2).status());
+  EXPECT_EQ(store_->space().GrantOf(kA), 0u);
   ExpectConsistent(0);
-  EXPECT_EQ(store_->Space().used_bytes, 8 * kBlockSize);
-  EXPECT_EQ(store_->Space().reserved_bytes, 0u);
+  EXPECT_EQ(store_->store().Space().used_bytes, 8 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().reserved_bytes, 0u);
 }
 
 TEST_F(MetaStoreTest, TruncateFreesBlocks) {
@@ -1369,46 +1385,46 @@ TEST_F(MetaStoreTest, TruncateFreesBlocks) {
   // 3 blocks in chunk 0, 2 in chunk 1, 1 in chunk 3.
   ASSERT_OK(Write(f.ino(), kChunk - 3 * kBlockSize, 5 * kBlockSize));
   ASSERT_OK(Write(f.ino(), 3 * kChunk, 10));
-  EXPECT_EQ(store_->Space().used_bytes, 6 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 6 * kBlockSize);
 
   // Into the middle of a block: the block holding the new end stays.
   ASSERT_OK_AND_ASSIGN(proto::Attr a, Truncate(f.ino(), kChunk + 100));
   EXPECT_EQ(a.size(), kChunk + 100);
   EXPECT_EQ(a.blocks(), 4 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 4 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 4 * kBlockSize);
 
   // To a chunk boundary.
   ASSERT_OK_AND_ASSIGN(a, Truncate(f.ino(), kChunk));
   EXPECT_EQ(a.blocks(), 3 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 3 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 3 * kBlockSize);
 
   // Growing allocates nothing.
   ASSERT_OK_AND_ASSIGN(a, Truncate(f.ino(), 10 * kChunk));
   EXPECT_EQ(a.size(), 10 * kChunk);
   EXPECT_EQ(a.blocks(), 3 * kBlockSize / 512);
-  EXPECT_EQ(store_->Space().used_bytes, 3 * kBlockSize);
+  EXPECT_EQ(store_->store().Space().used_bytes, 3 * kBlockSize);
 
   // To zero frees everything; a later write allocates again from scratch.
   ASSERT_OK_AND_ASSIGN(a, Truncate(f.ino(), 0));
   EXPECT_EQ(a.size(), 0u);
   EXPECT_EQ(a.blocks(), 0u);
-  EXPECT_EQ(store_->Space().used_bytes, 0u);
-  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, kChunk));
+  EXPECT_EQ(store_->store().Space().used_bytes, 0u);
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->space().Reserve(f.ino(), 0, kChunk));
   EXPECT_EQ(reserved.blocks, kChunk / kBlockSize);
-  store_->Unreserve(reserved);
+  store_->space().Unreserve(reserved);
 }
 
 TEST_F(MetaStoreTest, TruncateChecks) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f", 0644));
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d"));
-  ASSERT_OK_AND_ASSIGN(proto::Attr l, store_->Symlink(kRoot, kRootIno, "l", "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr l, store_->names().Symlink(kRoot, kRootIno, "l", "f"));
   EXPECT_EQ(Err(Truncate(d.ino(), 0)), EISDIR);
   EXPECT_EQ(Err(Truncate(l.ino(), 0)), EINVAL);
   EXPECT_EQ(Err(Truncate(f.ino(), kMaxFileSize + 1)), EFBIG);
   EXPECT_EQ(Err(Truncate(f.ino(), 10, kAlice)), EACCES);
-  EXPECT_EQ(Err(store_->CheckTruncate(kAlice, f.ino(), 10)), EACCES);
-  EXPECT_EQ(Err(store_->CheckTruncate(kRoot, d.ino(), 10)), EISDIR);
-  ASSERT_OK_AND_ASSIGN(proto::InodeRecord rec, store_->CheckTruncate(kRoot, f.ino(), 10));
+  EXPECT_EQ(Err(store_->inodes().CheckTruncate(kAlice, f.ino(), 10)), EACCES);
+  EXPECT_EQ(Err(store_->inodes().CheckTruncate(kRoot, d.ino(), 10)), EISDIR);
+  ASSERT_OK_AND_ASSIGN(proto::InodeRecord rec, store_->inodes().CheckTruncate(kRoot, f.ino(), 10));
   EXPECT_EQ(rec.size(), 0u);  // only checks
 }
 
@@ -1418,46 +1434,46 @@ TEST_F(MetaStoreTest, EverythingSurvivesAReopen) {
   ASSERT_OK_AND_ASSIGN(proto::Attr d, Mkdir(kRootIno, "d", 0750));
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(d.ino(), "f", 0640));
   ASSERT_OK(Write(f.ino(), 0, 3 * kBlockSize + 5));
-  ASSERT_OK(store_->SetXattr(kRoot, f.ino(), "user.k", "value", 0));
-  ASSERT_OK(store_->Link(kRoot, f.ino(), kRootIno, "hard"));
-  ASSERT_OK_AND_ASSIGN(proto::Attr l, store_->Symlink(kRoot, kRootIno, "l", "d/f"));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, f.ino(), "user.k", "value", 0));
+  ASSERT_OK(store_->names().Link(kRoot, f.ino(), kRootIno, "hard"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr l, store_->names().Symlink(kRoot, kRootIno, "l", "d/f"));
   ASSERT_OK_AND_ASSIGN(proto::Attr o, Create(kRootIno, "orphan"));
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "orphan", false));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "orphan", false));
   ASSERT_OK_AND_ASSIGN(proto::Attr gone, Create(kRootIno, "gone"));
   ASSERT_OK(Write(gone.ino(), 0, kBlockSize));
-  ASSERT_OK(store_->Remove(kRoot, kRootIno, "gone", false));
-  ASSERT_OK(store_->Reap(gone.ino()));
+  ASSERT_OK(store_->names().Remove(kRoot, kRootIno, "gone", false));
+  ASSERT_OK(store_->orphans().Reap(gone.ino()));
   const auto root_listing = ListAll(kRootIno);
-  const SpaceInfo before = store_->Space();
-  ASSERT_OK_AND_ASSIGN(proto::Attr f_before, store_->GetAttr(f.ino()));
+  const SpaceInfo before = store_->store().Space();
+  ASSERT_OK_AND_ASSIGN(proto::Attr f_before, store_->inodes().GetAttr(f.ino()));
 
   Reopen();
 
   EXPECT_EQ(InoOf(kRootIno, "d"), d.ino());
   EXPECT_EQ(InoOf(d.ino(), "f"), f.ino());
   EXPECT_EQ(InoOf(kRootIno, "hard"), f.ino());
-  ASSERT_OK_AND_ASSIGN(proto::Attr f_after, store_->GetAttr(f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr f_after, store_->inodes().GetAttr(f.ino()));
   EXPECT_EQ(f_after.SerializeAsString(), f_before.SerializeAsString());
   EXPECT_EQ(f_after.size(), 3 * kBlockSize + 5);
   EXPECT_EQ(f_after.nlink(), 2u);
   EXPECT_EQ(f_after.mode(), S_IFREG | 0640u);
   EXPECT_EQ(Nlink(kRootIno), 3);
-  ASSERT_OK_AND_ASSIGN(std::string v, store_->GetXattr(kRoot, f.ino(), "user.k"));
+  ASSERT_OK_AND_ASSIGN(std::string v, store_->inodes().GetXattr(kRoot, f.ino(), "user.k"));
   EXPECT_EQ(v, "value");
-  ASSERT_OK_AND_ASSIGN(std::string target, store_->ReadLink(l.ino()));
+  ASSERT_OK_AND_ASSIGN(std::string target, store_->names().ReadLink(l.ino()));
   EXPECT_EQ(target, "d/f");
   EXPECT_EQ(Orphans(), std::vector<uint64_t>{o.ino()});
   EXPECT_EQ(Garbage(), std::vector<uint64_t>{gone.ino()});
   EXPECT_EQ(ListAll(kRootIno), root_listing);
 
-  const SpaceInfo after = store_->Space();
+  const SpaceInfo after = store_->store().Space();
   EXPECT_EQ(after.used_bytes, before.used_bytes);
   EXPECT_EQ(after.used_bytes, 5 * kBlockSize);
   EXPECT_EQ(after.inodes, before.inodes);
   EXPECT_EQ(after.next_ino, before.next_ino);
   EXPECT_EQ(after.pending_deletes, 1u);
   // Allocation maps survive: rewriting the same blocks needs nothing.
-  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->Reserve(f.ino(), 0, 4 * kBlockSize));
+  ASSERT_OK_AND_ASSIGN(Reservation reserved, store_->space().Reserve(f.ino(), 0, 4 * kBlockSize));
   EXPECT_EQ(reserved.blocks, 0u);
   // Inode numbers and cookies are never reused.
   ASSERT_OK_AND_ASSIGN(proto::Attr n, Create(kRootIno, "new"));
@@ -1543,7 +1559,7 @@ class MetaStoreFaultTest : public MetaStoreTest {
     store_.reset();
     MetaStoreOptions o = Options();
     o.rocksdb_env = env_.get();
-    ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+    ASSERT_OK_AND_ASSIGN(store_, Metadata::Open(o));
   }
 
   std::shared_ptr<WalFaultFs> fs_;
@@ -1565,14 +1581,14 @@ TEST_F(MetaStoreFaultTest, AFailedWalSyncIsEioThenChangesAreRefusedUntilAReopen)
   // WAL) though its caller got EIO: others see it, and it is still there
   // after a reopen (the WAL's bytes were in the page cache). Its request
   // record rides in the same batch, so a resend is answered as applied.
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "a"));
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "b"));
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "a"));
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "b"));
   ReopenFaulty();
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "a"));
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "b"));
-  EXPECT_EQ(Err(store_->Lookup(kRoot, kRootIno, "c")), ENOENT);
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "a"));
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "b"));
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, kRootIno, "c")), ENOENT);
   ASSERT_OK(Create(kRootIno, "e"));  // a restart recovers
-  EXPECT_TRUE(store_->Space().ledger_ok);
+  EXPECT_TRUE(store_->store().Space().ledger_ok);
 }
 
 TEST_F(MetaStoreFaultTest, AFailedWalAppendIsEioAndTheChangeIsNotApplied) {
@@ -1580,11 +1596,11 @@ TEST_F(MetaStoreFaultTest, AFailedWalAppendIsEioAndTheChangeIsNotApplied) {
   fs_->fail_append = true;
   EXPECT_EQ(Err(Create(kRootIno, "b")), EIO);
   fs_->fail_append = false;
-  EXPECT_EQ(Err(store_->Lookup(kRoot, kRootIno, "b")), ENOENT);
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, kRootIno, "b")), ENOENT);
   EXPECT_EQ(Err(Create(kRootIno, "c")), EIO);  // refused, as after a failed sync
   ReopenFaulty();
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "a"));
-  EXPECT_EQ(Err(store_->Lookup(kRoot, kRootIno, "b")), ENOENT);
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "a"));
+  EXPECT_EQ(Err(store_->names().Lookup(kRoot, kRootIno, "b")), ENOENT);
   ASSERT_OK(Create(kRootIno, "c"));
 }
 
@@ -1605,12 +1621,12 @@ TEST_F(MetaStoreFaultTest, AFullDiskUnderTheWalIsEnospcUnlessRoomIsMade) {
     fs_->fail_append = false;  // the lent room
     return true;
   };
-  ASSERT_OK_AND_ASSIGN(store_, MetaStore::Open(o));
+  ASSERT_OK_AND_ASSIGN(store_, Metadata::Open(o));
   fs_->fail_append = true;
   ASSERT_OK(Create(kRootIno, "b"));  // the first try after the room was made
   EXPECT_EQ(asked, 1);
   ASSERT_OK(Create(kRootIno, "c"));
-  EXPECT_OK(store_->Lookup(kRoot, kRootIno, "b"));
+  EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "b"));
 }
 
 }  // namespace

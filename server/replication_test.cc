@@ -252,8 +252,10 @@ class ReplicationTest : public ::testing::Test {
     ro.epoch = epoch_;
     ro.data_dir = primary_dir_;
     ro.witness_call = call;
-    ro.checkpoint = [this](const std::string& dir) { return volume_->meta().Checkpoint(dir); };
-    ro.identity = [this] { return volume_->meta().identity(); };
+    ro.checkpoint = [this](const std::string& dir) {
+      return volume_->meta().store().Checkpoint(dir);
+    };
+    ro.identity = [this] { return volume_->meta().store().identity(); };
     ro.on_fenced = [this] { fenced_.fetch_add(1); };
     ro.lease = kLease;
     ro.replica_timeout = kLease;

@@ -292,9 +292,9 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
     ro.granted_at = decision.granted_at;
     ro.capacity_bytes = vo.capacity_bytes;
     ro.checkpoint = [&volume_ptr](const std::string& dir) {
-      return volume_ptr->meta().Checkpoint(dir);
+      return volume_ptr->meta().store().Checkpoint(dir);
     };
-    ro.identity = [&volume_ptr] { return volume_ptr->meta().identity(); };
+    ro.identity = [&volume_ptr] { return volume_ptr->meta().store().identity(); };
     ro.on_fenced = [events] { events->Fenced(); };
     replicator = std::make_unique<Replicator>(ro);
     vo.change_sink = replicator.get();
@@ -325,8 +325,9 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
   if (replicator) replicator->Start();
   LOG(INFO) << "grantfs-server: " << (replicated ? "primary" : "standalone") << " on "
             << config.listen << (replicated ? absl::StrCat(" epoch ", decision.epoch) : "")
-            << ", data in " << vo.dir << " (volume " << (*volume)->meta().identity().volume_id()
-            << ", data epoch " << (*volume)->meta().identity().data_epoch() << "), capacity "
+            << ", data in " << vo.dir << " (volume "
+            << (*volume)->meta().store().identity().volume_id() << ", data epoch "
+            << (*volume)->meta().store().identity().data_epoch() << "), capacity "
             << space.capacity_bytes << " bytes, used " << space.used_bytes;
   const RoleEvents::Event e = events->Wait();
   if (e.kind == RoleEvents::Kind::kStop && replicator && config.handover_on_stop) {

@@ -81,7 +81,7 @@ class Once {
     entered_ = volume_->in_flight().Enter(tag_.client_id, tag_.seq, absl::Seconds(20));
     if (!entered_) return;
     absl::StatusOr<std::optional<proto::DedupeRecord>> r =
-        volume_->meta().FindDedupe(tag_.client_id, tag_.seq);
+        volume_->meta().sessions().FindDedupe(tag_.client_id, tag_.seq);
     if (!r.ok()) {
       error_ = r.status();
       return;
@@ -93,7 +93,7 @@ class Once {
       // The first attempt's change may still be on its way to the replica
       // (its reply was lost when the wait gave up): acknowledge the retry
       // only once it is replicated.
-      error_ = volume_->meta().WaitReplicatedAll();
+      error_ = volume_->meta().store().WaitReplicatedAll();
     }
   }
   ~Once() {
@@ -211,7 +211,7 @@ namespace {
 // attributes as they are now.
 template <typename Reply>
 absl::Status PriorAttr(Volume* volume, uint64_t ino, Reply* reply) {
-  auto a = volume->meta().GetAttr(ino);
+  auto a = volume->meta().inodes().GetAttr(ino);
   if (a.ok()) *reply->mutable_attr() = *a;
   return a.status();
 }
@@ -444,7 +444,7 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
                                    proto::WriteReply* reply) {
   auto grant_now = [&](const RequestContext& rc) {
     if (req->from_grant()) {
-      reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
+      reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(rc.client_id)));
     }
   };
   return ServeOnce(
@@ -473,7 +473,7 @@ grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
       "Grant", ctx, req, reply, {},
       [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
         reply->set_granted_bytes(SpaceLedger::Bytes(prior.value()));
-        reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(rc.client_id)));
+        reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(rc.client_id)));
         return absl::OkStatus();
       },
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
@@ -597,8 +597,8 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_role(options_.role);
   if (options_.server_role != nullptr) options_.server_role->FillStatus(reply);
   if (volume_ == nullptr) return grpc::Status::OK;
-  reply->set_volume_id(volume_->meta().identity().volume_id());
-  reply->set_data_epoch(volume_->meta().identity().data_epoch());
+  reply->set_volume_id(volume_->meta().store().identity().volume_id());
+  reply->set_data_epoch(volume_->meta().store().identity().data_epoch());
   SpaceInfo s = volume_->Space();
   reply->set_capacity_bytes(s.capacity_bytes);
   reply->set_used_bytes(s.used_bytes);
@@ -611,7 +611,7 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_write_backlog_bytes(volume_->flow().backlog_bytes());
   reply->set_write_budget_bytes(volume_->flow().budget());
   for (auto& info : volume_->sessions().List()) {
-    info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().GrantOf(info.client_id())));
+    info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     *reply->add_sessions() = info;
@@ -637,13 +637,13 @@ grpc::Status GrantFsService::Check(Ctx* ctx, const proto::CheckRequest* req,
     for (const FsckProblem& p : report.problems) reply->add_problems(p.ToString());
     reply->set_summary(report.Summary());
     reply->set_report_json(report.ToJson());
-    ASSIGN_OR_RETURN(*reply->mutable_primary(), volume_->meta().DigestWithMark());
+    ASSIGN_OR_RETURN(*reply->mutable_primary(), volume_->meta().store().DigestWithMark());
     if (options_.server_role == nullptr) {
       reply->set_replica_error("standalone server: no replica");
       return absl::OkStatus();
     }
     // The replica digests its copy when it applies the mark.
-    absl::Status replicated = volume_->meta().WaitReplicatedAll();
+    absl::Status replicated = volume_->meta().store().WaitReplicatedAll();
     absl::StatusOr<proto::MetaDigest> theirs =
         replicated.ok() ? options_.server_role->ReplicaDigest(reply->primary().seq()) : replicated;
     if (!theirs.ok()) {

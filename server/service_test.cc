@@ -342,13 +342,13 @@ TEST_F(OnceTest, RecordsSurviveARestartAndExpire) {
   vo.capacity_bytes = 64 << 20;
   vo.background = false;
   volume_ = *Volume::Open(vo);
-  auto rec = volume_->meta().FindDedupe(client_, 30);
+  auto rec = volume_->meta().sessions().FindDedupe(client_, 30);
   ASSERT_TRUE(rec.ok());
   ASSERT_TRUE(rec->has_value());
   EXPECT_EQ((*rec)->value(), ino);
-  EXPECT_EQ(*volume_->meta().ExpireDedupe(absl::Hours(1)), 0);
-  EXPECT_EQ(*volume_->meta().ExpireDedupe(absl::ZeroDuration()), 1);
-  EXPECT_FALSE(volume_->meta().FindDedupe(client_, 30)->has_value());
+  EXPECT_EQ(*volume_->meta().sessions().ExpireDedupe(absl::Hours(1)), 0);
+  EXPECT_EQ(*volume_->meta().sessions().ExpireDedupe(absl::ZeroDuration()), 1);
+  EXPECT_FALSE(volume_->meta().sessions().FindDedupe(client_, 30)->has_value());
 }
 
 }  // namespace

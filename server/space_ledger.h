@@ -9,8 +9,9 @@
 // The ledger is the one place that converts bytes and blocks (Blocks*,
 // Bytes): callers ask it rather than multiply by kBlockSize themselves.
 //
-// It keeps figures only. The metadata store (server/meta_store.h) calls it
-// under its mutex while it builds a change, writes the durable part (used,
+// It keeps figures only. The metadata store (server/meta_store.h; its users
+// reach the ledger through a MetaTxn) calls it under its mutex while it
+// builds a change, writes the durable part (used,
 // and each session's grant) in that change's batch, and puts it back with
 // Restore() when the change is abandoned. Reservations are in memory only:
 // a crash before a write commits leaves every grant and the usage as they

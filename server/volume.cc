@@ -160,10 +160,11 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.clock = options.clock;
   mo.change_sink = options.change_sink;
   mo.epoch = options.epoch;
-  ASSIGN_OR_RETURN(std::unique_ptr<MetaStore> meta, MetaStore::Open(mo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Metadata> meta, Metadata::Open(mo));
   std::unique_ptr<Volume> v(
       new Volume(options, std::move(meta), std::move(chunks), std::move(hold)));
-  v->meta_->SetOpenHolders([p = v.get()](uint64_t ino) { return p->sessions_.Holders(ino); });
+  v->meta_->orphans().SetOpenHolders(
+      [p = v.get()](uint64_t ino) { return p->sessions_.Holders(ino); });
   // On a full disk the server still starts: it serves what it has and
   // promises nothing new until the hold is whole again.
   v->CoverPromises();
@@ -176,14 +177,15 @@ absl::Status Volume::Recover() {
   // Sessions, grants, open orphans and locks outlive a restart and a
   // failover. The sessions get a fresh lease to come back in; those that do
   // not release what they held when it runs out.
-  ASSIGN_OR_RETURN(auto sessions, meta_->ListSessions());
+  ASSIGN_OR_RETURN(auto sessions, meta_->sessions().ListSessions());
   std::set<uint64_t> recorded;
   for (const auto& [client_id, rec] : sessions) {
     sessions_.Restore(client_id, rec.client_name());
     recorded.insert(client_id);
   }
-  for (uint64_t client_id : meta_->GrantHolders()) sessions_.Restore(client_id, "(restored)");
-  ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
+  for (uint64_t client_id : meta_->space().GrantHolders())
+    sessions_.Restore(client_id, "(restored)");
+  ASSIGN_OR_RETURN(auto orphans, meta_->orphans().ListOrphans());
   for (const auto& [ino, rec] : orphans) {
     for (const proto::OrphanRecord::Holder& h : rec.holders()) {
       if (h.client_id() == 0) continue;  // no session could ever release it
@@ -191,7 +193,7 @@ absl::Status Volume::Recover() {
       for (uint64_t handle : h.handles()) sessions_.OpenFile(h.client_id(), ino, handle);
     }
   }
-  ASSIGN_OR_RETURN(auto locks, meta_->ListLocks());
+  ASSIGN_OR_RETURN(auto locks, meta_->locks().ListLocks());
   size_t lock_count = 0;
   for (const auto& [ino, rec] : locks) {
     std::vector<FileLock> list;
@@ -227,7 +229,7 @@ absl::Status Volume::Recover() {
   return absl::OkStatus();
 }
 
-Volume::Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
+Volume::Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
                std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold)
     : options_(options),
       incarnation_(NewIncarnation()),
@@ -260,11 +262,11 @@ void Volume::Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
 
 absl::StatusOr<proto::Attr> Volume::Lookup(const RequestContext& ctx, uint64_t parent,
                                            const std::string& name) {
-  return meta_->Lookup(ctx.caller, parent, name);
+  return meta_->names().Lookup(ctx.caller, parent, name);
 }
 
 absl::StatusOr<proto::Attr> Volume::GetAttr(const RequestContext& ctx, uint64_t ino) {
-  return meta_->GetAttr(ino);
+  return meta_->inodes().GetAttr(ino);
 }
 
 absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
@@ -272,7 +274,7 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   if (!(req.valid() & proto::SetAttrRequest::SIZE)) {
     const bool opened =
         req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
-    ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
+    ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened));
     Publish(ctx, req.ino(), 0, "");
     return attr;
   }
@@ -285,18 +287,18 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   const bool opened =
       req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
   ASSIGN_OR_RETURN(proto::InodeRecord rec,
-                   meta_->CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
+                   meta_->inodes().CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
   if (req.size() < rec.size()) {
     RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
   } else {
     RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->SetAttr(ctx.caller, req, opened));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened));
   if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
     // The cut chunk may have lost its last allocated block (its record is
     // gone): then its file goes too (grantfsctl fsck found it left behind).
     const uint64_t index = req.size() / chunks_->chunk_size();
-    ASSIGN_OR_RETURN(bool recorded, meta_->HasChunk(req.ino(), index));
+    ASSIGN_OR_RETURN(bool recorded, meta_->space().HasChunk(req.ino(), index));
     if (!recorded) RETURN_IF_ERROR(chunks_->RemoveChunk(req.ino(), index));
   }
   Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
@@ -306,22 +308,22 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
 absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
                                           bool* created) {
   ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->MkNod(ctx.caller, req.parent(), req.name(), req.mode(), req.rdev(),
-                                req.umask(), req.exclusive(), created));
+                   meta_->names().MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
+                                        req.rdev(), req.umask(), req.exclusive(), created));
   Publish(ctx, req.parent(), req.parent(), req.name());
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx, uint64_t parent,
                                             const std::string& name, const std::string& target) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->Symlink(ctx.caller, parent, name, target));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().Symlink(ctx.caller, parent, name, target));
   Publish(ctx, parent, parent, name);
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino,
                                          uint64_t new_parent, const std::string& name) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->Link(ctx.caller, ino, new_parent, name));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().Link(ctx.caller, ino, new_parent, name));
   Publish(ctx, new_parent, new_parent, name);
   Publish(ctx, ino, 0, "");
   return attr;
@@ -329,7 +331,8 @@ absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino
 
 absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
                             bool is_dir, uint64_t expected_ino) {
-  ASSIGN_OR_RETURN(Removed removed, meta_->Remove(ctx.caller, parent, name, is_dir, expected_ino));
+  ASSIGN_OR_RETURN(Removed removed,
+                   meta_->names().Remove(ctx.caller, parent, name, is_dir, expected_ino));
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
   if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino).status());
@@ -337,9 +340,10 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const st
 }
 
 absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameRequest& req) {
-  ASSIGN_OR_RETURN(Removed replaced, meta_->Rename(ctx.caller, req.parent(), req.name(),
-                                                   req.new_parent(), req.new_name(), req.flags(),
-                                                   req.expected_ino(), req.expected_new_ino()));
+  ASSIGN_OR_RETURN(
+      Removed replaced,
+      meta_->names().Rename(ctx.caller, req.parent(), req.name(), req.new_parent(), req.new_name(),
+                            req.flags(), req.expected_ino(), req.expected_new_ino()));
   Publish(ctx, req.parent(), req.parent(), req.name());
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
@@ -350,16 +354,17 @@ absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameReques
 }
 
 absl::StatusOr<std::string> Volume::ReadLink(const RequestContext& ctx, uint64_t ino) {
-  return meta_->ReadLink(ino);
+  return meta_->names().ReadLink(ino);
 }
 
 absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie, uint32_t max,
                              proto::ReadDirReply* reply) {
-  return meta_->ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
+  return meta_->names().ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
 }
 
 absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
-  ASSIGN_OR_RETURN(bool reaped, meta_->SyncOrphan(ino, /*keep_unheld=*/sessions_.reclaiming() > 0));
+  ASSIGN_OR_RETURN(bool reaped,
+                   meta_->orphans().SyncOrphan(ino, /*keep_unheld=*/sessions_.reclaiming() > 0));
   if (reaped) {
     absl::MutexLock l(&bg_mu_);
     garbage_waiting_ = true;
@@ -371,7 +376,7 @@ absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
 
 absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
                                          uint64_t handle, bool created) {
-  absl::StatusOr<proto::Attr> checked = meta_->CheckOpen(ctx.caller, ino, flags, created);
+  absl::StatusOr<proto::Attr> checked = meta_->inodes().CheckOpen(ctx.caller, ino, flags, created);
   // An inode that is gone, or a file removed elsewhere (unless this client
   // still holds it open: a second open of an unlinked file on the same
   // node), was reached through a name the node's kernel cached before the
@@ -406,7 +411,7 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
   // the open counted: the record may already name it, and a resend with the
   // same handle counts once.
   RETURN_IF_ERROR(SyncOrphan(ino).status());
-  if (!meta_->GetInode(ino).ok()) {  // reaped before this open was counted
+  if (!meta_->inodes().GetInode(ino).ok()) {  // reaped before this open was counted
     sessions_.CloseFile(ctx.client_id, ino, handle);
     return ErrnoStatus(ESTALE, "file was removed");
   }
@@ -423,7 +428,7 @@ absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino
                                          uint32_t size) {
   if (size > options_.max_io_bytes) return ErrnoStatus(EINVAL, "read too large");
   absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "read");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "read of a non-file");
   if (offset >= rec.size()) return std::string();
@@ -439,7 +444,7 @@ absl::Status Volume::ZeroTail(uint64_t ino, uint64_t size, uint64_t upto) {
   // An unallocated block reads as zeros anyway (and gets no chunk file).
   const uint64_t cs = chunks_->chunk_size();
   const uint64_t block = (size % cs) / kBlockSize;
-  ASSIGN_OR_RETURN(std::string bitmap, meta_->ChunkBitmap(ino, size / cs));
+  ASSIGN_OR_RETURN(std::string bitmap, meta_->space().ChunkBitmap(ino, size / cs));
   if (block / 8 >= bitmap.size() ||
       !((static_cast<unsigned char>(bitmap[block / 8]) >> (block % 8)) & 1)) {
     return absl::OkStatus();
@@ -453,7 +458,7 @@ absl::Status Volume::ZeroUnallocated(uint64_t ino, uint64_t offset, std::string*
   const uint64_t cs = chunks_->chunk_size();
   const uint64_t end = offset + data->size();
   for (uint64_t c = offset / cs; c * cs < end; ++c) {
-    ASSIGN_OR_RETURN(std::string bitmap, meta_->ChunkBitmap(ino, c));
+    ASSIGN_OR_RETURN(std::string bitmap, meta_->space().ChunkBitmap(ino, c));
     const uint64_t lo = std::max(offset, c * cs), hi = std::min(end, (c + 1) * cs);
     for (uint64_t at = lo; at < hi;) {
       const uint64_t block = (at - c * cs) / kBlockSize;
@@ -476,15 +481,15 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     // A write past the end that leaves a gap in the last block: the gap is
     // zeroed first, under this inode's exclusive lock (rare: the size is
     // rarely not block-aligned when a write lands past it).
-    ASSIGN_OR_RETURN(proto::InodeRecord now, meta_->GetInode(ino));
+    ASSIGN_OR_RETURN(proto::InodeRecord now, meta_->inodes().GetInode(ino));
     if (offset > now.size() && now.size() % kBlockSize != 0 && S_ISREG(now.mode())) {
       absl::WriterMutexLock wl(&DataLock(ino));
-      ASSIGN_OR_RETURN(now, meta_->GetInode(ino));
+      ASSIGN_OR_RETURN(now, meta_->inodes().GetInode(ino));
       if (offset > now.size()) RETURN_IF_ERROR(ZeroTail(ino, now.size(), offset));
     }
   }
   absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
   // Reserve first so that ENOSPC is decided before any byte lands; the data
@@ -513,11 +518,12 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   }
   if (!st.ok()) {
     hold_->Repay(lent);
-    meta_->Unreserve(r);  // the grant's part goes back to the grant
+    meta_->space().Unreserve(r);  // the grant's part goes back to the grant
     if (grant_used != nullptr) *grant_used = 0;
     return st;
   }
-  absl::StatusOr<proto::Attr> committed = meta_->CommitWrite(ino, offset, data.size(), true, r);
+  absl::StatusOr<proto::Attr> committed =
+      meta_->space().CommitWrite(ino, offset, data.size(), true, r);
   hold_->Repay(lent);
   ASSIGN_OR_RETURN(proto::Attr attr, std::move(committed));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
@@ -530,14 +536,14 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
   // is given back, so a client never holds more than it was told.
   uint64_t added_blocks = 0;
   ASSIGN_OR_RETURN(uint64_t blocks,
-                   meta_->Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
-                                SpaceLedger::BlocksCovering(return_bytes), &added_blocks));
+                   meta_->space().Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
+                                        SpaceLedger::BlocksCovering(return_bytes), &added_blocks));
   *added = SpaceLedger::Bytes(added_blocks);
   if (added_blocks > 0 && !CoverPromises()) {
     // The disk cannot hold what was just promised (another program took
     // the space): the promise is taken back.
     uint64_t ignored = 0;
-    ASSIGN_OR_RETURN(blocks, meta_->Grant(ctx.client_id, 0, added_blocks, &ignored));
+    ASSIGN_OR_RETURN(blocks, meta_->space().Grant(ctx.client_id, 0, added_blocks, &ignored));
     *added = 0;
   }
   // Short of what was asked: others may sit on grants they do not need.
@@ -548,7 +554,7 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
 
 bool Volume::CoverPromises() {
   const uint64_t promised =
-      SpaceLedger::Bytes(meta_->GrantedBlocks()) + options_.metadata_reserve_bytes;
+      SpaceLedger::Bytes(meta_->space().GrantedBlocks()) + options_.metadata_reserve_bytes;
   absl::Status st = hold_->Cover(promised);
   absl::MutexLock l(&hold_mu_);
   if (!st.ok() && hold_whole_) {
@@ -564,8 +570,8 @@ bool Volume::CoverPromises() {
 
 bool Volume::RecallGrants(uint64_t origin) {
   std::vector<uint64_t> holders;
-  for (uint64_t id : meta_->GrantHolders()) {
-    if (id != origin && meta_->GrantOf(id) > 0) holders.push_back(id);
+  for (uint64_t id : meta_->space().GrantHolders()) {
+    if (id != origin && meta_->space().GrantOf(id) > 0) holders.push_back(id);
   }
   if (holders.empty()) return false;
   {
@@ -575,7 +581,7 @@ bool Volume::RecallGrants(uint64_t origin) {
     last_recall_ = now;
   }
   for (uint64_t id : holders) {
-    const uint64_t bytes = SpaceLedger::Bytes(meta_->GrantOf(id));
+    const uint64_t bytes = SpaceLedger::Bytes(meta_->space().GrantOf(id));
     if (sessions_.Recall(id, bytes)) {
       VLOG(1) << "recalling up to " << bytes << " bytes of grant from session " << id;
     }
@@ -590,7 +596,7 @@ absl::StatusOr<Reservation> Volume::ReserveForWrite(const RequestContext& ctx, u
   constexpr absl::Duration kPoll = absl::Milliseconds(20);
   const int64_t attempts = options_.recall_wait / kPoll;
   for (int64_t i = 0;; ++i) {
-    absl::StatusOr<Reservation> r = meta_->Reserve(ino, offset, length, grant_client);
+    absl::StatusOr<Reservation> r = meta_->space().Reserve(ino, offset, length, grant_client);
     if (r.ok() || ToErrno(r.status()) != ENOSPC || i >= attempts) return r;
     if (!RecallGrants(ctx.client_id)) return r;  // nobody else holds space
     absl::SleepFor(kPoll);
@@ -599,7 +605,7 @@ absl::StatusOr<Reservation> Volume::ReserveForWrite(const RequestContext& ctx, u
 
 absl::Status Volume::Fsync(const RequestContext& ctx, uint64_t ino) {
   absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
   if (!S_ISREG(rec.mode())) return absl::OkStatus();  // metadata is always durable
   return chunks_->Sync(ino, rec.size());
 }
@@ -610,16 +616,16 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   if (length == 0) return ErrnoStatus(EINVAL, "fallocate length 0");
   RETURN_IF_ERROR(ValidateRange(offset, length));
   absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->GetInode(ino));
+  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
   if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
   if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
   ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, length, 0));
   absl::Status st = chunks_->Allocate(ino, offset, length);
   if (!st.ok()) {
-    meta_->Unreserve(r);
+    meta_->space().Unreserve(r);
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->CommitWrite(ino, offset, length, true, r));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->space().CommitWrite(ino, offset, length, true, r));
   Publish(ctx, ino, 0, "");
   return attr;
 }
@@ -628,23 +634,23 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
 
 absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
                               const std::string& value, uint32_t flags) {
-  RETURN_IF_ERROR(meta_->SetXattr(ctx.caller, ino, name, value, flags));
+  RETURN_IF_ERROR(meta_->inodes().SetXattr(ctx.caller, ino, name, value, flags));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Volume::GetXattr(const RequestContext& ctx, uint64_t ino,
                                              const std::string& name) {
-  return meta_->GetXattr(ctx.caller, ino, name);
+  return meta_->inodes().GetXattr(ctx.caller, ino, name);
 }
 
 absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext& ctx,
                                                            uint64_t ino) {
-  return meta_->ListXattr(ctx.caller, ino);
+  return meta_->inodes().ListXattr(ctx.caller, ino);
 }
 
 absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name) {
-  RETURN_IF_ERROR(meta_->RemoveXattr(ctx.caller, ino, name));
+  RETURN_IF_ERROR(meta_->inodes().RemoveXattr(ctx.caller, ino, name));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }
@@ -653,7 +659,7 @@ absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const 
 
 absl::StatusOr<FileLock> Volume::GetLock(const RequestContext& ctx, uint64_t ino,
                                          const FileLock& want) {
-  RETURN_IF_ERROR(meta_->GetInode(ino).status());
+  RETURN_IF_ERROR(meta_->inodes().GetInode(ino).status());
   return locks_.Test(ino, want);
 }
 
@@ -665,7 +671,7 @@ absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino, const File
       return absl::OkStatus();
     });
   }
-  RETURN_IF_ERROR(meta_->GetInode(ino).status());
+  RETURN_IF_ERROR(meta_->inodes().GetInode(ino).status());
   return ChangeLocks(ino, [&] { return locks_.Set(ino, want); });
 }
 
@@ -675,7 +681,7 @@ absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()>
   RETURN_IF_ERROR(change());
   const std::vector<FileLock> after = locks_.Get(ino);
   if (after == before) return absl::OkStatus();  // e.g. a resent lock request
-  absl::Status s = meta_->PutLocks(ino, ToLockRecord(after));
+  absl::Status s = meta_->locks().PutLocks(ino, ToLockRecord(after));
   // UNAVAILABLE: applied here, not known to be replicated; the resend finds
   // its dedupe record and waits for it. Any other error: not applied.
   if (!s.ok() && !absl::IsUnavailable(s)) locks_.Restore(ino, before);
@@ -693,11 +699,11 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
     if (!s.ok()) LOG(ERROR) << "releasing the locks of client " << client_id << ": " << s;
   }
   flow_.Forget(client_id);
-  if (absl::Status s = meta_->EndSession(client_id); !s.ok()) {
+  if (absl::Status s = meta_->sessions().EndSession(client_id); !s.ok()) {
     LOG(ERROR) << "ending session " << client_id << " (its record and grant): " << s;
   }
   for (const auto& [ino, n] : open_files) {
-    absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
+    absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
     if (rec.ok() && rec->nlink() == 0) {
       absl::Status s = SyncOrphan(ino).status();
       if (!s.ok()) LOG(WARNING) << "releasing orphan " << ino << ": " << s;
@@ -732,7 +738,7 @@ absl::Status Volume::Touch(uint64_t client_id) {
 absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name) {
   proto::SessionRecord rec;
   rec.set_client_name(client_name);
-  absl::Status s = meta_->PutSession(client_id, rec);
+  absl::Status s = meta_->sessions().PutSession(client_id, rec);
   absl::MutexLock l(&unrecorded_mu_);
   if (s.ok()) {
     unrecorded_.erase(client_id);
@@ -762,7 +768,7 @@ absl::StatusOr<std::vector<uint64_t>> Volume::Reclaim(
     const RequestContext& ctx, const std::vector<std::pair<uint64_t, uint64_t>>& opens) {
   std::vector<uint64_t> lost;
   for (const auto& [ino, handle] : opens) {
-    absl::StatusOr<proto::InodeRecord> rec = meta_->GetInode(ino);
+    absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
     if (!rec.ok()) {
       if (ToErrno(rec.status()) != ENOENT) {
         LOG(ERROR) << "reclaim of inode " << ino << " by client " << ctx.client_id << ": "
@@ -818,21 +824,21 @@ absl::StatusOr<int> Volume::RunMaintenance() {
   // Every orphan record brought up to date (an unchanged one costs no
   // write): one whose update failed after a removal or a release (the
   // replica did not answer) is reaped or corrected here.
-  ASSIGN_OR_RETURN(auto orphans, meta_->ListOrphans());
+  ASSIGN_OR_RETURN(auto orphans, meta_->orphans().ListOrphans());
   for (const auto& [ino, rec] : orphans) {
     absl::Status s = SyncOrphan(ino).status();
     if (!s.ok()) LOG(WARNING) << "orphan " << ino << ": " << s;
   }
   if (options_.clock->Now() - last_dedupe_expiry_ >= absl::Minutes(1)) {
     last_dedupe_expiry_ = options_.clock->Now();
-    absl::StatusOr<int> n = meta_->ExpireDedupe(options_.dedupe_retention);
+    absl::StatusOr<int> n = meta_->sessions().ExpireDedupe(options_.dedupe_retention);
     if (!n.ok()) LOG(WARNING) << "expiring request records: " << n.status();
   }
-  ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->ListGarbage());
+  ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->orphans().ListGarbage());
   for (uint64_t ino : garbage) {
-    ASSIGN_OR_RETURN(uint64_t span, meta_->GarbageChunkSpan(ino));
+    ASSIGN_OR_RETURN(uint64_t span, meta_->orphans().GarbageChunkSpan(ino));
     for (uint64_t i = 0; i < span; ++i) RETURN_IF_ERROR(chunks_->RemoveChunk(ino, i));
-    RETURN_IF_ERROR(meta_->FinishGarbage(ino));
+    RETURN_IF_ERROR(meta_->orphans().FinishGarbage(ino));
   }
   return static_cast<int>(garbage.size());
 }
@@ -855,7 +861,7 @@ void Volume::BackgroundLoop() {
 
 absl::StatusOr<FsckReport> Volume::CheckMetadata() {
   std::optional<absl::StatusOr<FsckReport>> report;
-  RETURN_IF_ERROR(meta_->ReadSnapshot([&](rocksdb::DB* db, const rocksdb::Snapshot* snap) {
+  RETURN_IF_ERROR(meta_->store().ReadSnapshot([&](rocksdb::DB* db, const rocksdb::Snapshot* snap) {
     report = CheckMetadataSnapshot(db, snap, options_.dir + " (online, metadata)",
                                    chunks_->chunk_size());
     return absl::OkStatus();

@@ -6,7 +6,7 @@
 //
 // Every method returns an errno status on failure (common/errno_status.h).
 // Thread-safe. Lock order: a data lock (data_locks_) before anything the
-// MetaStore, SessionTable or LockManager take inside.
+// metadata store, SessionTable or LockManager take inside.
 #ifndef GRANTFS_SERVER_VOLUME_H_
 #define GRANTFS_SERVER_VOLUME_H_
 
@@ -33,7 +33,7 @@
 #include "server/flow_control.h"
 #include "server/fsck.h"
 #include "server/lock_manager.h"
-#include "server/meta_store.h"
+#include "server/metadata.h"
 #include "server/session_table.h"
 #include "server/space_hold.h"
 
@@ -117,21 +117,21 @@ class Volume {
   // The online metadata check (server/fsck.h CheckMetadataSnapshot) of a
   // snapshot of the metadata store.
   absl::StatusOr<FsckReport> CheckMetadata();
-  MetaStore& meta() { return *meta_; }
+  Metadata& meta() { return *meta_; }
 
   // --- namespace ---------------------------------------------------------
   absl::StatusOr<proto::Attr> Lookup(const RequestContext& ctx, uint64_t parent,
                                      const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const RequestContext& ctx, uint64_t ino);
   absl::StatusOr<proto::Attr> SetAttr(const RequestContext& ctx, const proto::SetAttrRequest& req);
-  // `created` (may be null): see MetaStore::MkNod.
+  // `created` (may be null): see Namespace::MkNod.
   absl::StatusOr<proto::Attr> MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
                                     bool* created = nullptr);
   absl::StatusOr<proto::Attr> Symlink(const RequestContext& ctx, uint64_t parent,
                                       const std::string& name, const std::string& target);
   absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino, uint64_t new_parent,
                                    const std::string& name);
-  // `expected_ino`: see MetaStore::Remove.
+  // `expected_ino`: see Namespace::Remove.
   absl::Status Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
                       bool is_dir, uint64_t expected_ino = 0);
   absl::Status Rename(const RequestContext& ctx, const proto::RenameRequest& req);
@@ -142,7 +142,7 @@ class Volume {
   // --- files ---------------------------------------------------------------
   // `handle`: the client's id for this open (0: none); a resent Open or
   // Release with the same handle counts once (SessionTable::OpenFile).
-  // `created`: see MetaStore::CheckOpen.
+  // `created`: see Inodes::CheckOpen.
   absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
                                    uint64_t handle = 0, bool created = false);
   absl::Status Release(const RequestContext& ctx, uint64_t ino, uint64_t handle = 0);
@@ -154,14 +154,14 @@ class Volume {
   absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                     const std::string& data, bool sync, bool from_grant = false,
                                     uint64_t* grant_used = nullptr);
-  // Space grants: see MetaStore::Grant. Returns the session's whole grant
+  // Space grants: see Allocator::Grant. Returns the session's whole grant
   // in bytes; `added` gets the bytes this call granted.
   absl::StatusOr<uint64_t> Grant(const RequestContext& ctx, uint64_t wanted_bytes,
                                  uint64_t return_bytes, uint64_t* added);
   absl::Status Fsync(const RequestContext& ctx, uint64_t ino);
   absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino, uint32_t mode,
                                         uint64_t offset, uint64_t length);
-  SpaceInfo Space() { return meta_->Space(); }
+  SpaceInfo Space() { return meta_->store().Space(); }
 
   // --- xattrs ----------------------------------------------------------------
   absl::Status SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
@@ -217,7 +217,7 @@ class Volume {
   // lost write may also have left bytes. Whole blocks past it are holes
   // (ZeroUnallocated). REQUIRES: the inode's data lock held exclusively.
   absl::Status ZeroTail(uint64_t ino, uint64_t size, uint64_t upto);
-  Volume(const VolumeOptions& options, std::unique_ptr<MetaStore> meta,
+  Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
          std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold);
 
   absl::Mutex& DataLock(uint64_t ino) { return data_locks_[ino % data_locks_.size()]; }
@@ -262,7 +262,7 @@ class Volume {
   // Constant after construction.
   const VolumeOptions options_;
   const uint64_t incarnation_;
-  const std::unique_ptr<MetaStore> meta_;
+  const std::unique_ptr<Metadata> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
   const std::unique_ptr<SpaceHold> hold_;
   absl::Mutex hold_mu_;
@@ -272,7 +272,7 @@ class Volume {
   std::array<absl::Mutex, 1024> data_locks_;
   // Held while an inode's locks change and are written, so that the
   // writes of one inode's lock lists land in the order of the changes.
-  // Lock order: before the LockManager's and the MetaStore's mutexes.
+  // Lock order: before the LockManager's and the metadata store's mutexes.
   std::array<absl::Mutex, 64> file_lock_mu_;
   LockManager locks_;
   SessionTable sessions_;

@@ -152,11 +152,11 @@ TEST_F(VolumeTest, AMissingDataDirectoryIsRefusedNotCreated) {
 }
 
 TEST_F(VolumeTest, EachOpenRaisesTheDataEpoch) {
-  const proto::VolumeIdentity first = volume_->meta().identity();
+  const proto::VolumeIdentity first = volume_->meta().store().identity();
   EXPECT_EQ(first.data_epoch(), 1u);
   OpenVolume(kMiB);
-  EXPECT_EQ(volume_->meta().identity().volume_id(), first.volume_id());
-  EXPECT_EQ(volume_->meta().identity().data_epoch(), 2u);
+  EXPECT_EQ(volume_->meta().store().identity().volume_id(), first.volume_id());
+  EXPECT_EQ(volume_->meta().store().identity().data_epoch(), 2u);
 }
 
 TEST_F(VolumeTest, WriteThenReadReturnsTheData) {
@@ -985,7 +985,7 @@ TEST_F(VolumeFaultTest, AFailedChunkWriteReleasesItsReservationAndItsGrant) {
     EXPECT_EQ(space.reserved_bytes, 0u);
     EXPECT_EQ(space.granted_bytes, data.size());
     EXPECT_TRUE(space.ledger_ok);
-    EXPECT_EQ(volume_->meta().GrantOf(a_.client_id) * kBlockSize, data.size());
+    EXPECT_EQ(volume_->meta().space().GrantOf(a_.client_id) * kBlockSize, data.size());
     ASSERT_OK_AND_ASSIGN(proto::Attr attr, volume_->GetAttr(a_, f.ino()));
     EXPECT_EQ(attr.size(), 0u);
   };
