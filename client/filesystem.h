@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
+#include "client/meta_client.h"
 #include "client/name_cache.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
@@ -36,14 +37,6 @@
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
-
-// The credentials of the process that made a request.
-struct Creds {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t pid = 0;
-  std::vector<uint32_t> groups;
-};
 
 // What the kernel must forget after a change made on another node.
 class Invalidator {
@@ -153,8 +146,6 @@ class FileSystem {
                        const std::function<bool()>& interrupted);
 
  private:
-  template <typename Req>
-  void Stamp(const Creds& c, Req* req);
   void HeartbeatLoop();
   // The server answering is `incarnation` (heartbeat reply): if that is not
   // the one seen before, tells it which files this mount has open
@@ -164,7 +155,6 @@ class FileSystem {
   // Where the session's lease ends, seen from the mount, for a request sent
   // at `sent` (options.grants.clock) that the server answered.
   absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // One read-ahead fetch: a single attempt that Stop() cancels.
@@ -180,6 +170,7 @@ class FileSystem {
 
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
+  MetaClient meta_;  // every RPC of the mount, through rpc_
   InodeTable inodes_;
   NameCache names_;                       // what the kernel was told each name is
   std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
