@@ -522,34 +522,11 @@ absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::strin
   return meta_.SetXattr(c, ino, name, value, flags);
 }
 
-namespace {
-constexpr char kCapability[] = "security.capability";
-// How long an absent security.capability is trusted without asking; changes
-// made elsewhere also drop it at once through the invalidation stream.
-constexpr absl::Duration kNoCapabilityTtl = absl::Seconds(1);
-}  // namespace
-
-void FileSystem::ForgetXattrs(uint64_t ino) {
-  absl::MutexLock l(&xattr_mu_);
-  no_capability_.erase(ino);
-}
-
 absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
-  const bool capability = name == kCapability;
-  if (capability) {
-    absl::MutexLock l(&xattr_mu_);
-    auto it = no_capability_.find(ino);
-    if (it != no_capability_.end() && absl::Now() < it->second) {
-      return ErrnoStatus(ENODATA, "security.capability (cached)");
-    }
-  }
+  if (xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");
   absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
-  if (capability && ToErrno(value.status()) == ENODATA) {
-    absl::MutexLock l(&xattr_mu_);
-    if (no_capability_.size() > 100000) no_capability_.clear();  // bounded memory
-    no_capability_[ino] = absl::Now() + kNoCapabilityTtl;
-  }
+  if (ToErrno(value.status()) == ENODATA) xattrs_.NoteAbsent(ino, name);
   return value;
 }
 

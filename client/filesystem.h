@@ -34,6 +34,7 @@
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
 #include "client/write_cache.h"
+#include "client/xattr_cache.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -132,7 +133,7 @@ class FileSystem {
                         const std::string& value, uint32_t flags);
   absl::StatusOr<std::string> GetXattr(const Creds& c, uint64_t ino, const std::string& name);
   // Drops what this mount remembers of `ino`'s xattrs (changed elsewhere).
-  void ForgetXattrs(uint64_t ino);
+  void ForgetXattrs(uint64_t ino) { xattrs_.Forget(ino); }
   absl::StatusOr<std::vector<std::string>> ListXattr(const Creds& c, uint64_t ino);
   absl::Status RemoveXattr(const Creds& c, uint64_t ino, const std::string& name);
 
@@ -173,6 +174,7 @@ class FileSystem {
   MetaClient meta_;  // every RPC of the mount, through rpc_
   InodeTable inodes_;
   NameCache names_;                       // what the kernel was told each name is
+  XattrCache xattrs_;                     // absent security.capability, for a second
   std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
@@ -200,11 +202,6 @@ class FileSystem {
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Read-ahead RPCs in flight, cancelled by Stop().
   absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);
-  // Inodes known to have no security.capability, until the time given. The
-  // kernel asks for it before every write() (file_remove_privs): without
-  // this, every write would cost a round trip.
-  absl::Mutex xattr_mu_;
-  absl::flat_hash_map<uint64_t, absl::Time> no_capability_ ABSL_GUARDED_BY(xattr_mu_);
   std::thread heartbeat_;
   std::thread subscriber_;
   // Declared last: destroyed (its pool joined) before what its fetches use.
