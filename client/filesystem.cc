@@ -12,12 +12,6 @@ namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
     : options_(options), rpc_(std::move(rpc)), meta_(rpc_.get()) {
-  // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
-  // and no failover done, while holding it.
-  rpc_->set_on_failover([this] {
-    absl::MutexLock l(&mu_);
-    kick_ = true;
-  });
   if (options_.readahead.window_bytes > 0) {
     ReadAheadOptions ro = options_.readahead;
     ro.extent_bytes = options_.max_io_bytes;
@@ -29,51 +23,57 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         // cache_ is set below, before any read can come.
         [this](uint64_t ino) { return cache_ && cache_->extent_count(ino) > 0; });
   }
-  if (!options_.fastwrite) return;
-  pool_ = std::make_unique<GrantPool>(options_.grants, [this](uint64_t wanted, uint64_t back) {
-    return meta_.Grant(wanted, back);
-  });
-  WriteCacheOptions cache_options = options_.cache;
-  if (!cache_options.credit) cache_options.credit = [this] { return rpc_->credit_bytes(); };
-  cache_ = std::make_unique<WriteCache>(
-      cache_options, pool_.get(),
-      [this](uint64_t ino, uint64_t offset,
-             std::shared_ptr<const std::string> data) -> absl::StatusOr<WriteCache::FlushResult> {
-        ASSIGN_OR_RETURN(proto::WriteReply reply,
-                         meta_.WriteFromGrant(ino, offset, std::move(data)));
-        WriteCache::FlushResult r;
-        r.grant_used = reply.grant_used_bytes();
-        r.size = reply.attr().size();
-        r.mtime_ns = reply.attr().mtime_ns();
-        r.ctime_ns = reply.attr().ctime_ns();
-        return r;
-      });
+  if (options_.fastwrite) {
+    pool_ = std::make_unique<GrantPool>(options_.grants, [this](uint64_t wanted, uint64_t back) {
+      return meta_.Grant(wanted, back);
+    });
+    WriteCacheOptions cache_options = options_.cache;
+    if (!cache_options.credit) cache_options.credit = [this] { return rpc_->credit_bytes(); };
+    cache_ = std::make_unique<WriteCache>(
+        cache_options, pool_.get(),
+        [this](uint64_t ino, uint64_t offset,
+               std::shared_ptr<const std::string> data) -> absl::StatusOr<WriteCache::FlushResult> {
+          ASSIGN_OR_RETURN(proto::WriteReply reply,
+                           meta_.WriteFromGrant(ino, offset, std::move(data)));
+          WriteCache::FlushResult r;
+          r.grant_used = reply.grant_used_bytes();
+          r.size = reply.attr().size();
+          r.mtime_ns = reply.attr().mtime_ns();
+          r.ctime_ns = reply.attr().ctime_ns();
+          return r;
+        });
+  }
+  SessionOptions so;
+  so.client_name = options_.client_name;
+  so.clock = options_.grants.clock;
+  session_ = std::make_unique<Session>(
+      so, &meta_, &reclaim_mu_,
+      [this] {
+        std::vector<std::pair<uint64_t, uint64_t>> opens;
+        absl::MutexLock l(&handles_mu_);
+        for (const auto& [handle, ino] : open_handles_) opens.emplace_back(ino, handle);
+        return opens;
+      },
+      pool_.get(), ra_.get());
 }
 
 FileSystem::~FileSystem() { Stop(); }
 
 absl::Status FileSystem::Start(Invalidator* invalidator) {
-  const absl::Time sent = options_.grants.clock->Now();
-  ASSIGN_OR_RETURN(proto::OpenSessionReply reply, meta_.OpenSession(options_.client_name));
-  incarnation_ = reply.incarnation();
+  absl::Time sent;
+  ASSIGN_OR_RETURN(proto::OpenSessionReply reply, session_->Open(&sent));
   if (reply.max_file_size() > 0) max_file_size_.store(reply.max_file_size());
   {
     absl::MutexLock l(&mu_);
-    lease_ms_ = std::max<uint64_t>(reply.lease_ms(), 300);
     started_ = true;
   }
-  LOG(INFO) << "session " << reply.client_id() << " with " << rpc_->address(rpc_->current())
-            << ", lease " << reply.lease_ms() << " ms";
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (ra_) ra_->Start();
   if (cache_) {
-    pool_->Renewed(LeaseEnd(sent));
+    pool_->Renewed(session_->LeaseEnd(sent));
     pool_->Start();
     cache_->Start();
   }
-  if (invalidator != nullptr) {
-    subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
-  }
+  session_->Start(invalidator);
   return absl::OkStatus();
 }
 
@@ -82,12 +82,12 @@ void FileSystem::Stop() {
     absl::MutexLock l(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
-    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
     // Read-ahead is given up: its RPCs end now (PrefetchRpc starts no new
     // one once stopping_ is set), so joining its pool does not wait for a
     // deadline.
     for (grpc::ClientContext* ctx : prefetch_ctx_) ctx->TryCancel();
   }
+  session_->BeginStop();
   if (ra_) {
     ra_->Stop();
     const ReadAhead::Stats st = ra_->stats();
@@ -107,148 +107,7 @@ void FileSystem::Stop() {
     cache_->Stop();
     pool_->Stop();
   }
-  if (heartbeat_.joinable()) heartbeat_.join();
-  if (subscriber_.joinable()) subscriber_.join();
-  meta_.CloseSession();
-}
-
-void FileSystem::HeartbeatLoop() {
-  int failures = 0;         // heartbeats failed in a row
-  uint64_t lost_acked = 0;  // HeartbeatReply.session_lost acted on
-  absl::MutexLock l(&mu_);
-  while (!stopping_) {
-    auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(lease_ms_ / 3));
-    if (kick_) {
-      // At most one heartbeat per 100 ms while servers keep failing.
-      kick_ = false;
-      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
-    }
-    if (stopping_) break;
-    mu_.Unlock();
-    const absl::Time sent = options_.grants.clock->Now();
-    bool unreachable = false;
-    absl::StatusOr<proto::HeartbeatReply> beat = meta_.Heartbeat(lost_acked, &unreachable);
-    if (beat.ok()) {
-      const proto::HeartbeatReply& reply = *beat;
-      failures = 0;
-      if (pool_) {
-        // The server may have released the grant while this mount was cut
-        // off; else the grant is good for another lease from `sent`.
-        if (reply.session_lost() != 0 && reply.session_lost() != lost_acked) {
-          pool_->Lost();
-          lost_acked = reply.session_lost();
-        }
-        pool_->Renewed(LeaseEnd(sent));
-      }
-      // A failed reclaim is tried again at the next heartbeat.
-      NoteIncarnation(reply.incarnation());
-      mu_.Lock();
-      continue;
-    }
-    if (++failures == 1 || failures % 50 == 0) {
-      LOG(WARNING) << "heartbeat to " << beat.status().message() << " (" << failures
-                   << " in a row)";
-    }
-    // The next heartbeat goes soon, to the next server (meta_ moved to it).
-    mu_.Lock();
-    if (unreachable) kick_ = true;
-  }
-}
-
-absl::Time FileSystem::LeaseEnd(absl::Time sent) {
-  uint64_t lease_ms;
-  {
-    absl::MutexLock l(&mu_);
-    lease_ms = lease_ms_;
-  }
-  // The server's lease started when the request arrived, after `sent`; a
-  // tenth off covers the rate difference of the two monotonic clocks.
-  return sent + absl::Milliseconds(lease_ms * 9 / 10);
-}
-
-bool FileSystem::NoteIncarnation(uint64_t incarnation) {
-  if (incarnation == incarnation_ || incarnation == 0) return true;
-  // A restarted server, or one that took over: it knows of this mount's
-  // opens only those of unlinked files. No Open or Release runs meanwhile.
-  absl::WriterMutexLock rl(&reclaim_mu_);
-  std::vector<std::pair<uint64_t, uint64_t>> opens;
-  {
-    absl::MutexLock l(&handles_mu_);
-    for (const auto& [handle, ino] : open_handles_) opens.emplace_back(ino, handle);
-  }
-  absl::StatusOr<proto::ReclaimReply> reclaimed = meta_.Reclaim(opens);
-  if (!reclaimed.ok()) {
-    LOG(WARNING) << "reclaiming " << opens.size() << " open files: " << reclaimed.status();
-    return false;
-  }
-  const proto::ReclaimReply& reply = *reclaimed;
-  LOG(INFO) << "server " << rpc_->address(rpc_->current()) << " is new to this mount: reclaimed "
-            << opens.size() << " open files";
-  for (uint64_t ino : reply.lost()) {
-    LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
-  }
-  // The server that took the reclaim (a failover may have come in between).
-  incarnation_ = reply.incarnation() != 0 ? reply.incarnation() : incarnation;
-  return true;
-}
-
-void FileSystem::SubscribeLoop(Invalidator* invalidator) {
-  // With several servers the stream follows a failover: the new primary is
-  // found within a few short waits, while invalidations may be missed.
-  const bool several = rpc_->server_count() > 1;
-  const absl::Duration first_backoff = absl::Milliseconds(several ? 50 : 100);
-  const absl::Duration max_backoff = several ? absl::Milliseconds(500) : absl::Seconds(2);
-  absl::Duration backoff = first_backoff;
-  for (;;) {
-    grpc::ClientContext ctx;
-    {
-      absl::MutexLock l(&mu_);
-      if (stopping_) return;
-      stream_ctx_ = &ctx;
-    }
-    size_t index = 0;
-    const absl::Time opened = absl::Now();
-    std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
-        meta_.Subscribe(&ctx, &index);
-    proto::InvalidationBatch batch;
-    while (reader->Read(&batch)) {
-      backoff = first_backoff;
-      for (const proto::Invalidation& inv : batch.items()) {
-        if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
-        if (inv.ino() == 0) continue;
-        // Read-ahead first: once the kernel drops its pages it may read
-        // again at once, and must not get what was fetched before the change.
-        if (inv.data_changed()) DataChanged(inv.ino());
-        invalidator->InvalidateInode(inv.ino(), inv.data_changed());
-      }
-      if (batch.recall_bytes() > 0 && pool_) {
-        // Other mounts need space: give back what cached data does not need.
-        const uint64_t back = pool_->Recall(batch.recall_bytes());
-        LOG(INFO) << "grant recall: gave back " << back << " bytes";
-      }
-      batch.Clear();
-    }
-    grpc::Status s = reader->Finish();
-    // Changes pushed while the stream was down may be lost (a restarted
-    // server, an overflowing queue, a failover): nothing fetched before is
-    // trusted.
-    if (ra_) ra_->InvalidateAll();
-    // A stream that stood for a while was healthy, even without changes.
-    if (absl::Now() - opened > absl::Seconds(1)) backoff = first_backoff;
-    // Not under mu_: a failover takes it (to kick the heartbeat).
-    size_t next = index;
-    if (rpc_->ShouldFailover(s)) next = rpc_->Failover(index, s);
-    absl::MutexLock l(&mu_);
-    stream_ctx_ = nullptr;
-    if (stopping_) return;
-    LOG(WARNING) << "invalidation stream from " << rpc_->address(index) << " ended ("
-                 << s.error_message() << "); reconnecting to " << rpc_->address(next);
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
-    backoff = std::min(backoff * 2, max_backoff);
-  }
+  session_->Close();
 }
 
 // --- namespace ----------------------------------------------------------------

@@ -1,6 +1,7 @@
-// The client's file-system logic, free of FUSE types: every operation of the
-// mount as a call on the server, the session (heartbeats) and the stream of
-// cache invalidations from the server.
+// The client's file-system logic, free of FUSE types: every POSIX operation
+// of the mount as calls on the server (MetaClient), over the mount's caches.
+// The session with the servers (heartbeats, reclaim, the invalidation
+// stream) is Session's.
 //
 // Data path (docs/write-path.md): in fastwrite mode (the default) write()
 // debits the session's space grant and copies into the write cache; flusher
@@ -33,21 +34,12 @@
 #include "client/name_cache.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
+#include "client/session.h"
 #include "client/write_cache.h"
 #include "client/xattr_cache.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
-
-// What the kernel must forget after a change made on another node.
-class Invalidator {
- public:
-  virtual ~Invalidator() = default;
-  // Attributes of `ino` changed; when `data`, its cached pages too.
-  virtual void InvalidateInode(uint64_t ino, bool data) = 0;
-  // The entry `name` of directory `parent` changed.
-  virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
-};
 
 struct FileSystemOptions {
   // Name shown in the server's session list (host and mount point).
@@ -69,7 +61,8 @@ class FileSystem {
   ~FileSystem();
 
   // Opens the session, then starts heartbeats and (if `invalidator` is not
-  // null) the invalidation stream. `invalidator` must outlive Stop().
+  // null) the invalidation stream (Session). `invalidator` must outlive
+  // Stop().
   absl::Status Start(Invalidator* invalidator);
   // Stops the threads and closes the session. Idempotent.
   void Stop();
@@ -147,15 +140,6 @@ class FileSystem {
                        const std::function<bool()>& interrupted);
 
  private:
-  void HeartbeatLoop();
-  // The server answering is `incarnation` (heartbeat reply): if that is not
-  // the one seen before, tells it which files this mount has open
-  // (Reclaim). Returns false when that failed (tried again on the next
-  // heartbeat).
-  bool NoteIncarnation(uint64_t incarnation);
-  // Where the session's lease ends, seen from the mount, for a request sent
-  // at `sent` (options.grants.clock) that the server answered.
-  absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // One read-ahead fetch: a single attempt that Stop() cancels.
@@ -167,7 +151,6 @@ class FileSystem {
   }
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
-  void SubscribeLoop(Invalidator* invalidator);
 
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
@@ -192,20 +175,12 @@ class FileSystem {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
-  // The server incarnation this mount's open files are known to (0: none
-  // yet). Only the heartbeat thread uses it after Start().
-  uint64_t incarnation_ = 0;
-  // A call moved to another server: the next heartbeat goes at once (it
-  // finds out whether the server is a new incarnation).
-  bool kick_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Read-ahead RPCs in flight, cancelled by Stop().
   absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);
-  std::thread heartbeat_;
-  std::thread subscriber_;
   // Declared last: destroyed (its pool joined) before what its fetches use.
   std::unique_ptr<ReadAhead> ra_;  // null when off
+  // Holds pointers to the above; its threads end in Stop().
+  std::unique_ptr<Session> session_;
 };
 
 }  // namespace grantfs
