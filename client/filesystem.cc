@@ -46,15 +46,7 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   SessionOptions so;
   so.client_name = options_.client_name;
   so.clock = options_.grants.clock;
-  session_ = std::make_unique<Session>(
-      so, &meta_, &reclaim_mu_,
-      [this] {
-        std::vector<std::pair<uint64_t, uint64_t>> opens;
-        absl::MutexLock l(&handles_mu_);
-        for (const auto& [handle, ino] : open_handles_) opens.emplace_back(ino, handle);
-        return opens;
-      },
-      pool_.get(), ra_.get());
+  session_ = std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get());
 }
 
 FileSystem::~FileSystem() { Stop(); }
@@ -238,14 +230,12 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
                                              uint64_t* handle, bool created) {
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
-  *handle = next_handle_.fetch_add(1) + 1;
-  absl::ReaderMutexLock rl(&reclaim_mu_);
+  // A reclaim running meanwhile does not hold this open up, nor lose it
+  // (OpenHandleTable).
+  *handle = handles_.BeginOpen(ino);
   WriteCache::AttrFetch fetch(cache_.get());
   absl::StatusOr<proto::Attr> attr = meta_.Open(c, ino, flags, *handle, created);
-  if (attr.ok()) {
-    absl::MutexLock l(&handles_mu_);
-    open_handles_[*handle] = ino;
-  }
+  handles_.EndOpen(*handle, attr.ok());
   // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
   if (ra_) {
     if (attr.ok()) {
@@ -261,11 +251,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
 
 absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   if (ra_) ra_->Released(ino);
-  absl::ReaderMutexLock rl(&reclaim_mu_);
-  {
-    absl::MutexLock l(&handles_mu_);
-    open_handles_.erase(handle);
-  }
+  handles_.Release(handle);
   return meta_.Release(ino, handle);
 }
 

@@ -32,6 +32,7 @@
 #include "client/inode_table.h"
 #include "client/meta_client.h"
 #include "client/name_cache.h"
+#include "client/open_handles.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
 #include "client/session.h"
@@ -156,19 +157,12 @@ class FileSystem {
   const std::unique_ptr<RpcClient> rpc_;
   MetaClient meta_;  // every RPC of the mount, through rpc_
   InodeTable inodes_;
-  NameCache names_;                       // what the kernel was told each name is
-  XattrCache xattrs_;                     // absent security.capability, for a second
-  std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
+  NameCache names_;    // what the kernel was told each name is
+  XattrCache xattrs_;  // absent security.capability, for a second
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
-  // Held shared by Open and Release from before their RPC until the
-  // handle is recorded or dropped, and exclusively by a reclaim, so that a
-  // reclaim never names a handle whose release the server has already seen
-  // (it would count that open again, for good).
-  absl::Mutex reclaim_mu_;
-  absl::Mutex handles_mu_;
-  // Open handles -> inode: what a reclaim names.
-  absl::flat_hash_map<uint64_t, uint64_t> open_handles_ ABSL_GUARDED_BY(handles_mu_);
+  // Open handles: what a reclaim names (Session), given out by Open.
+  OpenHandleTable handles_;
   std::unique_ptr<GrantPool> pool_;    // fastwrite only
   std::unique_ptr<WriteCache> cache_;  // fastwrite only
 

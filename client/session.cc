@@ -7,14 +7,9 @@
 
 namespace grantfs {
 
-Session::Session(const SessionOptions& options, MetaClient* meta, absl::Mutex* reclaim_mu,
-                 OpenFiles open_files, GrantPool* pool, ReadAhead* read_ahead)
-    : options_(options),
-      meta_(meta),
-      reclaim_mu_(reclaim_mu),
-      open_files_(std::move(open_files)),
-      pool_(pool),
-      ra_(read_ahead) {
+Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
+                 GrantPool* pool, ReadAhead* read_ahead)
+    : options_(options), meta_(meta), handles_(handles), pool_(pool), ra_(read_ahead) {
   // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
   // and no failover done, while holding it.
   meta_->rpc().set_on_failover([this] {
@@ -130,24 +125,40 @@ void Session::HeartbeatLoop() {
 }
 
 bool Session::Reclaim(uint64_t incarnation) {
-  if (incarnation == incarnation_ || incarnation == 0) return true;
+  const bool new_server = incarnation != incarnation_ && incarnation != 0;
+  if (!new_server && !handles_->NeedsReclaim()) return true;
   // A restarted server, or one that took over: it knows of this mount's
-  // opens only those of unlinked files. No Open or Release runs meanwhile.
-  absl::WriterMutexLock rl(reclaim_mu_);
-  const std::vector<std::pair<uint64_t, uint64_t>> opens = open_files_();
-  absl::StatusOr<proto::ReclaimReply> reply = meta_->Reclaim(opens);
-  if (!reply.ok()) {
-    LOG(WARNING) << "reclaiming " << opens.size() << " open files: " << reply.status();
-    return false;
+  // opens only those of unlinked files. Opens and releases go on meanwhile
+  // (OpenHandleTable says how none is lost or brought back); an open that
+  // ended while the Reclaim was in flight is named by one more.
+  constexpr int kPasses = 3;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const OpenHandleTable::Opens opens = handles_->BeginReclaim();
+    absl::StatusOr<proto::ReclaimReply> reply = meta_->Reclaim(opens);
+    for (const auto& [ino, handle] : handles_->EndReclaim(reply.ok())) {
+      // Released while the Reclaim was in flight: the server may have
+      // taken the Release first.
+      absl::Status s = meta_->Release(ino, handle);
+      if (!s.ok()) LOG(WARNING) << "releasing handle " << handle << " of " << ino << ": " << s;
+    }
+    if (!reply.ok()) {
+      LOG(WARNING) << "reclaiming " << opens.size() << " open files: " << reply.status();
+      return false;
+    }
+    RpcClient& rpc = meta_->rpc();
+    LOG(INFO) << "server " << rpc.address(rpc.current()) << " is new to this mount: reclaimed "
+              << opens.size() << " open files";
+    for (uint64_t ino : reply->lost()) {
+      LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
+    }
+    // The server that took the reclaim (a failover may have come in between).
+    if (reply->incarnation() != 0) {
+      incarnation_ = reply->incarnation();
+    } else if (incarnation != 0) {
+      incarnation_ = incarnation;
+    }
+    if (!handles_->NeedsReclaim()) break;
   }
-  RpcClient& rpc = meta_->rpc();
-  LOG(INFO) << "server " << rpc.address(rpc.current()) << " is new to this mount: reclaimed "
-            << opens.size() << " open files";
-  for (uint64_t ino : reply->lost()) {
-    LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
-  }
-  // The server that took the reclaim (a failover may have come in between).
-  incarnation_ = reply->incarnation() != 0 ? reply->incarnation() : incarnation;
   return true;
 }
 

@@ -9,11 +9,8 @@
 #define GRANTFS_CLIENT_SESSION_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -21,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/grant_pool.h"
 #include "client/meta_client.h"
+#include "client/open_handles.h"
 #include "client/read_ahead.h"
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
@@ -46,15 +44,11 @@ struct SessionOptions {
 
 class Session {
  public:
-  // The mount's open files, (ino, handle) pairs, for a reclaim.
-  using OpenFiles = std::function<std::vector<std::pair<uint64_t, uint64_t>>()>;
-  // Not owned, and must outlive it: `meta`, `reclaim_mu` (held shared by
-  // Open and Release across their RPC, exclusively by a reclaim); `pool`
-  // (null without fastwrite) and `read_ahead` (null when off) too. Takes
-  // over the RpcClient's failover hook (a failover sends a heartbeat at
-  // once).
-  Session(const SessionOptions& options, MetaClient* meta, absl::Mutex* reclaim_mu,
-          OpenFiles open_files, GrantPool* pool, ReadAhead* read_ahead);
+  // Not owned, and must outlive it: `meta`, `handles`; `pool` (null without
+  // fastwrite) and `read_ahead` (null when off) too. Takes over the
+  // RpcClient's failover hook (a failover sends a heartbeat at once).
+  Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
+          GrantPool* pool, ReadAhead* read_ahead);
   ~Session();
 
   // Opens the session on the server (retried as every call). Returns the
@@ -75,16 +69,17 @@ class Session {
  private:
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // The server answering is `incarnation` (heartbeat reply): if that is not
-  // the one seen before, tells it which files this mount has open. Returns false when that failed
-  // (tried again on the next heartbeat). Heartbeat thread only.
+  // the one seen before, or open handles are owed a reclaim
+  // (OpenHandleTable::NeedsReclaim), tells it which files this mount has
+  // open. Returns false when that failed (tried again on the next
+  // heartbeat). Heartbeat thread only.
   bool Reclaim(uint64_t incarnation) ABSL_LOCKS_EXCLUDED(mu_);
   void SubscribeLoop(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   const SessionOptions options_;
   MetaClient* const meta_;
-  absl::Mutex* const reclaim_mu_;
-  const OpenFiles open_files_;
+  OpenHandleTable* const handles_;
   GrantPool* const pool_;
   ReadAhead* const ra_;
 
