@@ -166,6 +166,19 @@ class FileSystem {
   std::unique_ptr<GrantPool> pool_;    // fastwrite only
   std::unique_ptr<WriteCache> cache_;  // fastwrite only
 
+  // Lock order of the mount. Every lock of the client is a leaf (nothing
+  // else is taken while it is held; none is held across an RPC, a wait for
+  // the server, or a call into another of these objects), except:
+  //   WriteCache::mu_ before GrantPool::mu_ (a flush acknowledged settles
+  //   its debit under the cache's lock) and before WriteCache::Spares::mu
+  //   (an extent's buffer is taken or given back under it); write_cache.h.
+  //   Both are leaves. They are in other objects, so no
+  //   ABSL_ACQUIRED_BEFORE can name them: the order is written here.
+  // The leaves: mu_ here; Session::mu_ (RpcClient's failover hook takes it,
+  // and RpcClient calls the hook with no lock held); OpenHandleTable::mu_
+  // (a reclaim waits on it, released); XattrCache::mu_; NameCache's and
+  // InodeTable's; ReadAhead's (its fetches, PrefetchRpc, run outside it);
+  // FuseAdapter::mu_. So FileSystem takes mu_ only around its own fields.
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

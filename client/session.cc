@@ -146,8 +146,13 @@ bool Session::Reclaim(uint64_t incarnation) {
       return false;
     }
     RpcClient& rpc = meta_->rpc();
-    LOG(INFO) << "server " << rpc.address(rpc.current()) << " is new to this mount: reclaimed "
-              << opens.size() << " open files";
+    if (new_server && pass == 0) {
+      LOG(INFO) << "server " << rpc.address(rpc.current()) << " is new to this mount: reclaimed "
+                << opens.size() << " open files";
+    } else {
+      LOG(INFO) << "reclaimed " << opens.size() << " open files again on "
+                << rpc.address(rpc.current()) << " (opened while a reclaim was in flight)";
+    }
     for (uint64_t ino : reply->lost()) {
       LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
     }
