@@ -1,6 +1,7 @@
-// The client's file-system logic, free of FUSE types: every operation of the
-// mount as a call on the server, the session (heartbeats) and the stream of
-// cache invalidations from the server.
+// The client's file-system logic, free of FUSE types: every POSIX operation
+// of the mount as calls on the server (MetaClient), over the mount's caches.
+// The session with the servers (heartbeats, reclaim, the invalidation
+// stream) is Session's.
 //
 // Data path (docs/write-path.md): in fastwrite mode (the default) write()
 // debits the session's space grant and copies into the write cache; flusher
@@ -29,31 +30,17 @@
 #include "absl/synchronization/mutex.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
+#include "client/meta_client.h"
 #include "client/name_cache.h"
+#include "client/open_handles.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
+#include "client/session.h"
 #include "client/write_cache.h"
+#include "client/xattr_cache.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
-
-// The credentials of the process that made a request.
-struct Creds {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t pid = 0;
-  std::vector<uint32_t> groups;
-};
-
-// What the kernel must forget after a change made on another node.
-class Invalidator {
- public:
-  virtual ~Invalidator() = default;
-  // Attributes of `ino` changed; when `data`, its cached pages too.
-  virtual void InvalidateInode(uint64_t ino, bool data) = 0;
-  // The entry `name` of directory `parent` changed.
-  virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
-};
 
 struct FileSystemOptions {
   // Name shown in the server's session list (host and mount point).
@@ -75,7 +62,8 @@ class FileSystem {
   ~FileSystem();
 
   // Opens the session, then starts heartbeats and (if `invalidator` is not
-  // null) the invalidation stream. `invalidator` must outlive Stop().
+  // null) the invalidation stream (Session). `invalidator` must outlive
+  // Stop().
   absl::Status Start(Invalidator* invalidator);
   // Stops the threads and closes the session. Idempotent.
   void Stop();
@@ -139,7 +127,7 @@ class FileSystem {
                         const std::string& value, uint32_t flags);
   absl::StatusOr<std::string> GetXattr(const Creds& c, uint64_t ino, const std::string& name);
   // Drops what this mount remembers of `ino`'s xattrs (changed elsewhere).
-  void ForgetXattrs(uint64_t ino);
+  void ForgetXattrs(uint64_t ino) { xattrs_.Forget(ino); }
   absl::StatusOr<std::vector<std::string>> ListXattr(const Creds& c, uint64_t ino);
   absl::Status RemoveXattr(const Creds& c, uint64_t ino, const std::string& name);
 
@@ -153,18 +141,6 @@ class FileSystem {
                        const std::function<bool()>& interrupted);
 
  private:
-  template <typename Req>
-  void Stamp(const Creds& c, Req* req);
-  void HeartbeatLoop();
-  // The server answering is `incarnation` (heartbeat reply): if that is not
-  // the one seen before, tells it which files this mount has open
-  // (Reclaim). Returns false when that failed (tried again on the next
-  // heartbeat).
-  bool NoteIncarnation(uint64_t incarnation);
-  // Where the session's lease ends, seen from the mount, for a request sent
-  // at `sent` (options.grants.clock) that the server answered.
-  absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::string> GetXattrRpc(const Creds& c, uint64_t ino, const std::string& name);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // One read-ahead fetch: a single attempt that Stop() cancels.
@@ -176,48 +152,42 @@ class FileSystem {
   }
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
-  void SubscribeLoop(Invalidator* invalidator);
 
   const FileSystemOptions options_;
   const std::unique_ptr<RpcClient> rpc_;
+  MetaClient meta_;  // every RPC of the mount, through rpc_
   InodeTable inodes_;
-  NameCache names_;                       // what the kernel was told each name is
-  std::atomic<uint64_t> next_handle_{0};  // open handles given out so far
+  NameCache names_;    // what the kernel was told each name is
+  XattrCache xattrs_;  // absent security.capability, for a second
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
-  // Held shared by Open and Release from before their RPC until the
-  // handle is recorded or dropped, and exclusively by a reclaim, so that a
-  // reclaim never names a handle whose release the server has already seen
-  // (it would count that open again, for good).
-  absl::Mutex reclaim_mu_;
-  absl::Mutex handles_mu_;
-  // Open handles -> inode: what a reclaim names.
-  absl::flat_hash_map<uint64_t, uint64_t> open_handles_ ABSL_GUARDED_BY(handles_mu_);
+  // Open handles: what a reclaim names (Session), given out by Open.
+  OpenHandleTable handles_;
   std::unique_ptr<GrantPool> pool_;    // fastwrite only
   std::unique_ptr<WriteCache> cache_;  // fastwrite only
 
+  // Lock order of the mount. Every lock of the client is a leaf (nothing
+  // else is taken while it is held; none is held across an RPC, a wait for
+  // the server, or a call into another of these objects), except:
+  //   WriteCache::mu_ before GrantPool::mu_ (a flush acknowledged settles
+  //   its debit under the cache's lock) and before WriteCache::Spares::mu
+  //   (an extent's buffer is taken or given back under it); write_cache.h.
+  //   Both are leaves. They are in other objects, so no
+  //   ABSL_ACQUIRED_BEFORE can name them: the order is written here.
+  // The leaves: mu_ here; Session::mu_ (RpcClient's failover hook takes it,
+  // and RpcClient calls the hook with no lock held); OpenHandleTable::mu_
+  // (a reclaim waits on it, released); XattrCache::mu_; NameCache's and
+  // InodeTable's; ReadAhead's (its fetches, PrefetchRpc, run outside it);
+  // FuseAdapter::mu_. So FileSystem takes mu_ only around its own fields.
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
-  // The server incarnation this mount's open files are known to (0: none
-  // yet). Only the heartbeat thread uses it after Start().
-  uint64_t incarnation_ = 0;
-  // A call moved to another server: the next heartbeat goes at once (it
-  // finds out whether the server is a new incarnation).
-  bool kick_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Read-ahead RPCs in flight, cancelled by Stop().
   absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);
-  // Inodes known to have no security.capability, until the time given. The
-  // kernel asks for it before every write() (file_remove_privs): without
-  // this, every write would cost a round trip.
-  absl::Mutex xattr_mu_;
-  absl::flat_hash_map<uint64_t, absl::Time> no_capability_ ABSL_GUARDED_BY(xattr_mu_);
-  std::thread heartbeat_;
-  std::thread subscriber_;
   // Declared last: destroyed (its pool joined) before what its fetches use.
   std::unique_ptr<ReadAhead> ra_;  // null when off
+  // Holds pointers to the above; its threads end in Stop().
+  std::unique_ptr<Session> session_;
 };
 
 }  // namespace grantfs

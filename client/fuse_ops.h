@@ -52,7 +52,7 @@ class FuseAdapter : public Invalidator {
   const FuseOptions options_;
   std::atomic<fuse_session*> session_{nullptr};
 
-  absl::Mutex mu_;
+  absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
   std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);
 };
 

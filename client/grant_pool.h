@@ -124,6 +124,9 @@ class GrantPool {
   const GrantPoolOptions options_;
   const GrantRpc grant_rpc_;
 
+  // Taken after WriteCache::mu_ (a flush settles under the cache's lock);
+  // nothing is taken under it, and grant_rpc_ runs outside it (lock order:
+  // filesystem.h).
   absl::Mutex mu_;
   uint64_t available_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;

@@ -26,7 +26,7 @@ class InodeTable {
   size_t Size();
 
  private:
-  absl::Mutex mu_;
+  absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
   absl::flat_hash_map<uint64_t, uint64_t> counts_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -44,7 +44,7 @@ class NameCache {
   void EraseLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetLocked(const Key& key, uint64_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
   absl::flat_hash_map<Key, uint64_t> inode_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::flat_hash_set<Key>> names_of_ ABSL_GUARDED_BY(mu_);
 };

@@ -196,6 +196,8 @@ class ReadAhead {
   const ReadFn fetch_;
   const DirtyFn has_dirty_;
 
+  // A leaf: fetch_ and has_dirty_ are called with it released (lock order:
+  // filesystem.h).
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   struct Open {

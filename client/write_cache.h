@@ -17,7 +17,9 @@
 // for flushes (it does not fail and memory does not grow).
 //
 // Thread-safe. Lock order: mu_ before the GrantPool's lock (the pool is
-// called outside mu_ for debits that may wait).
+// called outside mu_ for debits that may wait), and mu_ before Spares::mu
+// (an extent is made or dropped under mu_); the mount's whole order is in
+// filesystem.h.
 #ifndef GRANTFS_CLIENT_WRITE_CACHE_H_
 #define GRANTFS_CLIENT_WRITE_CACHE_H_
 
@@ -196,7 +198,7 @@ class WriteCache {
   // and zeroed again, page by page. Shared with the extents (an extent may
   // outlive the cache while gRPC holds its bytes).
   struct Spares {
-    absl::Mutex mu;
+    absl::Mutex mu;  // taken after WriteCache::mu_, or alone; a leaf
     std::vector<std::string> buffers ABSL_GUARDED_BY(mu);
     size_t max_buffers = 0;
     size_t buffer_bytes = 0;

@@ -1,0 +1,386 @@
+#include "client/meta_client.h"
+
+#include "common/secret.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+template <typename Req>
+void Stamp(const Creds& c, Req* req) {
+  proto::Creds* pc = req->mutable_header()->mutable_creds();
+  pc->set_uid(c.uid);
+  pc->set_gid(c.gid);
+  pc->set_pid(c.pid);
+  for (uint32_t g : c.groups) pc->add_groups(g);
+}
+
+}  // namespace
+
+// --- the session ------------------------------------------------------------
+
+absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(const std::string& client_name) {
+  proto::OpenSessionRequest req;
+  req.set_client_name(client_name);
+  proto::OpenSessionReply reply;
+  RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
+  rpc_->set_client_id(reply.client_id());
+  return reply;
+}
+
+absl::StatusOr<proto::HeartbeatReply> MetaClient::Heartbeat(uint64_t lost_acked,
+                                                            bool* failed_over) {
+  *failed_over = false;
+  proto::HeartbeatRequest req;
+  proto::HeartbeatReply reply;
+  req.mutable_header()->set_client_id(rpc_->client_id());
+  req.set_lost_acked(lost_acked);
+  grpc::ClientContext ctx;
+  rpc_->PrepareContext(&ctx, absl::Seconds(5));
+  const size_t index = rpc_->current();
+  grpc::Status s = rpc_->stub(index)->Heartbeat(&ctx, req, &reply);
+  if (s.ok()) return reply;
+  // The next heartbeat (and every call) goes to the next server, soon: a
+  // restarted or new primary is found out about as fast as calls find it.
+  if (rpc_->ShouldFailover(s)) {
+    rpc_->Failover(index, s);
+    *failed_over = true;
+  }
+  return absl::UnavailableError(rpc_->address(index) + ": " + s.error_message());
+}
+
+absl::StatusOr<proto::ReclaimReply> MetaClient::Reclaim(
+    const std::vector<std::pair<uint64_t, uint64_t>>& opens) {
+  proto::ReclaimRequest req;
+  for (const auto& [ino, handle] : opens) {
+    proto::ReclaimRequest::Open* o = req.add_opens();
+    o->set_ino(ino);
+    o->set_handle(handle);
+  }
+  proto::ReclaimReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Reclaim", &proto::GrantFs::Stub::Reclaim, &req, &reply));
+  return reply;
+}
+
+void MetaClient::CloseSession() {
+  proto::CloseSessionRequest req;
+  req.mutable_header()->set_client_id(rpc_->client_id());
+  for (size_t tries = 0; tries < rpc_->server_count(); ++tries) {
+    proto::CloseSessionReply reply;
+    grpc::ClientContext ctx;
+    rpc_->PrepareContext(&ctx, absl::Seconds(5));
+    const size_t index = rpc_->current();
+    grpc::Status s = rpc_->stub(index)->CloseSession(&ctx, req, &reply);
+    if (s.ok()) break;
+    LOG(WARNING) << "closing the session on " << rpc_->address(index) << ": " << s.error_message();
+    if (!rpc_->ShouldFailover(s)) break;
+    rpc_->Failover(index, s);
+  }
+}
+
+std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> MetaClient::Subscribe(
+    grpc::ClientContext* ctx, size_t* index) {
+  AddSecret(ctx, rpc_->options().secret);
+  proto::SubscribeRequest req;
+  req.mutable_header()->set_client_id(rpc_->client_id());
+  *index = rpc_->current();
+  return rpc_->stub(*index)->Subscribe(ctx, req);
+}
+
+absl::StatusOr<uint64_t> MetaClient::Grant(uint64_t wanted, uint64_t back) {
+  proto::GrantRequest req;
+  req.set_wanted_bytes(wanted);
+  req.set_return_bytes(back);
+  proto::GrantReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Grant", &proto::GrantFs::Stub::Grant, &req, &reply));
+  return reply.granted_bytes();
+}
+
+// --- the namespace ----------------------------------------------------------
+
+absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
+                                               const std::string& name) {
+  proto::LookupRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino) {
+  proto::GetAttrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req) {
+  Stamp(c, &req);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t parent,
+                                                   const std::string& name, uint32_t mode,
+                                                   uint64_t rdev, uint32_t umask, bool exclusive) {
+  proto::MkNodRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_mode(mode);
+  req.set_rdev(rdev);
+  req.set_umask(umask);
+  req.set_exclusive(exclusive);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("MkNod", &proto::GrantFs::Stub::MkNod, &req, &reply));
+  return reply;
+}
+
+absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
+                                                const std::string& name,
+                                                const std::string& target) {
+  proto::SymlinkRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_target(target);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Symlink", &proto::GrantFs::Stub::Symlink, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
+                                             const std::string& new_name) {
+  proto::LinkRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_new_parent(new_parent);
+  req.set_new_name(new_name);
+  proto::AttrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Link", &proto::GrantFs::Stub::Link, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::Status MetaClient::Remove(const Creds& c, uint64_t parent, const std::string& name,
+                                bool is_dir, uint64_t expected_ino) {
+  proto::RemoveRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_is_dir(is_dir);
+  req.set_expected_ino(expected_ino);
+  proto::ErrReply reply;
+  return rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply);
+}
+
+absl::Status MetaClient::Rename(const Creds& c, uint64_t parent, const std::string& name,
+                                uint64_t new_parent, const std::string& new_name, uint32_t flags,
+                                uint64_t expected_ino, uint64_t expected_new_ino) {
+  proto::RenameRequest req;
+  Stamp(c, &req);
+  req.set_parent(parent);
+  req.set_name(name);
+  req.set_new_parent(new_parent);
+  req.set_new_name(new_name);
+  req.set_flags(flags);
+  req.set_expected_ino(expected_ino);
+  req.set_expected_new_ino(expected_new_ino);
+  proto::ErrReply reply;
+  return rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply);
+}
+
+absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
+  proto::ReadLinkRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ReadLinkReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ReadLink", &proto::GrantFs::Stub::ReadLink, &req, &reply));
+  return std::move(*reply.mutable_target());
+}
+
+absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t ino,
+                                                        uint64_t cookie, uint32_t max_entries) {
+  proto::ReadDirRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_cookie(cookie);
+  req.set_max_entries(max_entries);
+  proto::ReadDirReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
+  return reply;
+}
+
+// --- files ------------------------------------------------------------------
+
+absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint32_t flags,
+                                             uint64_t handle, bool created) {
+  proto::OpenRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_flags(flags);
+  req.set_created(created);
+  req.set_handle(handle);
+  proto::OpenReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply));
+  return std::move(*reply.mutable_attr());
+}
+
+absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
+  proto::ReleaseRequest req;
+  req.set_ino(ino);
+  req.set_handle(handle);
+  proto::ErrReply reply;
+  return rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
+}
+
+absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint64_t offset,
+                                             size_t size) {
+  proto::ReadRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_offset(offset);
+  req.set_size(size);
+  proto::ReadReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Read", &proto::GrantFs::Stub::Read, &req, &reply));
+  return std::move(*reply.mutable_data());
+}
+
+absl::StatusOr<std::string> MetaClient::ReadOnce(grpc::ClientContext* ctx, uint64_t ino,
+                                                 uint64_t offset, size_t size) {
+  // No caller's credentials: the server checks none on Read (the kernel
+  // checked access at open).
+  proto::ReadRequest req;
+  req.set_ino(ino);
+  req.set_offset(offset);
+  req.set_size(size);
+  proto::ReadReply reply;
+  RETURN_IF_ERROR(rpc_->CallOnce("Read", &proto::GrantFs::Stub::Read, ctx, &req, &reply));
+  return std::move(*reply.mutable_data());
+}
+
+absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
+                               size_t size) {
+  proto::WriteRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_offset(offset);
+  req.set_data(std::string(data, size));
+  proto::WriteReply reply;
+  return rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply);
+}
+
+absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
+    uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
+  proto::WriteRequest req;
+  req.set_ino(ino);
+  req.set_offset(offset);
+  req.set_from_grant(true);
+  proto::WriteReply reply;
+  RETURN_IF_ERROR(rpc_->Write(&req, std::move(data), &reply));
+  return reply;
+}
+
+absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
+  proto::FsyncRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ErrReply reply;
+  return rpc_->Call("Fsync", &proto::GrantFs::Stub::Fsync, &req, &reply);
+}
+
+absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
+                                   uint64_t length) {
+  proto::FallocateRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_mode(mode);
+  req.set_offset(offset);
+  req.set_length(length);
+  proto::AttrReply reply;
+  return rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+}
+
+absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
+  proto::StatFsRequest req;
+  Stamp(c, &req);
+  proto::StatFsReply reply;
+  RETURN_IF_ERROR(rpc_->Call("StatFs", &proto::GrantFs::Stub::StatFs, &req, &reply));
+  return reply;
+}
+
+// --- xattrs -----------------------------------------------------------------
+
+absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
+                                  const std::string& value, uint32_t flags) {
+  proto::SetXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  req.set_value(value);
+  req.set_flags(flags);
+  proto::ErrReply reply;
+  return rpc_->Call("SetXattr", &proto::GrantFs::Stub::SetXattr, &req, &reply);
+}
+
+absl::StatusOr<std::string> MetaClient::GetXattr(const Creds& c, uint64_t ino,
+                                                 const std::string& name) {
+  proto::GetXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  proto::GetXattrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetXattr", &proto::GrantFs::Stub::GetXattr, &req, &reply));
+  return std::move(*reply.mutable_value());
+}
+
+absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, uint64_t ino) {
+  proto::ListXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  proto::ListXattrReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ListXattr", &proto::GrantFs::Stub::ListXattr, &req, &reply));
+  return std::vector<std::string>(reply.names().begin(), reply.names().end());
+}
+
+absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  proto::RemoveXattrRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_name(name);
+  proto::ErrReply reply;
+  return rpc_->Call("RemoveXattr", &proto::GrantFs::Stub::RemoveXattr, &req, &reply);
+}
+
+// --- locks ------------------------------------------------------------------
+
+absl::StatusOr<proto::LockRange> MetaClient::GetLock(const Creds& c, uint64_t ino, uint64_t owner,
+                                                     const proto::LockRange& range) {
+  proto::LockRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_owner(owner);
+  *req.mutable_range() = range;
+  proto::GetLockReply reply;
+  RETURN_IF_ERROR(rpc_->Call("GetLock", &proto::GrantFs::Stub::GetLock, &req, &reply));
+  return std::move(*reply.mutable_conflict());
+}
+
+absl::Status MetaClient::SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
+                                 const proto::LockRange& range) {
+  proto::LockRequest req;
+  Stamp(c, &req);
+  req.set_ino(ino);
+  req.set_owner(owner);
+  req.set_flock(flock);
+  *req.mutable_range() = range;
+  proto::ErrReply reply;
+  return rpc_->Call("SetLock", &proto::GrantFs::Stub::SetLock, &req, &reply);
+}
+
+}  // namespace grantfs

@@ -1,0 +1,132 @@
+// The mount's typed face of the GrantFs service: one method per RPC the
+// mount makes. Each one fills the request (the caller's credentials in the
+// header, the fields), calls through RpcClient (deadline, retry, failover;
+// see rpc_client.h) and returns the reply's payload, or an errno status
+// (ToErrno()). Nothing here caches or remembers anything: what to do with a
+// reply is the caller's (FileSystem, Session).
+//
+// Thread-safe; owns nothing. `rpc` must outlive it.
+#ifndef GRANTFS_CLIENT_META_CLIENT_H_
+#define GRANTFS_CLIENT_META_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/rpc_client.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+// The credentials of the process that made a request.
+struct Creds {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t pid = 0;
+  std::vector<uint32_t> groups;
+};
+
+class MetaClient {
+ public:
+  explicit MetaClient(RpcClient* rpc) : rpc_(rpc) {}
+
+  RpcClient& rpc() { return *rpc_; }
+
+  // --- the session ---------------------------------------------------------
+  // Opens the session (with retries) and sets the client id on the RpcClient.
+  absl::StatusOr<proto::OpenSessionReply> OpenSession(const std::string& client_name);
+  // One attempt on the current server with a 5 s deadline: the heartbeat
+  // loop is its own retry. A failure that should move the mount to the next
+  // server (RpcClient::ShouldFailover) does so and sets `*failed_over`.
+  // The error's message names the server.
+  absl::StatusOr<proto::HeartbeatReply> Heartbeat(uint64_t lost_acked, bool* failed_over);
+  // Names this mount's open files, (ino, handle) pairs, to a server that
+  // does not know them (a new incarnation).
+  absl::StatusOr<proto::ReclaimReply> Reclaim(
+      const std::vector<std::pair<uint64_t, uint64_t>>& opens);
+  // Ends the session: one try on each server at most (the primary may have
+  // moved since the last call); failures are logged.
+  void CloseSession();
+  // Opens the invalidation stream on the current server, whose index goes
+  // to `*index` (to fail over from when the stream ends). `ctx` is the
+  // caller's, to cancel.
+  std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> Subscribe(grpc::ClientContext* ctx,
+                                                                          size_t* index);
+  // Asks for `wanted` more bytes of space grant, returning `back`; returns
+  // the bytes granted.
+  absl::StatusOr<uint64_t> Grant(uint64_t wanted, uint64_t back);
+
+  // --- the namespace -------------------------------------------------------
+  absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
+  // ENOENT when the inode no longer exists.
+  absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
+  // `req.ino` and `req.valid` say what to change; the header is stamped here.
+  absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);
+  // The reply's `created`: whether this call made the inode.
+  absl::StatusOr<proto::AttrReply> MkNod(const Creds& c, uint64_t parent, const std::string& name,
+                                         uint32_t mode, uint64_t rdev, uint32_t umask,
+                                         bool exclusive);
+  absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
+                                      const std::string& target);
+  absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
+                                   const std::string& new_name);
+  // `expected_ino`: the inode the mount believes `name` is (0: unknown); the
+  // server refuses to remove another.
+  absl::Status Remove(const Creds& c, uint64_t parent, const std::string& name, bool is_dir,
+                      uint64_t expected_ino);
+  absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name, uint64_t new_parent,
+                      const std::string& new_name, uint32_t flags, uint64_t expected_ino,
+                      uint64_t expected_new_ino);
+  absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
+  absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
+                                              uint32_t max_entries);
+
+  // --- files ---------------------------------------------------------------
+  // `handle`: this open's id in the mount (a resent Open counts once).
+  absl::StatusOr<proto::Attr> Open(const Creds& c, uint64_t ino, uint32_t flags, uint64_t handle,
+                                   bool created);
+  absl::Status Release(uint64_t ino, uint64_t handle);
+  // One Read RPC of at most `size` bytes (fewer at the end of the file).
+  absl::StatusOr<std::string> Read(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
+  // One attempt of a Read without credentials, on `ctx` (prepared by the
+  // caller, who may cancel it): RpcClient::CallOnce.
+  absl::StatusOr<std::string> ReadOnce(grpc::ClientContext* ctx, uint64_t ino, uint64_t offset,
+                                       size_t size);
+  // One Write RPC that allocates at the server (write-through).
+  absl::Status Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data, size_t size);
+  // One Write RPC of cached data debited from the session's grant; `data`
+  // is sent without a copy (RpcClient::Write).
+  absl::StatusOr<proto::WriteReply> WriteFromGrant(uint64_t ino, uint64_t offset,
+                                                   std::shared_ptr<const std::string> data);
+  absl::Status Fsync(const Creds& c, uint64_t ino);
+  absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
+                         uint64_t length);
+  absl::StatusOr<proto::StatFsReply> StatFs(const Creds& c);
+
+  // --- xattrs --------------------------------------------------------------
+  absl::Status SetXattr(const Creds& c, uint64_t ino, const std::string& name,
+                        const std::string& value, uint32_t flags);
+  absl::StatusOr<std::string> GetXattr(const Creds& c, uint64_t ino, const std::string& name);
+  absl::StatusOr<std::vector<std::string>> ListXattr(const Creds& c, uint64_t ino);
+  absl::Status RemoveXattr(const Creds& c, uint64_t ino, const std::string& name);
+
+  // --- locks ---------------------------------------------------------------
+  // The conflicting lock (type F_UNLCK when none).
+  absl::StatusOr<proto::LockRange> GetLock(const Creds& c, uint64_t ino, uint64_t owner,
+                                           const proto::LockRange& range);
+  // One try: EAGAIN when a conflicting lock is held (the server never
+  // blocks a call).
+  absl::Status SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
+                       const proto::LockRange& range);
+
+ private:
+  RpcClient* const rpc_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_META_CLIENT_H_

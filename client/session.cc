@@ -1,0 +1,228 @@
+#include "client/session.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "glog/logging.h"
+
+namespace grantfs {
+
+Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
+                 GrantPool* pool, ReadAhead* read_ahead)
+    : options_(options), meta_(meta), handles_(handles), pool_(pool), ra_(read_ahead) {
+  // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
+  // and no failover done, while holding it.
+  meta_->rpc().set_on_failover([this] {
+    absl::MutexLock l(&mu_);
+    kick_ = true;
+  });
+}
+
+Session::~Session() {
+  BeginStop();
+  Close();
+}
+
+absl::StatusOr<proto::OpenSessionReply> Session::Open(absl::Time* sent) {
+  *sent = options_.clock->Now();
+  absl::StatusOr<proto::OpenSessionReply> reply = meta_->OpenSession(options_.client_name);
+  if (!reply.ok()) return reply;
+  incarnation_ = reply->incarnation();
+  {
+    absl::MutexLock l(&mu_);
+    lease_ms_ = std::max<uint64_t>(reply->lease_ms(), 300);
+  }
+  RpcClient& rpc = meta_->rpc();
+  LOG(INFO) << "session " << reply->client_id() << " with " << rpc.address(rpc.current())
+            << ", lease " << reply->lease_ms() << " ms";
+  return reply;
+}
+
+void Session::Start(Invalidator* invalidator) {
+  {
+    absl::MutexLock l(&mu_);
+    if (started_ || stopping_) return;
+    started_ = true;
+  }
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  if (invalidator != nullptr) {
+    subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
+  }
+}
+
+void Session::BeginStop() {
+  absl::MutexLock l(&mu_);
+  stopping_ = true;
+  if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+}
+
+void Session::Close() {
+  BeginStop();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (subscriber_.joinable()) subscriber_.join();
+  {
+    absl::MutexLock l(&mu_);
+    if (!started_) return;
+    started_ = false;
+  }
+  meta_->CloseSession();
+}
+
+absl::Time Session::LeaseEnd(absl::Time sent) {
+  uint64_t lease_ms;
+  {
+    absl::MutexLock l(&mu_);
+    lease_ms = lease_ms_;
+  }
+  // The server's lease started when the request arrived, after `sent`; a
+  // tenth off covers the rate difference of the two monotonic clocks.
+  return sent + absl::Milliseconds(lease_ms * 9 / 10);
+}
+
+void Session::HeartbeatLoop() {
+  int failures = 0;         // heartbeats failed in a row
+  uint64_t lost_acked = 0;  // HeartbeatReply.session_lost acted on
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(lease_ms_ / 3));
+    if (kick_) {
+      // At most one heartbeat per 100 ms while servers keep failing.
+      kick_ = false;
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+    }
+    if (stopping_) break;
+    mu_.Unlock();
+    const absl::Time sent = options_.clock->Now();
+    bool unreachable = false;
+    absl::StatusOr<proto::HeartbeatReply> beat = meta_->Heartbeat(lost_acked, &unreachable);
+    if (beat.ok()) {
+      failures = 0;
+      if (pool_ != nullptr) {
+        // The server may have released the grant while this mount was cut
+        // off; else the grant is good for another lease from `sent`.
+        if (beat->session_lost() != 0 && beat->session_lost() != lost_acked) {
+          pool_->Lost();
+          lost_acked = beat->session_lost();
+        }
+        pool_->Renewed(LeaseEnd(sent));
+      }
+      // A failed reclaim is tried again at the next heartbeat.
+      Reclaim(beat->incarnation());
+      mu_.Lock();
+      continue;
+    }
+    if (++failures == 1 || failures % 50 == 0) {
+      LOG(WARNING) << "heartbeat to " << beat.status().message() << " (" << failures
+                   << " in a row)";
+    }
+    mu_.Lock();
+    // The next heartbeat (and every call) goes to the next server, soon: a
+    // restarted or new primary is found out about as fast as calls find it.
+    if (unreachable) kick_ = true;
+  }
+}
+
+bool Session::Reclaim(uint64_t incarnation) {
+  const bool new_server = incarnation != incarnation_ && incarnation != 0;
+  if (!new_server && !handles_->NeedsReclaim()) return true;
+  // A restarted server, or one that took over: it knows of this mount's
+  // opens only those of unlinked files. Opens and releases go on meanwhile
+  // (OpenHandleTable says how none is lost or brought back); an open that
+  // ended while the Reclaim was in flight is named by one more.
+  constexpr int kPasses = 3;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const OpenHandleTable::Opens opens = handles_->BeginReclaim();
+    absl::StatusOr<proto::ReclaimReply> reply = meta_->Reclaim(opens);
+    for (const auto& [ino, handle] : handles_->EndReclaim(reply.ok())) {
+      // Released while the Reclaim was in flight: the server may have
+      // taken the Release first.
+      absl::Status s = meta_->Release(ino, handle);
+      if (!s.ok()) LOG(WARNING) << "releasing handle " << handle << " of " << ino << ": " << s;
+    }
+    if (!reply.ok()) {
+      LOG(WARNING) << "reclaiming " << opens.size() << " open files: " << reply.status();
+      return false;
+    }
+    RpcClient& rpc = meta_->rpc();
+    if (new_server && pass == 0) {
+      LOG(INFO) << "server " << rpc.address(rpc.current()) << " is new to this mount: reclaimed "
+                << opens.size() << " open files";
+    } else {
+      LOG(INFO) << "reclaimed " << opens.size() << " open files again on "
+                << rpc.address(rpc.current()) << " (opened while a reclaim was in flight)";
+    }
+    for (uint64_t ino : reply->lost()) {
+      LOG(ERROR) << "open file " << ino << " was freed before this mount could reclaim it";
+    }
+    // The server that took the reclaim (a failover may have come in between).
+    if (reply->incarnation() != 0) {
+      incarnation_ = reply->incarnation();
+    } else if (incarnation != 0) {
+      incarnation_ = incarnation;
+    }
+    if (!handles_->NeedsReclaim()) break;
+  }
+  return true;
+}
+
+void Session::SubscribeLoop(Invalidator* invalidator) {
+  RpcClient& rpc = meta_->rpc();
+  // With several servers the stream follows a failover: the new primary is
+  // found within a few short waits, while invalidations may be missed.
+  const bool several = rpc.server_count() > 1;
+  const absl::Duration first_backoff = absl::Milliseconds(several ? 50 : 100);
+  const absl::Duration max_backoff = several ? absl::Milliseconds(500) : absl::Seconds(2);
+  absl::Duration backoff = first_backoff;
+  for (;;) {
+    grpc::ClientContext ctx;
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      stream_ctx_ = &ctx;
+    }
+    size_t index = 0;
+    const absl::Time opened = absl::Now();
+    std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
+        meta_->Subscribe(&ctx, &index);
+    proto::InvalidationBatch batch;
+    while (reader->Read(&batch)) {
+      backoff = first_backoff;
+      for (const proto::Invalidation& inv : batch.items()) {
+        if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
+        if (inv.ino() == 0) continue;
+        // Read-ahead first: once the kernel drops its pages it may read
+        // again at once, and must not get what was fetched before the change.
+        if (inv.data_changed() && ra_ != nullptr) ra_->Invalidate(inv.ino());
+        invalidator->InvalidateInode(inv.ino(), inv.data_changed());
+      }
+      if (batch.recall_bytes() > 0 && pool_ != nullptr) {
+        // Other mounts need space: give back what cached data does not need.
+        const uint64_t back = pool_->Recall(batch.recall_bytes());
+        LOG(INFO) << "grant recall: gave back " << back << " bytes";
+      }
+      batch.Clear();
+    }
+    grpc::Status s = reader->Finish();
+    // Changes pushed while the stream was down may be lost (a restarted
+    // server, an overflowing queue, a failover): nothing fetched before is
+    // trusted.
+    if (ra_ != nullptr) ra_->InvalidateAll();
+    // A stream that stood for a while was healthy, even without changes.
+    if (absl::Now() - opened > absl::Seconds(1)) backoff = first_backoff;
+    // Not under mu_: a failover takes it (to kick the heartbeat).
+    size_t next = index;
+    if (rpc.ShouldFailover(s)) next = rpc.Failover(index, s);
+    absl::MutexLock l(&mu_);
+    stream_ctx_ = nullptr;
+    if (stopping_) return;
+    LOG(WARNING) << "invalidation stream from " << rpc.address(index) << " ended ("
+                 << s.error_message() << "); reconnecting to " << rpc.address(next);
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+}
+
+}  // namespace grantfs

@@ -1,0 +1,106 @@
+// The mount's session with the servers: opening and closing it, the
+// heartbeats that keep its lease (and its space grant), the reclaim of its
+// open files by a server that does not know them (a restart, or a replica
+// that took over), and the stream of cache invalidations the server pushes.
+//
+// Thread-safe. Two threads of its own after Start(): the heartbeat and the
+// invalidation stream.
+#ifndef GRANTFS_CLIENT_SESSION_H_
+#define GRANTFS_CLIENT_SESSION_H_
+
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/grant_pool.h"
+#include "client/meta_client.h"
+#include "client/open_handles.h"
+#include "client/read_ahead.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+// What the kernel must forget after a change made on another node.
+class Invalidator {
+ public:
+  virtual ~Invalidator() = default;
+  // Attributes of `ino` changed; when `data`, its cached pages too.
+  virtual void InvalidateInode(uint64_t ino, bool data) = 0;
+  // The entry `name` of directory `parent` changed.
+  virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
+};
+
+struct SessionOptions {
+  // Name shown in the server's session list (host and mount point).
+  std::string client_name;
+  // Measures leases (the grant's, GrantPoolOptions::clock). Not owned.
+  Clock* clock = Clock::Monotonic();
+};
+
+class Session {
+ public:
+  // Not owned, and must outlive it: `meta`, `handles`; `pool` (null without
+  // fastwrite) and `read_ahead` (null when off) too. Takes over the
+  // RpcClient's failover hook (a failover sends a heartbeat at once).
+  Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
+          GrantPool* pool, ReadAhead* read_ahead);
+  ~Session();
+
+  // Opens the session on the server (retried as every call). Returns the
+  // reply; `*sent` gets when it was sent (options.clock), for LeaseEnd.
+  absl::StatusOr<proto::OpenSessionReply> Open(absl::Time* sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // Where the session's lease ends, seen from the mount, for a request sent
+  // at `sent` (options.clock) that the server answered.
+  absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // After Open(): starts heartbeats and (if `invalidator` is not null) the
+  // invalidation stream. `invalidator` must outlive Join().
+  void Start(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);
+  // Heartbeats stop and the stream is cancelled; returns at once.
+  void BeginStop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for the threads (BeginStop first), then ends the session on the
+  // server. Idempotent.
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The server answering is `incarnation` (heartbeat reply): if that is not
+  // the one seen before, or open handles are owed a reclaim
+  // (OpenHandleTable::NeedsReclaim), tells it which files this mount has
+  // open. Returns false when that failed (tried again on the next
+  // heartbeat). Heartbeat thread only.
+  bool Reclaim(uint64_t incarnation) ABSL_LOCKS_EXCLUDED(mu_);
+  void SubscribeLoop(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Constant after construction.
+  const SessionOptions options_;
+  MetaClient* const meta_;
+  OpenHandleTable* const handles_;
+  GrantPool* const pool_;
+  ReadAhead* const ra_;
+
+  // A leaf lock: nothing else is taken while it is held, and no RPC is made
+  // (nor a failover done: the failover hook takes it) under it.
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
+  // A call moved to another server: the next heartbeat goes at once (it
+  // finds out whether the server is a new incarnation).
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // The server incarnation this mount's open files are known to (0: none
+  // yet). Set by Open(), then used by the heartbeat thread only.
+  uint64_t incarnation_ = 0;
+  std::thread heartbeat_;
+  std::thread subscriber_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_SESSION_H_
