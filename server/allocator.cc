@@ -16,6 +16,14 @@
 namespace grantfs {
 namespace {
 
+// Chunk `c` of `ino` as the change `txn` sees it (empty: none yet).
+absl::StatusOr<proto::ChunkRecord> ChunkIn(MetaTxn* txn, uint64_t ino, uint64_t c) {
+  ASSIGN_OR_RETURN(std::optional<std::string> v, txn->Get(keys::Chunk(ino, c)));
+  proto::ChunkRecord chunk;
+  if (v && !chunk.ParseFromString(*v)) return ErrnoStatus(EIO, "corrupt chunk");
+  return chunk;
+}
+
 // Calls fn(chunk_index, lo, hi) for each chunk that [offset, offset + length)
 // touches, with the inclusive range of its blocks inside that chunk.
 template <typename Fn>
@@ -99,10 +107,8 @@ absl::StatusOr<Reservation> Allocator::Reserve(uint64_t ino, uint64_t offset, ui
     uint64_t blocks = 0;
     RETURN_IF_ERROR(ForEachChunkRange(offset, length, store_->chunk_size(),
                                       [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
-                                        ASSIGN_OR_RETURN(auto v, txn->Get(keys::Chunk(ino, c)));
-                                        proto::ChunkRecord chunk;
-                                        if (v && !chunk.ParseFromString(*v))
-                                          return ErrnoStatus(EIO, "corrupt chunk");
+                                        ASSIGN_OR_RETURN(proto::ChunkRecord chunk,
+                                                         ChunkIn(txn, ino, c));
                                         for (uint64_t b = lo; b <= hi; ++b)
                                           blocks += !BitSet(chunk.bitmap(), b);
                                         return absl::OkStatus();
@@ -131,10 +137,8 @@ absl::StatusOr<proto::Attr> Allocator::CommitWrite(uint64_t ino, uint64_t offset
     uint64_t added = 0;
     RETURN_IF_ERROR(ForEachChunkRange(offset, length, store_->chunk_size(),
                                       [&](uint64_t c, uint64_t lo, uint64_t hi) -> absl::Status {
-                                        ASSIGN_OR_RETURN(auto v, txn->Get(keys::Chunk(ino, c)));
-                                        proto::ChunkRecord chunk;
-                                        if (v && !chunk.ParseFromString(*v))
-                                          return ErrnoStatus(EIO, "corrupt chunk");
+                                        ASSIGN_OR_RETURN(proto::ChunkRecord chunk,
+                                                         ChunkIn(txn, ino, c));
                                         std::string* bitmap = chunk.mutable_bitmap();
                                         bitmap->resize(bitmap_bytes, '\0');
                                         for (uint64_t b = lo; b <= hi; ++b) {

@@ -39,10 +39,11 @@ def block(writer, index):
     return seed * (MIB // len(seed))
 
 
-def write_on(fd, writer, index=0, accepted=0):
+def write_on(fd, writer, index=0, accepted=0, progress=None):
     """Writes MiB `index`, `index + 1`, ... of `writer` until write() fails,
     then fsync and close, which must succeed. Returns (bytes write()
-    accepted in all, counting `accepted` from before, error or None)."""
+    accepted in all, counting `accepted` from before, error or None).
+    progress(n): called after each whole MiB written."""
     error = None
     try:
         while True:
@@ -58,6 +59,8 @@ def write_on(fd, writer, index=0, accepted=0):
                 break
             accepted += done
             index += 1
+            if progress is not None:
+                progress(done)
         try:
             os.fsync(fd)
         except OSError as e:
@@ -239,36 +242,14 @@ def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
         results, progress = {}, [0]
         lock = threading.Lock()
 
+        def count(n):
+            with lock:
+                progress[0] += n
+
         def fill_counting(w):
             fd = os.open(os.path.join(mounts[w % 2], f"w{w}"),
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            accepted, index, error = 0, 0, None
-            try:
-                while True:
-                    data = block(w, index)
-                    done = 0
-                    try:
-                        while done < len(data):
-                            done += os.write(fd, data[done:])
-                    except OSError as e:
-                        accepted += done
-                        if e.errno != errno.ENOSPC:
-                            error = f"write: {e}"
-                        break
-                    accepted += done
-                    index += 1
-                    with lock:
-                        progress[0] += done
-                try:
-                    os.fsync(fd)
-                except OSError as e:
-                    error = f"fsync after {accepted} accepted bytes: {e}"
-            finally:
-                try:
-                    os.close(fd)
-                except OSError as e:
-                    error = error or f"close after {accepted} accepted bytes: {e}"
-            results[w] = (accepted, error)
+            results[w] = write_on(fd, w, progress=count)
 
         threads = [threading.Thread(target=fill_counting, args=(w,)) for w in range(4)]
         for th in threads:
