@@ -106,8 +106,8 @@ std::string Checker::Describe(uint64_t ino) const {
   if (it == inodes_.end()) return absl::StrCat("inode ", ino);
   if (it->second.corrupt) return absl::StrCat("inode ", ino, " (unreadable record)");
   std::string path = it->second.reachable ? PathOf(ino) : "";
-  return absl::StrCat("inode ", ino, " (", TypeName(it->second.mode), path.empty() ? "" : " ",
-                      path, ")");
+  return absl::StrCat("inode ", ino, " (", TypeName(it->second.mode), path.empty() ? "" : " ", path,
+                      ")");
 }
 
 absl::Status Checker::Repair() {

@@ -1,7 +1,5 @@
 // Checker, second pass: the invariants of the namespace, the data and the
 // ledger (the list is in server/fsck.h), over the summary the scan made.
-#include "server/fsck_checker.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
+#include "server/fsck_checker.h"
 #include "server/keys.h"
 #include "server/names.h"
 
@@ -47,8 +46,7 @@ void Checker::CheckEntries() {
       c->second.matched = true;
       std::vector<std::string> diffs;
       const proto::DirentRecord& r = c->second.d;
-      if (r.ino() != e.d.ino())
-        diffs.push_back(absl::StrCat("inode ", r.ino(), " != ", e.d.ino()));
+      if (r.ino() != e.d.ino()) diffs.push_back(absl::StrCat("inode ", r.ino(), " != ", e.d.ino()));
       if (r.type() != e.d.type()) {
         diffs.push_back(absl::StrFormat("type 0%o != 0%o", r.type(), e.d.type()));
       }
@@ -308,17 +306,15 @@ void Checker::CheckInodes() {
       const std::string counted =
           dir ? absl::StrCat("2 + ", info.subdirs, " subdirectories = ", expected)
               : absl::StrCat(info.names, " entries name it");
-      nlink_problem =
-          Add("nlink", absl::StrCat(Describe(ino), ": nlink is ", info.nlink, ", ", counted), ino,
-              key);
+      nlink_problem = Add(
+          "nlink", absl::StrCat(Describe(ino), ": nlink is ", info.nlink, ", ", counted), ino, key);
       AddBatchFix(*nlink_problem, absl::StrCat("set nlink to ", expected));
       fixes_[ino].nlink = expected;
     }
     if (info.orphan_record && info.names > 0) {
       const std::string okey = KeyName(keys::Orphan(ino));
       if (nlink_problem) {
-        report_->problems[*nlink_problem].fix +=
-            absl::StrCat(", delete its orphan record ", okey);
+        report_->problems[*nlink_problem].fix += absl::StrCat(", delete its orphan record ", okey);
       } else {
         size_t p = Add("orphan_record_linked",
                        absl::StrCat(Describe(ino), " has an orphan record ", okey,

@@ -1,7 +1,5 @@
 // Checker, first pass: every record and every chunk file, read once into
 // the summary the rules check (server/fsck_checker.h).
-#include "server/fsck_checker.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
+#include "server/fsck_checker.h"
 #include "server/keys.h"
 #include "server/names.h"
 

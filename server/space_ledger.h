@@ -100,8 +100,7 @@ class SpaceLedger {
   // in progress hold), then grants up to `wanted_blocks` more by the grant
   // policy (server/grant_policy.h). Returns the session's grant; `*added`
   // gets what this call granted.
-  uint64_t Grant(uint64_t client, uint64_t wanted_blocks, uint64_t return_blocks,
-                 uint64_t* added);
+  uint64_t Grant(uint64_t client, uint64_t wanted_blocks, uint64_t return_blocks, uint64_t* added);
   // The session ended: its grant goes back, except what its writes in
   // progress hold (settled when they commit or are given up). Returns the
   // grant it keeps.
@@ -115,9 +114,9 @@ class SpaceLedger {
   std::function<uint64_t()> disk_available_;
   uint64_t capacity_ = 0;
   uint64_t used_ = 0;
-  uint64_t granted_ = 0;                   // the sum of grants_
-  std::map<uint64_t, uint64_t> grants_;    // client id -> blocks
-  uint64_t reserved_ = 0;                  // held for writes beyond grants
+  uint64_t granted_ = 0;                         // the sum of grants_
+  std::map<uint64_t, uint64_t> grants_;          // client id -> blocks
+  uint64_t reserved_ = 0;                        // held for writes beyond grants
   std::map<uint64_t, uint64_t> grant_reserved_;  // held inside each grant
 };
 
