@@ -100,6 +100,19 @@ def offline_fsck_is_clean(data_dir):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def join_writers(threads, results):
+    """Waits for the 4 writers; each must have ended with no error but
+    ENOSPC at write(). Returns the bytes write() accepted in all."""
+    for th in threads:
+        th.join(timeout=600)
+    assert len(results) == 4, "a writer hung"
+    total = 0
+    for w, (accepted, error) in sorted(results.items()):
+        assert error is None, f"writer {w}: {error}"
+        total += accepted
+    return total
+
+
 def expected(writer, length):
     out = bytearray()
     index = 0
@@ -120,13 +133,7 @@ def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
             t = threading.Thread(target=fill, args=(os.path.join(mount, f"w{w}"), w, results))
             t.start()
             threads.append(t)
-        for t in threads:
-            t.join(timeout=600)
-        assert len(results) == 4, "a writer hung"
-        total = 0
-        for w, (accepted, error) in sorted(results.items()):
-            assert error is None, f"writer {w}: {error}"
-            total += accepted
+        total = join_writers(threads, results)
         # Most of the disk was usable (64 MiB are kept for the metadata).
         assert total >= 100 * MIB, f"only {total} bytes accepted"
         # Every accepted byte reads back, through the other node too.
@@ -259,13 +266,7 @@ def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
         assert len(results) < 4, f"the writers ended before the kill: {results}"
         t.kill9("A")
         killed_at = progress[0]
-        for th in threads:
-            th.join(timeout=600)
-        assert len(results) == 4, "a writer hung"
-        total = 0
-        for w, (accepted, error) in sorted(results.items()):
-            assert error is None, f"writer {w}: {error}"
-            total += accepted
+        total = join_writers(threads, results)
         print(f"accepted {total / MIB:.1f} MiB, {killed_at / MIB:.0f} MiB before the kill")
         assert total >= 100 * MIB, f"only {total} bytes accepted"
         name, _ = t.primary()
