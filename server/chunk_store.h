@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,8 +71,11 @@ class ChunkStore : public ChunkApplier {
 
   // Writes `size` bytes at `offset` of file `ino`. When `sync`, the data is
   // fdatasync'd before this returns. On failure (the OS error logged):
-  // ENOSPC when the disk is full, EIO otherwise; pieces in chunks before the
-  // failing one may have been written.
+  // ENOSPC when the disk is full, EIO otherwise, and the write is undone in
+  // every chunk it touched: each chunk file gets back the size it had (or
+  // is removed when it was empty). Bytes within a chunk file's old size
+  // that the write changed stay changed, as after any failed pwrite, and
+  // are replicated as such.
   absl::Status Write(uint64_t ino, uint64_t offset, const char* data, size_t size, bool sync);
 
   // Reads exactly `size` bytes at `offset` into `out`; bytes never written
@@ -101,6 +105,13 @@ class ChunkStore : public ChunkApplier {
   // Deletes chunk `index` of `ino`, if it exists.
   absl::Status RemoveChunk(uint64_t ino, uint64_t index);
 
+  // Every chunk file in the store, as (inode, chunk index); names that are
+  // not chunk files are skipped (fsck reports them).
+  absl::StatusOr<std::vector<std::pair<uint64_t, uint64_t>>> ListChunkFiles();
+  // Deletes chunk `index` of `ino` from this copy only (not replicated):
+  // for a file only this copy has (server/orphan_chunks.h).
+  absl::Status RemoveLocalChunk(uint64_t ino, uint64_t index) { return Unlink(ino, index); }
+
  private:
   explicit ChunkStore(const ChunkStoreOptions& options)
       : options_(options), direct_ok_(options.direct_io) {}
@@ -112,19 +123,33 @@ class ChunkStore : public ChunkApplier {
   // when it was empty), so no byte of a write that was refused stays in it
   // (fsck: orphan_chunk_file; the space: counted nowhere). Called under the
   // chunk's order_mu_ stripe, so no other write of the chunk is under way.
+  // *before: the chunk file's size before; *done: the bytes written.
   absl::Status WritePiece(uint64_t ino, uint64_t index, uint64_t within, const char* data, size_t n,
-                          bool sync);
+                          bool sync, uint64_t* before, size_t* done);
+  // One chunk's part of a Write.
+  struct Piece {
+    uint64_t index;   // the chunk
+    uint64_t within;  // offset in the chunk
+    const char* data;
+    size_t n;
+    uint64_t before;  // the chunk file's size before the write
+    size_t done;      // bytes written
+  };
+  // Undoes a piece that was written whole, because a later one failed.
+  void UndoWritten(uint64_t ino, const Piece& piece);
+  // The order_mu_ stripe of a chunk.
+  size_t Stripe(uint64_t ino, uint64_t index) const;
   // The undo of a failed piece: `file` (open on `path`) back to `before`
   // bytes, removed when that is 0. Logs what it cannot do.
   void UndoPiece(File* file, const std::string& path, uint64_t before);
   // WritePiece with O_DIRECT. Sets *refused (and writes nothing) when the
   // file system does not take O_DIRECT.
   absl::Status WriteDirect(const std::string& path, uint64_t within, const char* data, size_t n,
-                           bool sync, bool* refused);
+                           bool sync, bool* refused, uint64_t* before, size_t* done);
   // What WritePiece and WriteDirect do once `file` is open: size, write,
-  // sync, undo on failure.
+  // sync, undo on failure. *before: the file's size before.
   absl::Status WriteOrUndo(File* file, const std::string& path, uint64_t within, const char* data,
-                           size_t n, bool sync, size_t* done);
+                           size_t n, bool sync, uint64_t* before, size_t* done);
   // Opens `path` for writing (created if missing unless `create` is false).
   absl::StatusOr<std::unique_ptr<File>> OpenForWrite(const std::string& path, bool create,
                                                      bool direct = false);
@@ -134,9 +159,9 @@ class ChunkStore : public ChunkApplier {
   void Replicate(proto::ReplRecord rec);
 
   const ChunkStoreOptions options_;
-  // Held across a chunk write (and with a change sink its Append, so
-  // overlapping writes reach the replica in the order they hit the disk),
-  // so that a failed write can be undone (WritePiece).
+  // Held across a write of the chunk and the Append of its records to the
+  // change sink, so that overlapping writes reach the replica in the order
+  // they hit the disk and a failed write can be undone (Write).
   std::array<absl::Mutex, 256> order_mu_;
 
   std::atomic<bool> direct_ok_;

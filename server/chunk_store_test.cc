@@ -539,6 +539,71 @@ TEST_F(ChunkStoreFaultTest, AFailedWriteIsUndone) {
   }
 }
 
+// What a chunk store hands to replication.
+class RecordingSink : public ChangeSink {
+ public:
+  uint64_t Append(proto::ReplRecord record) override {
+    records.push_back(std::move(record));
+    return records.size();
+  }
+  absl::Status WaitReplicated(uint64_t) override { return absl::OkStatus(); }
+  uint64_t Head() override { return records.size(); }
+  std::vector<proto::ReplRecord> records;
+};
+
+// A write over two chunks whose second piece fails is undone in both: the
+// first chunk file gets its old size back (or goes), and the replica is
+// sent only what stays changed (bytes within a chunk file's old size), so
+// no orphan chunk file is left on either copy and both hold the same bytes.
+TEST_F(ChunkStoreFaultTest, AWriteFailingInItsSecondChunkIsUndoneInTheFirst) {
+  RecordingSink sink;
+  ChunkStoreOptions options;
+  options.dir = root_ + "/sinked";
+  options.chunk_size = 1 << 20;
+  options.direct_io = false;
+  options.env = &env_;
+  options.change_sink = &sink;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ChunkStore> store, ChunkStore::Create(options));
+  const auto chunk_size = [&](uint64_t index) -> int64_t {
+    struct stat st;
+    const std::string path = absl::StrFormat("%s/sinked/0c/12.%d", root_, index);
+    return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+  };
+  const uint64_t mib = 1 << 20;
+  const std::string data = Pattern(64 << 10, 11);
+  for (FileOp op : {FileOp::kWrite, FileOp::kDataSync}) {
+    SCOPED_TRACE(testing::Message() << "op " << static_cast<int>(op));
+    sink.records.clear();
+    // New chunk files: both are gone after the failure, nothing replicated.
+    env_.FailNext(op, ENOSPC, 1, /*skip=*/1);
+    EXPECT_EQ(Err(store->Write(12, mib - 32768, data.data(), data.size(), true)), ENOSPC);
+    EXPECT_EQ(chunk_size(0), -1);
+    EXPECT_EQ(chunk_size(1), -1);
+    EXPECT_TRUE(sink.records.empty());
+    // Chunk 0 already holds bytes up to mib - 16384: it is cut back to
+    // that size, and the 16 KiB the write changed below it are replicated.
+    const std::string base = Pattern(mib - 16384, 12);
+    ASSERT_OK(store->Write(12, 0, base.data(), base.size(), true));
+    sink.records.clear();
+    env_.FailNext(op, ENOSPC, 1, /*skip=*/1);
+    EXPECT_EQ(Err(store->Write(12, mib - 32768, data.data(), data.size(), true)), ENOSPC);
+    EXPECT_EQ(chunk_size(0), static_cast<int64_t>(base.size()));
+    EXPECT_EQ(chunk_size(1), -1);
+    ASSERT_EQ(sink.records.size(), 1u);
+    EXPECT_EQ(sink.records[0].data().offset(), mib - 32768);
+    EXPECT_EQ(sink.records[0].data().data(), data.substr(0, 16384));
+    // Both pieces of a write that works are replicated, in order.
+    sink.records.clear();
+    ASSERT_OK(store->Write(12, mib - 32768, data.data(), data.size(), true));
+    ASSERT_EQ(sink.records.size(), 2u);
+    EXPECT_EQ(sink.records[0].data().offset(), mib - 32768);
+    EXPECT_EQ(sink.records[1].data().offset(), mib);
+    EXPECT_EQ(sink.records[0].data().data() + sink.records[1].data().data(), data);
+    ASSERT_OK(store->RemoveChunk(12, 0));
+    ASSERT_OK(store->RemoveChunk(12, 1));
+  }
+}
+
 TEST_F(ChunkStoreFaultTest, AFileSystemWithoutODirectGetsBufferedWrites) {
   const std::string big = Pattern(128 << 10, 8);
   // Refused at the open (EINVAL): written buffered, the same bytes.
