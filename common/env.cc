@@ -1,10 +1,12 @@
 #include "common/env.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
@@ -96,6 +98,19 @@ class PosixEnv : public Env {
     absl::Status s = r == 0 ? absl::OkStatus() : Failed("fsync", path);
     close(fd);
     return s;
+  }
+
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(path.c_str()), closedir);
+    if (!d) return Failed("opendir", path);
+    std::vector<std::string> names;
+    errno = 0;
+    while (struct dirent* de = readdir(d.get())) {
+      const std::string name = de->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    if (errno != 0) return Failed("readdir", path);
+    return names;
   }
 };
 

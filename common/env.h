@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -73,6 +74,8 @@ class Env {
   // fsync(2) of directory `path`: the names made or removed in it are on
   // stable storage when this returns OK.
   virtual absl::Status SyncDir(const std::string& path) = 0;
+  // The names in directory `path` (without "." and ".."), in no order.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
 };
 
 }  // namespace grantfs

@@ -93,6 +93,10 @@ class FaultInjectionEnv : public Env {
   absl::Status CreateDir(const std::string& path) override;
   absl::Status Remove(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
+  // Not failed by any rule (no FileOp for it).
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
 
   // For the Files it opens: the rule for a call of `op` on `path`.
   absl::Status Inject(FileOp op, const std::string& path);

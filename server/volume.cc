@@ -20,6 +20,7 @@
 #include "server/data_dir.h"
 #include "server/dedupe.h"
 #include "server/names.h"
+#include "server/orphan_chunks.h"
 
 namespace grantfs {
 
@@ -161,6 +162,9 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.change_sink = options.change_sink;
   mo.epoch = options.epoch;
   ASSIGN_OR_RETURN(std::unique_ptr<Metadata> meta, Metadata::Open(mo));
+  // Bytes of writes a crash cut off before they committed: nothing is in
+  // flight yet, and their space is counted nowhere.
+  RETURN_IF_ERROR(RemoveOrphanChunkFiles(chunks.get(), meta.get()).status());
   std::unique_ptr<Volume> v(
       new Volume(options, std::move(meta), std::move(chunks), std::move(hold)));
   v->meta_->orphans().SetOpenHolders(

@@ -388,6 +388,34 @@ TEST_F(VolumeTest, BytesOfAWriteThatNeverCommittedReadAsZeros) {
   EXPECT_EQ(part, std::string(200, '\0'));
 }
 
+// Chunk files a crash left with no record (a write killed between its
+// chunk write and its commit) are removed when the volume opens; files
+// with records, and those of a deleted file the background deleter has not
+// freed yet, stay.
+TEST_F(VolumeTest, ChunkFilesNoRecordNamesAreRemovedAtOpen) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(10000, 5), false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, CreateFile(a_, "g"));
+  ASSERT_OK(volume_->Write(a_, g.ino(), 0, Pattern(10000, 6), false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "g", false));  // garbage: freed at the next maintenance
+  const auto make = [&](uint64_t ino, uint64_t index) {
+    const int fd = open(ChunkPath(ino, index).c_str(), O_WRONLY | O_CREAT, 0600);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    ASSERT_EQ(pwrite(fd, "cut off", 7, 0), 7);
+    close(fd);
+  };
+  make(f.ino(), 3);         // past what f records
+  make(f.ino() + 1000, 0);  // an inode that does not exist
+  const uint64_t used = Used();
+  OpenVolume(kMiB);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 3), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino() + 1000, 0), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), 10000);
+  EXPECT_EQ(ChunkFileSize(g.ino(), 0), 10000) << "left to the background deleter";
+  EXPECT_EQ(ReadAll(a_, f.ino()), Pattern(10000, 5));
+  EXPECT_EQ(Used(), used);
+}
+
 // Growing a file whose last block was never allocated writes nothing
 // (no chunk file without a record: fsck would report it).
 TEST_F(VolumeTest, GrowingPastAnUnallocatedBlockMakesNoChunkFile) {

@@ -34,6 +34,7 @@ import pytest
 
 from kit.build import CTL_BIN, SERVER_BIN
 from kit.errors import HarnessError
+from kit.fsck import offline_fsck
 from kit.netlab import NetLab
 from kit.server import role_support
 from kit.topology import RolePoller, Trio
@@ -119,8 +120,7 @@ def _teardown(t, request):
         d = t.data_dirs[n]
         if not os.path.isdir(os.path.join(d, "meta")):
             continue  # no copy (a replica rebuilt from empty that never got one)
-        r = subprocess.run([CTL_BIN, "fsck", f"--data_dir={d}", "--json"], capture_output=True,
-                           text=True, timeout=300)
+        r = offline_fsck(d, "--json")
         try:
             kinds = {p["kind"] for p in json.loads(r.stdout).get("problems", [])}
         except ValueError:

@@ -14,15 +14,11 @@ import subprocess
 import sys
 
 from kit.build import CTL_BIN
+from kit.fsck import offline_fsck
 from kit.topology import Standalone, Trio
 
 MIB = 1 << 20
 CHUNK = 4 * MIB
-
-
-def fsck(data_dir, *flags):
-    return subprocess.run([CTL_BIN, "fsck", f"--data_dir={data_dir}", *flags],
-                          capture_output=True, text=True, timeout=300)
 
 
 def chunk_path(data_dir, ino, index):
@@ -87,10 +83,10 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
         c.stop()
     data = c.server.data_dir
 
-    r = fsck(data)
+    r = offline_fsck(data)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().endswith(": clean"), r.stdout
-    report = json.loads(fsck(data, "--json").stdout)
+    report = json.loads(offline_fsck(data, "--json").stdout)
     assert report["clean"] and report["problems"] == []
     assert report["files"] >= 45 and report["directories"] == 7
 
@@ -102,7 +98,7 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
     stray_dead = chunk_path(data, 10**9, 0)
     with open(stray_dead, "wb") as f:
         f.write(b"x")
-    r = fsck(data)
+    r = offline_fsck(data)
     assert r.returncode == 1, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert (f"orphan_chunk_file: chunk file {stray_live} (15 bytes) has no chunk record: chunk 9 "
@@ -114,24 +110,24 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
                f"but inode number {10**9} is in use" in line for line in lines), r.stdout
     assert lines[-1].endswith(": 3 problems"), r.stdout
 
-    r = fsck(data, "--repair")
+    r = offline_fsck(data, "--repair")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("[repaired: ") == 3, r.stdout
     assert r.stdout.strip().endswith(": 3 problems, 3 repaired"), r.stdout
     assert not os.path.exists(stray_live) and not os.path.exists(stray_dead)
-    r = fsck(data)
+    r = offline_fsck(data)
     assert r.returncode == 0, r.stdout + r.stderr
 
     # Not repairable: a chunk file of data is gone.
     lost = chunk_path(data, big_ino, 1)
     os.unlink(lost)
-    r = fsck(data)
+    r = offline_fsck(data)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == (
         f"chunk_file_missing: chunk record C/{big_ino}/1 (1024 blocks) of inode {big_ino} "
         f"(regular file /a/b/big.bin) has no chunk file {lost}: those blocks read as zeros"), \
         r.stdout
-    r = fsck(data, "--repair")
+    r = offline_fsck(data, "--repair")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "[repaired" not in r.stdout and ": 1 problem, 0 repaired" in r.stdout, r.stdout
 
@@ -152,13 +148,13 @@ def test_refused_while_the_server_runs(tmp_base):
     c = Standalone(tmp_base, nodes=1).start()
     try:
         for flags in [(), ("--repair",)]:
-            r = fsck(c.server.data_dir, *flags)
+            r = offline_fsck(c.server.data_dir, *flags)
             assert r.returncode == 2, r.stdout + r.stderr
             assert f"in use by process {c.server.proc.pid}" in r.stderr, r.stderr
             assert "stop it before fsck" in r.stderr
     finally:
         c.stop()
-    r = fsck(os.path.join(tmp_base, "no-such-dir"))
+    r = offline_fsck(os.path.join(tmp_base, "no-such-dir"))
     assert r.returncode == 2 and "no metadata store" in r.stderr, r.stderr
     # Without --data_dir it is the online check, of a server that answers.
     r = subprocess.run([CTL_BIN, f"--server={c.server.addr}", "fsck"], capture_output=True,
@@ -205,9 +201,9 @@ def test_server_stopped_under_busy_mounts_is_clean(tmp_base):
             g.write(os.urandom(MIB))
             os.fsync(g.fileno())
         c.server.stop()  # the mounts stay
-        r = fsck(c.server.data_dir)
+        r = offline_fsck(c.server.data_dir)
         assert r.returncode == 0, r.stdout + r.stderr
-        report = json.loads(fsck(c.server.data_dir, "--json").stdout)
+        report = json.loads(offline_fsck(c.server.data_dir, "--json").stdout)
         assert report["orphans"] == 1, report
         assert report["granted_blocks"] > 0, report
         # The server comes back; the mounts carry on and finish.
@@ -220,9 +216,9 @@ def test_server_stopped_under_busy_mounts_is_clean(tmp_base):
             holder.kill()
             holder.wait()
         c.stop()
-    r = fsck(c.server.data_dir)
+    r = offline_fsck(c.server.data_dir)
     assert r.returncode == 0, r.stdout + r.stderr
-    report = json.loads(fsck(c.server.data_dir, "--json").stdout)
+    report = json.loads(offline_fsck(c.server.data_dir, "--json").stdout)
     # f (3 MiB, still recorded: the unlinked file waits for the next start,
     # as the last run's sessions were still in grace), g and cached.
     assert report["used_blocks"] == (3 + 1 + 2) * MIB // 4096, report

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from kit.build import CTL_BIN
+from kit.fsck import assert_offline_fsck_clean
 from kit.processes import stop_process
 from kit.topology import Standalone, Trio
 from kit.waits import wait_for
@@ -92,14 +93,6 @@ def room(mount):
         return False
 
 
-def offline_fsck_is_clean(data_dir):
-    """The offline check of a stopped server's data directory (the end of
-    every drill): exit 0 and no problem."""
-    r = subprocess.run([CTL_BIN, "fsck", f"--data_dir={data_dir}"], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
 def join_writers(threads, results):
     """Waits for the 4 writers; each must have ended with no error but
     ENOSPC at write(). Returns the bytes write() accepted in all."""
@@ -156,7 +149,7 @@ def test_filling_the_data_disk_fails_only_at_write(small_disk, tmp_base):
         wait_for(lambda: room(c.n1), timeout=60, what="space to come back after the deletes")
     finally:
         c.stop()
-    offline_fsck_is_clean(c.server.data_dir)
+    assert_offline_fsck_clean(c.server.data_dir)
 
 
 def fill_disk(path):
@@ -226,7 +219,7 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
                  what="space to come back after the filler went away")
     finally:
         c.stop()
-    offline_fsck_is_clean(c.server.data_dir)
+    assert_offline_fsck_clean(c.server.data_dir)
 
 
 def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
@@ -284,7 +277,7 @@ def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
             os.unlink(os.path.join(mounts[0], f"w{w}"))
         wait_for(lambda: room(mounts[1]), timeout=60, what="space to come back after the deletes")
         t.stop()
-        offline_fsck_is_clean(t.data_dirs["B"])
+        assert_offline_fsck_clean(t.data_dirs["B"])
     except BaseException:
         t.keep_logs("test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary")
         raise
