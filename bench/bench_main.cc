@@ -52,7 +52,7 @@
 #include "bench/rpc_bench.h"
 #include "bench/stats.h"
 #include "client/rpc_client.h"
-#include "common/secret.h"
+#include "common/transport_flags.h"
 
 ABSL_FLAG(std::string, dir, "", "dd/meta/smallfiles: directory to measure");
 ABSL_FLAG(int, mib, 1024, "dd: MiB to write");
@@ -62,7 +62,6 @@ ABSL_FLAG(int, files, 0, "meta: number of files (default 10000); smallfiles: (de
 ABSL_FLAG(int, file_kib, 4, "smallfiles: KiB per file");
 ABSL_FLAG(int, runs, 3, "dd/meta/smallfiles: runs; the median is reported with min and max");
 ABSL_FLAG(std::string, server, "", "rpc/load: grantfs-server address HOST:PORT");
-ABSL_FLAG(std::string, secret_file, "", "rpc/load: file holding the cluster secret");
 ABSL_FLAG(std::string, sizes, "0,4096,8192,65536,1048576", "rpc: payload sizes in bytes");
 ABSL_FLAG(double, secs, 0, "rpc: seconds per measurement (default 1); load: seconds (default 5)");
 ABSL_FLAG(int, callers, 8, "rpc: concurrent callers for messages/s");
@@ -185,9 +184,10 @@ int RunSmallFiles() {
 absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> Connect() {
   grantfs::RpcClientOptions o;
   o.servers = {absl::GetFlag(FLAGS_server)};
-  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
-  if (!secret.ok()) return secret.status();
-  o.secret = *secret;
+  absl::StatusOr<grantfs::Transport> transport =
+      grantfs::TransportFromFlags("node", "grantfs-bench");
+  if (!transport.ok()) return transport.status();
+  o.transport = *std::move(transport);
   o.call_timeout = absl::Seconds(10);
   o.retry_for = absl::Seconds(5);  // the server may still be starting
   return grantfs::RpcClient::Create(o);
@@ -306,18 +306,22 @@ int main(int argc, char** argv) {
       {"dd", {RunDd, {"dir", "mib", "bs_kib", "zeros", "runs"}, true}},
       {"meta", {RunMeta, {"dir", "files", "runs"}, true}},
       {"smallfiles", {RunSmallFiles, {"dir", "files", "file_kib", "runs"}, true}},
-      {"rpc", {RunRpc, {"server", "secret_file", "sizes", "secs", "callers"}, false}},
+      {"rpc",
+       {RunRpc,
+        {"server", "secret_file", "tls_dir", "identity", "insecure", "sizes", "secs", "callers"},
+        false}},
       {"load",
        {RunLoadCmd,
-        {"server", "secret_file", "secs", "op", "rate", "timeout_ms", "max_outstanding"},
+        {"server", "secret_file", "tls_dir", "identity", "insecure", "secs", "op", "rate",
+         "timeout_ms", "max_outstanding"},
         false}},
   };
   auto it = commands.find(args[1]);
   if (it == commands.end()) return Usage(std::string("unknown command '") + args[1] + "'");
   const Command& cmd = it->second;
-  for (const char* name :
-       {"dir", "mib", "bs_kib", "zeros", "files", "file_kib", "runs", "server", "secret_file",
-        "sizes", "secs", "callers", "op", "rate", "timeout_ms", "max_outstanding"}) {
+  for (const char* name : {"dir", "mib", "bs_kib", "zeros", "files", "file_kib", "runs", "server",
+                           "secret_file", "tls_dir", "identity", "insecure", "sizes", "secs",
+                           "callers", "op", "rate", "timeout_ms", "max_outstanding"}) {
     const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
     // A flag given a value for another command is a mistake worth saying.
     if (f != nullptr && f->CurrentValue() != f->DefaultValue() && cmd.flags.count(name) == 0) {

@@ -16,8 +16,8 @@
 #include "common/big_endian.h"
 #include "common/clock.h"
 #include "common/rocks_logger.h"
-#include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -431,7 +431,8 @@ void Replica::StartDigest(uint64_t seq) {
 
 grpc::Status Replica::Digest(grpc::ServerContext* ctx, const proto::DigestRequest* req,
                              proto::MetaDigest* reply) {
-  if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "replica"); !auth.ok()) return auth;
+  if (grpc::Status auth = options_.transport.Authorize(*ctx, kServerPeer, "replica"); !auth.ok())
+    return auth;
   const absl::Time deadline =
       std::min(absl::FromChrono(ctx->deadline()), absl::Now() + absl::Seconds(60));
   absl::MutexLock l(&mu_);
@@ -465,7 +466,8 @@ absl::StatusOr<proto::MetaDigest> Replica::ReplicaDigest(uint64_t) {
 
 grpc::Status Replica::Stream(grpc::ServerContext* ctx,
                              grpc::ServerReaderWriter<proto::ReplAck, proto::ReplMessage>* stream) {
-  if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "replica"); !auth.ok()) return auth;
+  if (grpc::Status auth = options_.transport.Authorize(*ctx, kServerPeer, "replica"); !auth.ok())
+    return auth;
   proto::ReplMessage msg;
   ChunkSet unsynced;  // chunk files to sync before the ack
   if (!stream->Read(&msg)) return grpc::Status::OK;

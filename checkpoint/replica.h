@@ -51,6 +51,7 @@
 #include "checkpoint/chunk_applier.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/server_role.h"
+#include "common/transport.h"
 #include "proto/replication.grpc.pb.h"
 
 namespace rocksdb {
@@ -63,7 +64,7 @@ struct ReplicaOptions {
   std::string self;      // this server's advertised address
   std::string peer;      // the configured other server (for status)
   std::string witness;   // for status
-  std::string secret;    // required of the primary's stream
+  Transport transport;   // who may call: servers only (common/transport.h)
   std::string data_dir;  // meta/ and chunks/; must exist (server/data_dir.h)
   // Opens the copy's chunk files (<data_dir>/chunks). Required.
   OpenChunkApplier open_chunks;

@@ -6,8 +6,8 @@
 #include "absl/time/clock.h"
 #include "checkpoint/snapshot_sender.h"
 #include "common/keepalive.h"
-#include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "common/wire.h"
 #include "glog/logging.h"
 
@@ -68,7 +68,7 @@ Replicator::Replicator(const ReplicatorOptions& options) : options_(options) {
   SetReconnect(&args, 500);
   // A replica that vanished without a reset (cut off) is noticed in ~2 s.
   SetFastKeepalive(&args);
-  channel_ = grpc::CreateCustomChannel(options_.peer, grpc::InsecureChannelCredentials(), args);
+  channel_ = options_.transport.Connect(options_.peer, args);
   stream_method_ = std::make_unique<grpc::internal::RpcMethod>(
       kStreamMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
   lease_witness_ = options_.granted_at;
@@ -196,7 +196,7 @@ void Replicator::StreamLoop() {
 
 absl::Status Replicator::RunStream() {
   grpc::ClientContext ctx;
-  AddSecret(&ctx, options_.secret);
+  options_.transport.AddTo(&ctx);
   uint64_t id;
   {
     absl::MutexLock l(&mu_);
@@ -551,7 +551,7 @@ absl::StatusOr<proto::MetaDigest> Replicator::ReplicaDigest(uint64_t seq) {
     }
   }
   grpc::ClientContext ctx;
-  AddSecret(&ctx, options_.secret);
+  options_.transport.AddTo(&ctx);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   proto::DigestRequest req;
   req.set_epoch(options_.epoch);

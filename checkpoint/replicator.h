@@ -47,6 +47,7 @@
 #include "checkpoint/change_sink.h"
 #include "checkpoint/server_role.h"
 #include "common/clock.h"
+#include "common/transport.h"
 #include "proto/replication.grpc.pb.h"
 
 namespace grantfs {
@@ -60,7 +61,7 @@ struct ReplicatorOptions {
   std::string self;      // this server's advertised address
   std::string peer;      // the replica's address
   std::string witness;   // the witness's address (for status)
-  std::string secret;    // cluster secret for the replica's service
+  Transport transport;   // how to reach the replica (common/transport.h)
   uint64_t epoch = 0;    // the epoch the witness granted
   std::string data_dir;  // the volume's directory (meta/, chunks/)
   uint64_t chunk_size = 4 << 20;

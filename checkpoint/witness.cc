@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/keepalive.h"
-#include "common/secret.h"
+#include "common/transport.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -247,7 +247,8 @@ proto::WitnessState WitnessService::state() const {
 
 grpc::Status WitnessService::Update(grpc::ServerContext* ctx, const proto::WitnessRequest* req,
                                     proto::WitnessReply* reply) {
-  if (grpc::Status auth = CheckSecret(*ctx, options_.secret, "witness"); !auth.ok()) return auth;
+  if (grpc::Status auth = options_.transport.Authorize(*ctx, kServerPeer, "witness"); !auth.ok())
+    return auth;
   absl::StatusOr<proto::WitnessReply> r = Decide(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = *std::move(r);
@@ -385,15 +386,15 @@ absl::StatusOr<proto::WitnessReply> WitnessService::Decide(const proto::WitnessR
   return reply;
 }
 
-WitnessClient::WitnessClient(const std::string& address, const std::string& secret,
+WitnessClient::WitnessClient(const std::string& address, const Transport& transport,
                              std::shared_ptr<grpc::Channel> channel)
-    : address_(address), secret_(secret), channel_(std::move(channel)) {
+    : address_(address), transport_(transport), channel_(std::move(channel)) {
   if (channel_ == nullptr) {
     grpc::ChannelArguments args;
     // A witness that comes back is used again within a lease, not after
     // gRPC's default reconnect backoff of up to 2 minutes.
     SetReconnect(&args, 500);
-    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+    channel_ = transport_.Connect(address_, args);
   }
   stub_ = proto::Witness::NewStub(channel_);
 }
@@ -402,7 +403,7 @@ absl::StatusOr<proto::WitnessReply> WitnessClient::Update(const proto::WitnessRe
                                                           absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  AddSecret(&ctx, secret_);
+  transport_.AddTo(&ctx);
   proto::WitnessReply reply;
   grpc::Status s = stub_->Update(&ctx, req, &reply);
   if (s.ok()) return reply;

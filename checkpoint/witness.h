@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/transport.h"
 #include "proto/replication.grpc.pb.h"
 
 namespace grantfs {
@@ -46,9 +47,8 @@ struct WitnessOptions {
   // treats the lease as just renewed, so it never promotes the replica
   // earlier than a witness that kept running. Default 1 s; must be > 0.
   absl::Duration lease = absl::Seconds(1);
-  // Cluster secret every call must carry in the metadata "x-grantfs-secret"
-  // ("" = none checked).
-  std::string secret;
+  // Who may call: servers only (common/transport.h).
+  Transport transport;
   // Time source of the lease; not owned. Default: the monotonic clock (a
   // step of the wall clock neither stretches nor cuts a lease).
   Clock* clock = Clock::Monotonic();
@@ -123,8 +123,8 @@ class WitnessService final : public proto::Witness::Service {
 // Asks a witness. Thread-safe (gRPC stubs are).
 class WitnessClient {
  public:
-  // `channel` null: an insecure channel to `address` is created.
-  WitnessClient(const std::string& address, const std::string& secret,
+  // `channel` null: a channel to `address` over `transport` is created.
+  WitnessClient(const std::string& address, const Transport& transport,
                 std::shared_ptr<grpc::Channel> channel = nullptr);
 
   // One Update call of `req` with `timeout` as its deadline, no retry. OK
@@ -139,7 +139,7 @@ class WitnessClient {
 
  private:
   const std::string address_;
-  const std::string secret_;
+  const Transport transport_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Witness::Stub> stub_;
 };

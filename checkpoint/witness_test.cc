@@ -10,6 +10,8 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/pki.h"
+#include "common/status_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -400,11 +402,12 @@ TEST_F(WitnessTest, CorruptOrUnusableStateFileIsAnError) {
 // The witness behind a real gRPC server, asked with WitnessClient.
 class WitnessGrpcTest : public WitnessTest {
  protected:
-  void StartServer(const std::string& secret) {
-    options_.secret = secret;
+  void StartServer(const std::string& secret) { StartServer(Transport::Insecure(secret)); }
+  void StartServer(const Transport& transport) {
+    options_.transport = transport;
     Reopen();
     grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.AddListeningPort("127.0.0.1:0", options_.transport.ServerCredentials(), &port_);
     b.RegisterService(w_.get());
     server_ = b.BuildAndStart();
     ASSERT_NE(server_, nullptr);
@@ -423,7 +426,7 @@ class WitnessGrpcTest : public WitnessTest {
 
 TEST_F(WitnessGrpcTest, ClaimRenewFailoverThroughGrpc) {
   StartServer("s3cret");
-  WitnessClient c(address_, "s3cret");
+  WitnessClient c(address_, Transport::Insecure("s3cret"));
   absl::StatusOr<WitnessReply> r = c.Update(Request(WitnessRequest::CLAIM, 0, kA));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->granted());
@@ -455,18 +458,59 @@ TEST_F(WitnessGrpcTest, ClaimRenewFailoverThroughGrpc) {
 TEST_F(WitnessGrpcTest, BadSecretIsUnauthenticated) {
   StartServer("s3cret");
   for (const char* secret : {"wrong", ""}) {
-    WitnessClient c(address_, secret);
+    WitnessClient c(address_, Transport::Insecure(secret));
     absl::StatusOr<WitnessReply> r = c.Update(Request(WitnessRequest::CLAIM, 0, kA));
     EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
   }
   EXPECT_EQ(w_->state().epoch(), 0u);
 }
 
+// With TLS, only a server's certificate of the cluster's CA, valid now, may
+// ask the witness: a mount's or an admin's is refused (PERMISSION_DENIED),
+// no certificate, another CA's or an expired one fail the handshake
+// (UNAVAILABLE); nothing changes. Then a server's is granted.
+TEST_F(WitnessGrpcTest, WithTlsOnlyServersMayAsk) {
+  const absl::Time now = absl::Now();
+  const absl::Time from = now - absl::Hours(1), to = now + absl::Hours(1);
+  ASSERT_OK_AND_ASSIGN(CertAndKey ca, MakeCertificateAuthority("test CA", from, to));
+  ASSERT_OK_AND_ASSIGN(CertAndKey other_ca, MakeCertificateAuthority("other CA", from, to));
+  const auto transport = [&](const CertAndKey& by, const std::string& cn, absl::Time until) {
+    absl::StatusOr<CertAndKey> c = IssueCertificate(by, cn, from, until);
+    EXPECT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Transport> t = Transport::FromPem(ca.cert_pem, c->cert_pem, c->key_pem, "");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  };
+  StartServer(transport(ca, "server:witness", to));
+  for (const std::string cn : {"node:n1", "admin:ops"}) {
+    WitnessClient c(address_, transport(ca, cn, to));
+    absl::StatusOr<WitnessReply> r = c.Update(Request(WitnessRequest::CLAIM, 0, kA));
+    EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << cn << ": " << r.status();
+  }
+  struct Bad {
+    const char* what;
+    Transport t;
+  };
+  for (const Bad& bad :
+       {Bad{"no certificate", Transport()}, Bad{"another CA", transport(other_ca, "server:a", to)},
+        Bad{"expired", transport(ca, "server:a", now - absl::Minutes(1))}}) {
+    WitnessClient c(address_, bad.t);
+    absl::StatusOr<WitnessReply> r =
+        c.Update(Request(WitnessRequest::CLAIM, 0, kA), absl::Seconds(2));
+    EXPECT_TRUE(absl::IsUnavailable(r.status())) << bad.what << ": " << r.status();
+  }
+  EXPECT_EQ(w_->state().epoch(), 0u);
+  WitnessClient server(address_, transport(ca, "server:a", to));
+  absl::StatusOr<WitnessReply> r = server.Update(Request(WitnessRequest::CLAIM, 0, kA));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->granted());
+}
+
 TEST_F(WitnessGrpcTest, UnreachableWitnessIsUnavailableWithinTheDeadline) {
   StartServer("");
   server_->Shutdown(std::chrono::system_clock::now());
   server_.reset();
-  WitnessClient c(address_, "");
+  WitnessClient c(address_, Transport());
   const absl::Time start = absl::Now();
   absl::StatusOr<WitnessReply> r =
       c.Update(Request(WitnessRequest::GET, 0, ""), absl::Milliseconds(300));

@@ -11,6 +11,11 @@
 //                                   checks a stopped server's data directory
 //                                   (server/fsck.h); exit 0 clean, 1 problems
 //                                   (with --repair: problems left), 2 cannot run
+//   grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]
+//                                   makes the cluster's CA, certificates and secret
+//                                   in DIR (default $GRANTFS_TLS_DIR, else
+//                                   /etc/grantfs; client/cluster_keys.h); again on
+//                                   the same DIR, adds what is missing
 //   grantfsctl [--server=...] fsck [--json]
 //                                   online, read-only: the primary checks a snapshot
 //                                   of its metadata and compares a digest of it
@@ -32,15 +37,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cluster_keys.h"
 #include "client/rpc_client.h"
 #include "client/status_json.h"
-#include "common/secret.h"
+#include "common/transport_flags.h"
 #include "google/protobuf/struct.pb.h"
 #include "server/fsck.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:7420",
           "server addresses, comma-separated (HOST[:PORT], port 7420 by default)");
-ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
+ABSL_FLAG(std::string, servers, "", "init: names of servers to make certificates for too");
+ABSL_FLAG(std::string, nodes, "", "init: names of nodes to make certificates for too");
+ABSL_FLAG(std::string, admins, "", "init: names of admins to make certificates for too");
+ABSL_FLAG(int, valid_days, 825,
+          "init: days the certificates made now are valid (0: they expire at once)");
 ABSL_FLAG(std::string, data_dir, "",
           "fsck: the data directory of a stopped server (holds meta/ and chunks/)");
 ABSL_FLAG(bool, repair, false,
@@ -62,12 +72,12 @@ std::string Human(uint64_t bytes) {
 
 // A client of `server` alone (no failover to another one).
 absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> ClientOf(const std::string& server,
-                                                             const std::string& secret,
+                                                             const grantfs::Transport& transport,
                                                              absl::Duration call_timeout,
                                                              absl::Duration retry_for) {
   grantfs::RpcClientOptions o;
   o.servers = {server};
-  o.secret = secret;
+  o.transport = transport;
   o.call_timeout = call_timeout;
   o.retry_for = retry_for;
   return grantfs::RpcClient::Create(o);
@@ -75,9 +85,9 @@ absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> ClientOf(const std::string& 
 
 // The Status of one server.
 absl::StatusOr<grantfs::proto::StatusReply> AskStatus(const std::string& server,
-                                                      const std::string& secret) {
+                                                      const grantfs::Transport& transport) {
   absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
-      ClientOf(server, secret, absl::Seconds(5), absl::Seconds(2));
+      ClientOf(server, transport, absl::Seconds(5), absl::Seconds(2));
   if (!rpc.ok()) return rpc.status();
   grantfs::proto::StatusRequest req;
   grantfs::proto::StatusReply st;
@@ -194,12 +204,43 @@ std::string JsonString(const std::string& s) {
 
 // `grantfsctl fsck` without --data_dir: asks the primary (wherever it is in
 // the list) for the online check.
-int OnlineFsck(const std::vector<std::string>& servers, const std::string& secret) {
+std::vector<std::string> Names(const std::string& list) {
+  return absl::StrSplit(list, ',', absl::SkipEmpty());
+}
+
+// grantfsctl init: the cluster's CA, certificates and secret (client/cluster_keys.h).
+int Init() {
+  grantfs::ClusterKeysOptions o;
+  o.dir = grantfs::TlsDirFromFlags();
+  o.servers = Names(absl::GetFlag(FLAGS_servers));
+  o.nodes = Names(absl::GetFlag(FLAGS_nodes));
+  o.admins = Names(absl::GetFlag(FLAGS_admins));
+  o.valid_for = absl::Hours(24) * absl::GetFlag(FLAGS_valid_days);
+  absl::StatusOr<std::vector<std::string>> written = grantfs::MakeClusterKeys(o);
+  if (!written.ok()) {
+    fprintf(stderr, "grantfsctl init: %s\n", written.status().ToString().c_str());
+    return 2;
+  }
+  for (const std::string& f : *written) printf("wrote %s\n", f.c_str());
+  if (written->empty()) printf("%s already holds every key asked for\n", o.dir.c_str());
+  const std::string& d = o.dir;
+  printf(
+      "\nCopy to each node, into %s (or point --tls_dir / $GRANTFS_TLS_DIR at them):\n"
+      "  servers and the witness: ca.crt server.crt server.key secret\n"
+      "  nodes (mounts):          ca.crt node.crt node.key secret\n"
+      "  operators (grantfsctl):  ca.crt admin.crt admin.key secret\n"
+      "Start servers with --secret_file=%s/secret, mounts and grantfsctl with the same.\n"
+      "Keep %s/ca.key here: it makes more certificates (grantfsctl init --nodes=NAME).\n",
+      d.c_str(), d.c_str(), d.c_str());
+  return 0;
+}
+
+int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport& transport) {
   for (const std::string& server : servers) {
-    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, secret);
+    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, transport);
     if (!st.ok() || (st->role() != "primary" && st->role() != "standalone")) continue;
     absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
-        ClientOf(server, secret, absl::Seconds(120), absl::Seconds(1));
+        ClientOf(server, transport, absl::Seconds(120), absl::Seconds(1));
     if (!rpc.ok()) break;
     grantfs::proto::CheckRequest req;
     grantfs::proto::CheckReply reply;
@@ -253,7 +294,8 @@ int OnlineFsck(const std::vector<std::string>& servers, const std::string& secre
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|switchover|fsck\n"
-      "       grantfsctl fsck --data_dir=DIR [--repair] [--json]");
+      "       grantfsctl fsck --data_dir=DIR [--repair] [--json]\n"
+      "       grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
@@ -261,6 +303,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = args[1];
   if (cmd == "fsck" && !absl::GetFlag(FLAGS_data_dir).empty()) return Fsck();
+  if (cmd == "init") return Init();
   if (cmd != "status" && cmd != "df" && cmd != "switchover" && cmd != "fsck") {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
@@ -276,9 +319,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "grantfsctl: --server names no server\n");
     return 2;
   }
-  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
-  if (!secret.ok()) {
-    fprintf(stderr, "grantfsctl: %s\n", secret.status().ToString().c_str());
+  absl::StatusOr<grantfs::Transport> transport = grantfs::TransportFromFlags("admin", "grantfsctl");
+  if (!transport.ok()) {
+    fprintf(stderr, "grantfsctl: %s\n", transport.status().ToString().c_str());
     return 2;
   }
 
@@ -291,7 +334,7 @@ int main(int argc, char** argv) {
     auto* unreachable = (*out.mutable_fields())["unreachable"].mutable_list_value();
     int answered = 0;
     for (const std::string& server : servers) {
-      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *transport);
       if (!st.ok()) {
         fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
         auto& e = *unreachable->add_values()->mutable_struct_value()->mutable_fields();
@@ -316,16 +359,16 @@ int main(int argc, char** argv) {
       fprintf(stderr, "grantfsctl fsck: --repair needs --data_dir (a stopped server)\n");
       return 2;
     }
-    return OnlineFsck(servers, *secret);
+    return OnlineFsck(servers, *transport);
   }
 
   if (cmd == "switchover") {
     // Asked of the primary, wherever it is in the list.
     for (const std::string& server : servers) {
-      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *transport);
       if (!st.ok() || st->role() != "primary") continue;
       absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
-          ClientOf(server, *secret, absl::Seconds(30), absl::Seconds(1));
+          ClientOf(server, *transport, absl::Seconds(30), absl::Seconds(1));
       if (!rpc.ok()) break;
       grantfs::proto::SwitchoverRequest req;
       grantfs::proto::ErrReply reply;
@@ -349,7 +392,7 @@ int main(int argc, char** argv) {
   // isolated server's is stale). The first server that answers as primary
   // or standalone.
   for (const std::string& server : servers) {
-    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *secret);
+    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *transport);
     if (!st.ok()) {
       fprintf(stderr, "grantfsctl: %s: %s\n", server.c_str(), st.status().ToString().c_str());
       continue;

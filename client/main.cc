@@ -25,13 +25,12 @@
 #include "client/filesystem.h"
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
-#include "common/secret.h"
+#include "common/transport_flags.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(bool, foreground, false, "stay in the foreground (same as -f)");
 ABSL_FLAG(std::string, log_file, "/var/log/grantfs-mount.log",
           "where a background mount writes its log");
-ABSL_FLAG(std::string, secret_file, "", "file holding the cluster secret");
 ABSL_FLAG(double, attr_timeout, 1.0, "seconds the kernel may cache attributes");
 ABSL_FLAG(double, entry_timeout, 1.0, "seconds the kernel may cache names");
 ABSL_FLAG(int, rpc_timeout_ms, 30000, "deadline of one RPC attempt");
@@ -174,13 +173,14 @@ int main(int argc, char** argv) {
 
   grantfs::RpcClientOptions ro;
   ro.servers = args.servers;
-  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
-  if (!secret.ok()) {
-    LOG(ERROR) << secret.status();
+  absl::StatusOr<grantfs::Transport> transport =
+      grantfs::TransportFromFlags("node", "grantfs-mount");
+  if (!transport.ok()) {
+    LOG(ERROR) << transport.status();
     report(2);
     return 2;
   }
-  ro.secret = *secret;
+  ro.transport = *std::move(transport);
   ro.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   ro.retry_for = absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms));
   auto rpc = grantfs::RpcClient::Create(ro);

@@ -1,7 +1,7 @@
 #include "client/meta_client.h"
 
-#include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -81,7 +81,7 @@ void MetaClient::CloseSession() {
 
 std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> MetaClient::Subscribe(
     grpc::ClientContext* ctx, size_t* index) {
-  AddSecret(ctx, rpc_->options().secret);
+  rpc_->options().transport.AddTo(ctx);
   proto::SubscribeRequest req;
   req.mutable_header()->set_client_id(rpc_->client_id());
   *index = rpc_->current();

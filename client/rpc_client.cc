@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/keepalive.h"
-#include "common/secret.h"
+#include "common/transport.h"
 #include "common/wire.h"
 #include "glog/logging.h"
 
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
   SetReconnect(&args, options.servers.size() > 1 ? 300 : 1000);
   for (const std::string& address : options.servers) {
     Server server;
-    server.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    server.channel = options.transport.Connect(address, args);
     server.stub = proto::GrantFs::NewStub(server.channel);
     server.write_method = std::make_unique<grpc::internal::RpcMethod>(
         kWriteMethod, grpc::internal::RpcMethod::NORMAL_RPC, server.channel);
@@ -114,7 +114,7 @@ void RpcClient::WaitForServer(absl::Duration d) {
 
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  AddSecret(ctx, options_.secret);
+  options_.transport.AddTo(ctx);
 }
 
 void RpcClient::NoteCredit(const grpc::ClientContext& ctx) {
@@ -138,7 +138,9 @@ absl::Status RpcClient::ToStatus(const char* name, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return ErrnoStatus(ETIMEDOUT, absl::StrCat(name, ": ", s.error_message()));
   }
-  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+  // Refused by the server's checks of who calls (common/transport.h).
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
     return ErrnoStatus(EACCES, absl::StrCat(name, ": ", s.error_message()));
   }
   return ErrnoStatus(EIO, absl::StrCat(name, ": ", s.error_message()));

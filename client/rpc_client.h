@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/grpc_status.h"
+#include "common/transport.h"
 #include "proto/grantfs.grpc.pb.h"
 
 namespace grantfs {
@@ -43,8 +44,8 @@ struct RpcClientOptions {
   // Server addresses, "host:port": the primary and its replica, in any order.
   // Calls go to the first until it fails, then to the next. Required.
   std::vector<std::string> servers;
-  // Cluster secret sent with every call ("" = none).
-  std::string secret;
+  // TLS and the cluster secret (common/transport.h); default: neither.
+  Transport transport;
   // Deadline of one attempt of one call.
   absl::Duration call_timeout = absl::Seconds(30);
   // How long transient failures are retried before the call fails with EIO
@@ -200,7 +201,8 @@ class RpcClient {
   explicit RpcClient(const RpcClientOptions& options);
   // Logs a failed RPC to server `index` and returns ToStatus().
   absl::Status Failed(const char* name, size_t index, const grpc::Status& s) const;
-  // A failed RPC as an errno status: ETIMEDOUT, EACCES (bad secret) or EIO.
+  // A failed RPC as an errno status: ETIMEDOUT, EACCES (refused: bad secret,
+  // a certificate of the wrong kind) or EIO.
   static absl::Status ToStatus(const char* name, const grpc::Status& s);
 
   // Constant after construction.

@@ -426,9 +426,10 @@ TEST(RpcClientTest, NonTransientErrorsAreNeitherRetriedNorSwitched) {
   s1.service.set_mode(FakeService::kEnoent);
   absl::StatusOr<uint64_t> got = GetAttr(c.get());
   EXPECT_EQ(ToErrno(got.status()), ENOENT) << got.status();
+  // PERMISSION_DENIED: the server's checks of who calls refused it.
   s1.service.set_mode(FakeService::kDenied);
   got = GetAttr(c.get());
-  EXPECT_EQ(ToErrno(got.status()), EIO) << got.status();
+  EXPECT_EQ(ToErrno(got.status()), EACCES) << got.status();
   EXPECT_EQ(c->current(), 0u);
   EXPECT_EQ(s1.service.seen().size(), 2u);
   EXPECT_EQ(s2.service.seen().size(), 0u);

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
-#include "glog/logging.h"
 
 namespace grantfs {
 
@@ -26,22 +25,6 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
         absl::StrCat("secret file ", path, ": 1..255 bytes expected"));
   }
   return s;
-}
-
-grpc::Status CheckSecret(const grpc::ServerContext& ctx, const std::string& secret,
-                         const char* who) {
-  if (secret.empty()) return grpc::Status::OK;
-  auto it = ctx.client_metadata().find("x-grantfs-secret");
-  if (it == ctx.client_metadata().end() ||
-      std::string(it->second.data(), it->second.size()) != secret) {
-    LOG(WARNING) << who << ": rejected a call from " << ctx.peer() << ": bad cluster secret";
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad cluster secret");
-  }
-  return grpc::Status::OK;
-}
-
-void AddSecret(grpc::ClientContext* ctx, const std::string& secret) {
-  if (!secret.empty()) ctx->AddMetadata("x-grantfs-secret", secret);
 }
 
 }  // namespace grantfs

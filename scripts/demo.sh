@@ -37,6 +37,11 @@ BIN="$ROOT/$BUILD_DIR"
 # an empty one is a new volume.
 mkdir -p "$DATA" "$DATA/a" "$DATA/b" "${NODES[@]}"
 stop >/dev/null 2>&1 || true
+# The cluster's keys (made once, kept with the data): every server, mount
+# and grantfsctl runs with TLS and a certificate, and finds them through
+# GRANTFS_TLS_DIR (docs/security.md).
+export GRANTFS_TLS_DIR="$DATA/keys"
+"$BIN/client/grantfsctl" init >/dev/null
 "$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" \
   >"$DATA/witness.log" 2>&1 &
 echo $! >"$DATA/witness.pid"
@@ -62,7 +67,8 @@ cat "${NODES[1]}/hello.txt"
 cat <<EOT
 
 GrantFS is running: primary $A, replica $B, witness $W (data and logs in $DATA),
-mounted at ${NODES[0]} and ${NODES[1]}.
+mounted at ${NODES[0]} and ${NODES[1]}, with TLS and the keys in $DATA/keys:
+  export GRANTFS_TLS_DIR=$DATA/keys                         for the commands below
   $BIN/client/grantfsctl --server=$A,$B status       roles, epoch, replica state, space
   df -h ${NODES[0]}                                        capacity as every node sees it
   kill -9 \$(cat $DATA/a.pid)                          a failover drill: the replica takes over

@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache clang-format clang
       libfuse3-dev fuse3
-      libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+      libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev
       librocksdb-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
       python3 python3-pytest sqlite3 rsync git tar attr acl psmisc procps iproute2
       dbench gnuplot-nox util-linux)

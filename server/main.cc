@@ -22,7 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
-#include "common/secret.h"
+#include "common/transport_flags.h"
 #include "glog/logging.h"
 #include "server/roles.h"
 
@@ -47,8 +47,6 @@ ABSL_FLAG(int, primary_lease_ms, 1000,
 ABSL_FLAG(bool, handover_on_stop, true,
           "on SIGTERM/SIGINT, a primary with an in-sync replica hands the role over to it "
           "(as grantfsctl switchover) before it exits, instead of leaving it to a failover");
-ABSL_FLAG(std::string, secret_file, "",
-          "file holding the cluster secret every client must present");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
 ABSL_FLAG(int, threads, 256,
           "maximum gRPC server threads; each mount's invalidation stream holds one, and a "
@@ -130,9 +128,15 @@ int main(int argc, char** argv) {
   const std::string witness = absl::GetFlag(FLAGS_witness);
   const std::string self = absl::GetFlag(FLAGS_advertise).empty() ? absl::GetFlag(FLAGS_listen)
                                                                   : absl::GetFlag(FLAGS_advertise);
-  absl::StatusOr<std::string> secret = grantfs::ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
-  if (!secret.ok()) {
-    LOG(ERROR) << secret.status();
+  absl::StatusOr<grantfs::Transport> transport =
+      grantfs::TransportFromFlags("server", "grantfs-server");
+  if (!transport.ok()) {
+    LOG(ERROR) << transport.status();
+    return 2;
+  }
+  if (transport->secure() && transport->kind() != grantfs::kServerPeer) {
+    LOG(ERROR) << "the certificate of --identity names \"" << transport->common_name()
+               << "\", not a server (server:NAME)";
     return 2;
   }
   grantfs::ServerConfig config;
@@ -141,7 +145,7 @@ int main(int argc, char** argv) {
   config.role = role;
   config.peer = peer;
   config.witness = witness;
-  config.secret = *secret;
+  config.transport = *std::move(transport);
   config.threads = absl::GetFlag(FLAGS_threads);
   config.handover_on_stop = absl::GetFlag(FLAGS_handover_on_stop);
   if (role == "witness") {

@@ -215,7 +215,7 @@ class ReplicationTest : public ::testing::Test {
   // What server/main.cc's MakeWitnessCall builds, plus a switch that cuts
   // the caller off from the witness (calls fail as unreachable).
   WitnessCall MakeWitnessCall(const std::string& self, std::atomic<bool>* cut) {
-    auto client = std::make_shared<WitnessClient>(witness_addr_, "");
+    auto client = std::make_shared<WitnessClient>(witness_addr_, Transport());
     return [client, self, cut](WitnessRequest req) -> absl::StatusOr<WitnessReply> {
       if (cut != nullptr && cut->load()) return absl::UnavailableError("cut off by the test");
       req.set_server(self);
@@ -1150,7 +1150,7 @@ TEST_F(ReplicaInputTest, WrongSecretIsRefused) {
   o.self = replica_addr_;
   o.data_dir = replica_dir_;
   UseServerStores(&o);
-  o.secret = "s3cret";
+  o.transport = Transport::Insecure("s3cret");
   o.witness_call = MakeWitnessCall(replica_addr_, nullptr);
   auto r = Replica::Open(o);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -70,7 +70,7 @@ void ConfigureBuilder(const ServerConfig& config, grpc::ServerBuilder* builder,
 // Listens on config.listen; null (logged) when it cannot.
 std::unique_ptr<grpc::Server> Listen(const ServerConfig& config, grpc::ServerBuilder* builder) {
   int port = 0;
-  builder->AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  builder->AddListeningPort(config.listen, config.transport.ServerCredentials(), &port);
   std::unique_ptr<grpc::Server> server = builder->BuildAndStart();
   if (!server || port == 0) {
     LOG(ERROR) << "cannot listen on " << config.listen;
@@ -87,7 +87,7 @@ void StopServing(grpc::Server* server, absl::Duration grace) {
 }
 
 WitnessCall MakeWitnessCall(const ServerConfig& config) {
-  auto client = std::make_shared<WitnessClient>(config.witness, config.secret);
+  auto client = std::make_shared<WitnessClient>(config.witness, config.transport);
   return [client, self = config.self](proto::WitnessRequest req) {
     req.set_server(self);
     return client->Update(req);
@@ -97,7 +97,7 @@ WitnessCall MakeWitnessCall(const ServerConfig& config) {
 int RunWitness(const ServerConfig& config, RoleEvents* events) {
   WitnessOptions wo;
   wo.dir = config.witness_dir;
-  wo.secret = config.secret;
+  wo.transport = config.transport;
   wo.lease = config.lease;
   wo.stall_tick = wo.lease / 10;
   auto w = WitnessService::Open(wo);
@@ -226,7 +226,7 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   ro.self = config.self;
   ro.peer = config.peer;
   ro.witness = config.witness;
-  ro.secret = config.secret;
+  ro.transport = config.transport;
   ro.data_dir = config.volume.dir;
   ro.open_chunks = [direct_io = config.volume.direct_io, env = config.volume.chunk_env](
                        const std::string& dir) -> absl::StatusOr<std::unique_ptr<ChunkApplier>> {
@@ -249,7 +249,7 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   grpc::ResourceQuota quota("grantfs");
   ConfigureBuilder(config, &builder, &quota);
   ServiceOptions so;
-  so.secret = config.secret;
+  so.transport = config.transport;
   so.server_role = replica->get();
   GrantFsService service(nullptr, so);
   builder.RegisterService(&service);
@@ -277,13 +277,13 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
   std::unique_ptr<Replicator> replicator;
   Volume* volume_ptr = nullptr;
   ServiceOptions so;
-  so.secret = config.secret;
+  so.transport = config.transport;
   if (replicated) {
     ReplicatorOptions ro;
     ro.self = config.self;
     ro.peer = config.peer;
     ro.witness = config.witness;
-    ro.secret = config.secret;
+    ro.transport = config.transport;
     ro.epoch = decision.epoch;
     ro.data_dir = vo.dir;
     ro.witness_call = witness_call;

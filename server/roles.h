@@ -18,22 +18,23 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport.h"
 #include "server/volume.h"
 
 namespace grantfs {
 
 struct ServerConfig {
-  std::string listen;   // address:port to serve on
-  std::string self;     // this server's address as others know it
-  std::string role;     // "primary" or "replica" (for a new cluster); "witness"
-  std::string peer;     // the other server ("" standalone)
-  std::string witness;  // the witness ("" standalone)
-  std::string secret;   // the cluster secret
+  std::string listen;                       // address:port to serve on
+  std::string self;                         // this server's address as others know it
+  std::string role;                         // "primary" or "replica" (for a new cluster); "witness"
+  std::string peer;                         // the other server ("" standalone)
+  std::string witness;                      // the witness ("" standalone)
+  Transport transport;                      // TLS, who may call, the cluster secret
   absl::Duration lease = absl::Seconds(1);  // the primary's lease
   bool handover_on_stop = true;
-  int threads = 256;         // gRPC server threads
-  std::string witness_dir;   // --role=witness: its state
-  VolumeOptions volume;      // the primary's volume (dir is the data directory)
+  int threads = 256;        // gRPC server threads
+  std::string witness_dir;  // --role=witness: its state
+  VolumeOptions volume;     // the primary's volume (dir is the data directory)
 };
 
 // What ends a role.

@@ -9,8 +9,8 @@
 
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
-#include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
 #include "server/names.h"
@@ -153,8 +153,8 @@ grpc::Status GrantFsService::Gate() {
   return grpc::Status::OK;
 }
 
-grpc::Status GrantFsService::Authenticate(Ctx* ctx) {
-  return CheckSecret(*ctx, options_.secret, "server");
+grpc::Status GrantFsService::Authenticate(Ctx* ctx, int kinds) {
+  return options_.transport.Authorize(*ctx, kinds, "server");
 }
 
 grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
@@ -593,7 +593,8 @@ grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
 grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
                                     proto::StatusReply* reply) {
   // Every role answers Status, also a replica and a fenced primary.
-  if (grpc::Status auth = Authenticate(ctx); !auth.ok()) return auth;
+  if (grpc::Status auth = Authenticate(ctx, kNodePeer | kAdminPeer | kServerPeer); !auth.ok())
+    return auth;
   reply->set_role(options_.role);
   if (options_.server_role != nullptr) options_.server_role->FillStatus(reply);
   if (volume_ == nullptr) return grpc::Status::OK;
@@ -621,6 +622,7 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
 
 grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest* req,
                                         proto::ErrReply* reply) {
+  if (grpc::Status auth = Authenticate(ctx, kAdminPeer); !auth.ok()) return auth;
   return Serve("Switchover", ctx, req, reply, {}, [&](const RequestContext&) {
     if (options_.server_role == nullptr) {
       return ErrnoStatus(ENOTSUP, "standalone server: no replica");
@@ -631,6 +633,7 @@ grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest
 
 grpc::Status GrantFsService::Check(Ctx* ctx, const proto::CheckRequest* req,
                                    proto::CheckReply* reply) {
+  if (grpc::Status auth = Authenticate(ctx, kAdminPeer); !auth.ok()) return auth;
   return Serve("Check", ctx, req, reply, {}, [&](const RequestContext&) -> absl::Status {
     ASSIGN_OR_RETURN(FsckReport report, volume_->CheckMetadata());
     reply->set_clean(report.clean());

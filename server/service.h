@@ -9,15 +9,17 @@
 #include <string>
 
 #include "checkpoint/server_role.h"
+#include "common/transport.h"
 #include "proto/grantfs.grpc.pb.h"
 #include "server/volume.h"
 
 namespace grantfs {
 
 struct ServiceOptions {
-  // When non-empty, every call must carry metadata "x-grantfs-secret" with
-  // this value, or it fails with UNAUTHENTICATED.
-  std::string secret;
+  // Who may call (common/transport.h): mounts and grantfsctl for the file
+  // system's calls, grantfsctl alone for Switchover and Check; and the
+  // cluster secret, when there is one.
+  Transport transport;
   // Role reported by Status when there is no `role` object.
   std::string role = "standalone";
   // The replication role (checkpoint/server_role.h); nullptr: standalone. Not
@@ -72,8 +74,8 @@ class GrantFsService final : public proto::GrantFs::Service {
  private:
   // UNAVAILABLE unless this server is the serving primary.
   grpc::Status Gate();
-  // UNAUTHENTICATED unless the call carries the cluster secret.
-  grpc::Status Authenticate(Ctx* ctx);
+  // OK when a caller of one of `kinds` made the call (Transport::Authorize).
+  grpc::Status Authenticate(Ctx* ctx, int kinds = kNodePeer | kAdminPeer);
   // Authenticates the call and renews the session; fills `rc`.
   grpc::Status Begin(Ctx* ctx, const proto::RequestHeader& header, RequestContext* rc);
 

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "common/pki.h"
+#include "common/status_test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -25,7 +27,7 @@ class ServiceTest : public ::testing::Test {
     vo.background = false;
     volume_ = *Volume::Open(vo);
     ServiceOptions so;
-    so.secret = "s3cret";
+    so.transport = Transport::Insecure("s3cret");
     service_ = std::make_unique<GrantFsService>(volume_.get(), so);
     grpc::ServerBuilder b;
     int port = 0;
@@ -80,6 +82,83 @@ TEST_F(ServiceTest, WrongOrMissingSecretIsUnauthenticated) {
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(stub_->Status(Ctx().get(), req, &reply).ok());
   EXPECT_EQ(reply.role(), "standalone");
+}
+
+// With TLS, what each kind of certificate may call: mounts (node) and
+// grantfsctl (admin) the file system; only admins Switchover and Check;
+// servers none of it (they only read Status).
+TEST(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
+  char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::filesystem::create_directory(dir + "/vol");
+  VolumeOptions vo;
+  vo.dir = dir + "/vol";
+  vo.capacity_bytes = 64 << 20;
+  vo.background = false;
+  std::unique_ptr<Volume> volume = *Volume::Open(vo);
+  const absl::Time from = absl::Now() - absl::Hours(1), to = absl::Now() + absl::Hours(1);
+  ASSERT_OK_AND_ASSIGN(CertAndKey ca, MakeCertificateAuthority("test CA", from, to));
+  const auto transport = [&](const std::string& cn) {
+    absl::StatusOr<CertAndKey> c = IssueCertificate(ca, cn, from, to);
+    EXPECT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Transport> t = Transport::FromPem(ca.cert_pem, c->cert_pem, c->key_pem, "");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  };
+  ServiceOptions so;
+  so.transport = transport("server:a");
+  GrantFsService service(volume.get(), so);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port);
+  b.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  ASSERT_NE(port, 0);
+  const auto stub = [&](const std::string& cn) {
+    return proto::GrantFs::NewStub(
+        transport(cn).Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
+  };
+  const auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return c;
+  };
+  struct Expect {
+    const char* cn;
+    grpc::StatusCode echo, check, switchover;
+  };
+  using grpc::StatusCode;
+  for (const Expect& e : {Expect{"node:n1", StatusCode::OK, StatusCode::PERMISSION_DENIED,
+                                 StatusCode::PERMISSION_DENIED},
+                          Expect{"admin:ops", StatusCode::OK, StatusCode::OK, StatusCode::OK},
+                          Expect{"server:b", StatusCode::PERMISSION_DENIED,
+                                 StatusCode::PERMISSION_DENIED, StatusCode::PERMISSION_DENIED}}) {
+    SCOPED_TRACE(e.cn);
+    auto s = stub(e.cn);
+    proto::StatusReply status;
+    EXPECT_EQ(s->Status(ctx().get(), proto::StatusRequest(), &status).error_code(), StatusCode::OK);
+    proto::EchoRequest echo;
+    echo.set_reply_bytes(10);
+    proto::EchoReply echoed;
+    EXPECT_EQ(s->Echo(ctx().get(), echo, &echoed).error_code(), e.echo);
+    proto::CheckReply checked;
+    EXPECT_EQ(s->Check(ctx().get(), proto::CheckRequest(), &checked).error_code(), e.check);
+    proto::ErrReply switched;
+    EXPECT_EQ(s->Switchover(ctx().get(), proto::SwitchoverRequest(), &switched).error_code(),
+              e.switchover);
+    if (e.switchover == StatusCode::OK) {
+      EXPECT_EQ(switched.err(), ENOTSUP);  // standalone
+    }
+  }
+  // No certificate: the handshake fails.
+  auto plain = proto::GrantFs::NewStub(
+      Transport().Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
+  proto::StatusReply status;
+  EXPECT_EQ(plain->Status(ctx().get(), proto::StatusRequest(), &status).error_code(),
+            StatusCode::UNAVAILABLE);
+  server->Shutdown();
+  volume.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ServiceTest, InodeZeroIsEinval) {

@@ -5,7 +5,8 @@ Every test that takes the `cluster` fixture gets a fresh standalone server
 (own data directory, own loopback port) and two mounts standing for two
 nodes, `cluster.n1` and `cluster.n2`. Everything is torn down after the test,
 also when it fails; mounts left by a crashed run are lazily unmounted at exit.
-Must run as root (/dev/fuse is root-only here).
+Every process runs with TLS and certificates made once per run
+(tests/kit/keys.py). Must run as root (/dev/fuse is root-only here).
 """
 
 import os
@@ -14,8 +15,15 @@ import tempfile
 
 import pytest
 
+from kit.keys import use_cluster_keys
 from kit.mount import cleanup_mounts_under
 from kit.topology import running_standalone
+
+
+def pytest_configure(config):
+    # Every server, mount and grantfsctl the tests start runs with TLS and
+    # the certificates made here (tests/kit/keys.py).
+    use_cluster_keys()
 
 
 @pytest.fixture

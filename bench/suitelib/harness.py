@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 from kit.errors import HarnessError
+from kit.keys import use_cluster_keys
 from kit.mount import forget, is_mounted, mounts_under, wait_mounted
 from kit.ports import free_port
 from kit.processes import Proc
@@ -41,6 +42,8 @@ class Harness:
     def __init__(self, build, workdir, progress):
         self.build = build
         self.progress = progress
+        # Every process runs with TLS and these certificates (tests/kit/keys.py).
+        use_cluster_keys(build)
         self.base = tempfile.mkdtemp(prefix="grantfs-bench.", dir=workdir)
         os.chmod(self.base, 0o755)
         self._procs = []  # every Proc started, in order

@@ -1,0 +1,127 @@
+"""Safe by default (docs/security.md): every process runs with TLS and a
+certificate of the cluster's CA (tests/kit/keys.py makes them); running
+without takes --insecure and says so; each kind of certificate makes only
+its own calls; a certificate of another CA or an expired one is refused."""
+
+import os
+import shutil
+import subprocess
+import time
+
+from kit.build import CTL_BIN, MOUNT_BIN, SERVER_BIN
+from kit.mount import Mount, is_mounted
+from kit.server import Server, ctl_argv
+from kit.waits import wait_for
+
+
+def run(argv, env=None, timeout=60):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+def env_without_keys(tls_dir):
+    env = dict(os.environ)
+    env["GRANTFS_TLS_DIR"] = tls_dir
+    return env
+
+
+def test_a_server_without_keys_refuses_to_start_and_says_how(tmp_base):
+    data = os.path.join(tmp_base, "data")
+    os.makedirs(data)
+    missing = os.path.join(tmp_base, "no-keys")
+    r = run([SERVER_BIN, f"--data_dir={data}", "--listen=127.0.0.1:0"],
+            env=env_without_keys(missing))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{missing}/ca.crt is missing" in r.stderr, r.stderr
+    assert "grantfsctl init" in r.stderr and "--insecure" in r.stderr, r.stderr
+    # grantfsctl and the mount say the same.
+    r = run([CTL_BIN, "--server=127.0.0.1:1", "status"], env=env_without_keys(missing))
+    assert r.returncode == 2 and "grantfsctl init" in r.stderr, r.stderr
+    mnt = os.path.join(tmp_base, "mnt")
+    os.makedirs(mnt)
+    r = run([MOUNT_BIN, "127.0.0.1:1:/", mnt, f"--log_file={mnt}.log"],
+            env=env_without_keys(missing))
+    assert r.returncode != 0 and not is_mounted(mnt)
+
+
+def test_insecure_is_explicit_and_warned_at_every_start(tmp_base):
+    server = Server(os.path.join(tmp_base, "data"), extra=["--insecure"])
+    server.ready = lambda: True  # grantfsctl uses TLS here; the mount checks readiness
+    server.start()
+    try:
+        m = Mount(server.addr, os.path.join(tmp_base, "m"), ["--insecure"])
+        m.start()
+        with open(os.path.join(m.path, "f"), "w") as f:
+            f.write("plain")
+        with open(m.log_path) as f:
+            assert "runs with --insecure: no TLS" in f.read()
+        m.unmount()
+        # A client with TLS cannot talk to it (and is not silently downgraded).
+        r = run(ctl_argv(server.addr, "status"), timeout=60)
+        assert r.returncode != 0
+    finally:
+        server.stop()
+    with open(server.log_path) as f:
+        assert f.read().count("grantfs-server runs with --insecure: no TLS") == 1
+    server.start()  # warned again at the next start
+
+    def warned_twice():
+        with open(server.log_path) as f:
+            return f.read().count("grantfs-server runs with --insecure: no TLS") == 2
+
+    try:
+        wait_for(warned_twice, what="the warning at the second start")
+    finally:
+        server.stop()
+
+
+def test_each_kind_of_certificate_makes_only_its_calls(cluster, tmp_base):
+    keys = os.environ["GRANTFS_TLS_DIR"]
+    addr = cluster.server.addr
+    # A mount's certificate (node) may read status but not run the online
+    # check or a switchover: refused, nothing done.
+    r = run(ctl_argv(addr, "--identity=node", "status"))
+    assert r.returncode == 0, r.stderr
+    r = run(ctl_argv(addr, "--identity=node", "fsck"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "may not make this call" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run(ctl_argv(addr, "fsck"))  # an admin's may
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A server's certificate cannot mount (servers make no file calls).
+    mnt = os.path.join(tmp_base, "as-server")
+    os.makedirs(mnt)
+    r = run([MOUNT_BIN, f"{addr}:/", mnt, "--identity=server", f"--log_file={mnt}.log",
+             "--retry_ms=2000"])
+    assert r.returncode != 0 and not is_mounted(mnt)
+    with open(os.path.join(cluster.server.log_path)) as f:
+        log = f.read()
+    assert "a server identity may not make it" in log, log[-2000:]
+    # The mounts of the fixture (node certificates) work.
+    with open(os.path.join(cluster.n1, "ok"), "w") as f:
+        f.write("ok")
+    with open(os.path.join(cluster.n2, "ok")) as f:
+        assert f.read() == "ok"
+    assert os.path.exists(os.path.join(keys, "node.crt"))
+
+
+def test_another_cas_or_an_expired_certificate_is_refused(cluster, tmp_base):
+    keys = os.environ["GRANTFS_TLS_DIR"]
+    # Another cluster's keys: the handshake fails both ways.
+    other = os.path.join(tmp_base, "other-keys")
+    assert run([CTL_BIN, "init", f"--tls_dir={other}"]).returncode == 0
+    r = run(ctl_argv(cluster.server.addr, f"--tls_dir={other}", "status"))
+    assert r.returncode != 0
+    # A certificate of this cluster's CA that has expired (made valid until
+    # now), in a copy of the keys so the run's own stay as they are.
+    mine = os.path.join(tmp_base, "keys-copy")
+    shutil.copytree(keys, mine)
+    r = run([CTL_BIN, "init", f"--tls_dir={mine}", "--admins=old", "--valid_days=0"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    time.sleep(1.5)
+    r = run(ctl_argv(cluster.server.addr, f"--tls_dir={mine}", "--identity=admin-old", "status"))
+    assert r.returncode != 0
+    # A new certificate from the same CA works at once.
+    r = run([CTL_BIN, "init", f"--tls_dir={mine}", "--admins=new"])
+    assert r.returncode == 0 and f"wrote {mine}/admin-new.crt" in r.stdout, r.stdout
+    r = run(ctl_argv(cluster.server.addr, f"--tls_dir={mine}", "--identity=admin-new", "status"))
+    assert r.returncode == 0, r.stderr
