@@ -71,7 +71,8 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
 
 // Exactly-once for a request that changes something (server/dedupe.h):
 // waits out an earlier attempt still running, finds the outcome of one that
-// was applied, and otherwise tags this thread so that the change records it.
+// was applied, and otherwise gives the request's tag (tag()) for the
+// RequestContext, so that the change records it.
 class Once {
  public:
   Once(Volume* volume, const proto::RequestHeader& header) : volume_(volume) {
@@ -88,7 +89,7 @@ class Once {
     }
     prior_ = *r;
     if (!prior_) {
-      scope_.emplace(&tag_);
+      tagging_ = true;
     } else {
       // The first attempt's change may still be on its way to the replica
       // (its reply was lost when the wait gave up): acknowledge the retry
@@ -97,7 +98,6 @@ class Once {
     }
   }
   ~Once() {
-    scope_.reset();
     if (entered_) volume_->in_flight().Leave(tag_.client_id, tag_.seq);
   }
   // UNAVAILABLE (the client retries) when an earlier attempt is still running.
@@ -110,6 +110,9 @@ class Once {
   const absl::Status& error() const { return error_; }
   // The record of an earlier attempt that was applied, if any.
   const std::optional<proto::DedupeRecord>& prior() const { return prior_; }
+  // The tag the request's changes carry (RequestContext::tag): null unless
+  // the request is to be applied and recorded now.
+  RequestTag* tag() { return tagging_ ? &tag_ : nullptr; }
 
  private:
   Volume* const volume_;
@@ -117,7 +120,7 @@ class Once {
   bool entered_ = false;
   absl::Status error_;
   std::optional<proto::DedupeRecord> prior_;
-  std::optional<ScopedRequestTag> scope_;
+  bool tagging_ = false;
 };
 
 }  // namespace
@@ -189,18 +192,20 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
                                        std::initializer_list<uint64_t> inos, Prior prior,
                                        Body body) {
   // Once lives until the reply is built: it holds the request in flight
-  // and tags the thread so that the change records it.
+  // and owns the tag that the change records.
   std::optional<Once> once;
   grpc::Status busy;
   grpc::Status st = Serve(op, ctx, req, reply, inos, [&](const RequestContext& rc) -> absl::Status {
     once.emplace(volume_, req->header());
     if (busy = once->busy(); !busy.ok()) return absl::OkStatus();
     if (!once->error().ok()) return once->error();
+    RequestContext tagged = rc;
+    tagged.tag = once->tag();
     const proto::DedupeRecord* record = once->prior() ? &*once->prior() : nullptr;
     if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
-      if (record != nullptr) return prior(*record, rc);
+      if (record != nullptr) return prior(*record, tagged);
     }
-    return body(rc, record);
+    return body(tagged, record);
   });
   return busy.ok() ? st : busy;
 }
