@@ -28,6 +28,12 @@
 // its promotion began. When a stream ends it also asks the witness at once
 // whether the primary handed the role to it (planned switchover).
 //
+// The implementation, one concept per file: replica.cc (the copy: open,
+// close, boot check; the role), replica_stream.cc (the stream: admission
+// and apply), replica_snapshot.cc (receiving a snapshot), replica_digest.cc
+// (digests at digest marks), replica_failover.cc (watchdog and promotion),
+// replica_copy.h (the copy's on-disk helpers they share).
+//
 // Thread-safe.
 #ifndef GRANTFS_CHECKPOINT_REPLICA_H_
 #define GRANTFS_CHECKPOINT_REPLICA_H_

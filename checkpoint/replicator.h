@@ -25,6 +25,11 @@
 // and the witness only grants it after the lease ran out, so an isolated
 // primary has stopped answering before another one starts.
 //
+// The implementation, one concept per file: replicator.cc (start, stop, the
+// role: serving, status, switchover), replicator_log.cc (the change log),
+// replicator_stream.cc (the stream and its acknowledgements),
+// replicator_witness.cc (the lease, DEGRADE and fencing).
+//
 // Thread-safe.
 #ifndef GRANTFS_CHECKPOINT_REPLICATOR_H_
 #define GRANTFS_CHECKPOINT_REPLICATOR_H_

@@ -122,10 +122,11 @@ void Allocator::Unreserve(const Reservation& r) {
 }
 
 absl::StatusOr<proto::Attr> Allocator::CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
-                                                   bool extend, const Reservation& r) {
+                                                   bool extend, const Reservation& r,
+                                                   RequestTag* tag) {
   proto::Attr out;
   bool released = false;
-  absl::Status st = store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  absl::Status st = store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     // The reservation ends with this change whatever its outcome; only the
     // grant's debit is undone (with the ledger's durable part) if it fails.
     txn->ledger().Release(r);
@@ -179,10 +180,11 @@ absl::StatusOr<std::string> Allocator::ChunkBitmap(uint64_t ino, uint64_t index)
 }
 
 absl::StatusOr<uint64_t> Allocator::Grant(uint64_t client_id, uint64_t wanted_blocks,
-                                          uint64_t return_blocks, uint64_t* added) {
+                                          uint64_t return_blocks, uint64_t* added,
+                                          RequestTag* tag) {
   if (client_id == 0) return ErrnoStatus(EINVAL, "grant without a session");
   uint64_t total = 0;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     // A grant belongs to a recorded session: one that ended while this
     // request was on its way (its grant already released) gets nothing, or
     // the space would stay granted to nobody. The retry re-creates it.
@@ -194,7 +196,7 @@ absl::StatusOr<uint64_t> Allocator::Grant(uint64_t client_id, uint64_t wanted_bl
       }
     }
     total = txn->ledger().Grant(client_id, wanted_blocks, return_blocks, added);
-    if (RequestTag* tag = RequestTag::Current()) tag->value = *added;
+    if (tag != nullptr) tag->value = *added;
     PutGrant(txn, client_id, total);
     return absl::OkStatus();
   }));

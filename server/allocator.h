@@ -44,8 +44,10 @@ class Allocator {
   // the blocks allocated, extends the size (when `extend`), sets mtime/ctime,
   // and turns the blocks of `r` into used ones, debiting the grant's part
   // from the grant in the same batch as the usage.
+  // `tag`: the request the change is made for, or null (MetaStore::Mutate).
   absl::StatusOr<proto::Attr> CommitWrite(uint64_t ino, uint64_t offset, uint64_t length,
-                                          bool extend, const Reservation& r);
+                                          bool extend, const Reservation& r,
+                                          RequestTag* tag = nullptr);
   // Whether chunk `index` of `ino` has a record (some block allocated).
   absl::StatusOr<bool> HasChunk(uint64_t ino, uint64_t index);
   // The allocation bitmap of chunk `index` of `ino` (bit b set: block b
@@ -57,9 +59,10 @@ class Allocator {
   // (server/grant_policy.h). Returns the session's whole grant; `added`
   // gets what this call granted. RESOURCE_EXHAUSTED (retry) when more is
   // wanted for a session with no record (SessionRecords::PutSession): it
-  // has ended.
+  // has ended. `tag`: the request the change is made for, or null
+  // (MetaStore::Mutate); it keeps `added` for a retry.
   absl::StatusOr<uint64_t> Grant(uint64_t client_id, uint64_t wanted_blocks, uint64_t return_blocks,
-                                 uint64_t* added);
+                                 uint64_t* added, RequestTag* tag = nullptr);
   uint64_t GrantOf(uint64_t client_id);
   // The sum of the sessions' grants, in blocks.
   uint64_t GrantedBlocks();

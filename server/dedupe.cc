@@ -1,14 +1,6 @@
 #include "server/dedupe.h"
 
 namespace grantfs {
-namespace {
-thread_local RequestTag* current_tag = nullptr;
-}  // namespace
-
-RequestTag* RequestTag::Current() { return current_tag; }
-
-ScopedRequestTag::ScopedRequestTag(RequestTag* tag) : saved_(current_tag) { current_tag = tag; }
-ScopedRequestTag::~ScopedRequestTag() { current_tag = saved_; }
 
 bool InFlightRequests::Enter(uint64_t client_id, uint64_t seq, absl::Duration wait) {
   const auto key = std::make_pair(client_id, seq);

@@ -9,9 +9,13 @@
 // service answers it from the record (a retried create returns the inode it
 // created, not EEXIST; a retried rename succeeds instead of ENOENT).
 //
-// RequestTag: the request being served on this thread (thread-local, set by
-// ScopedRequestTag in the service). InFlightRequests: a retry that arrives
-// while the first attempt is still running waits for it to finish.
+// RequestTag: the request a change is made for. The service makes one per
+// request (server/service.cc ServeOnce) and hands it down explicitly: it
+// rides in the RequestContext to the Volume, which passes it to each change
+// of the metadata store on the request's path (MetaStore::Mutate takes it;
+// null for changes made for no request: maintenance, recovery, tests).
+// InFlightRequests: a retry that arrives while the first attempt is still
+// running waits for it to finish.
 //
 // Records expire after a retention time (5 min by default, far above the
 // client's retry window).
@@ -28,6 +32,7 @@
 
 namespace grantfs {
 
+// Used by the one thread that serves the request; not thread-safe.
 struct RequestTag {
   uint64_t client_id = 0;
   uint64_t seq = 0;
@@ -37,20 +42,6 @@ struct RequestTag {
   bool recorded = false;
 
   bool active() const { return client_id != 0 && seq != 0 && !recorded; }
-  // The tag of the request this thread serves, or null.
-  static RequestTag* Current();
-};
-
-// Makes `tag` the current one for its lifetime.
-class ScopedRequestTag {
- public:
-  explicit ScopedRequestTag(RequestTag* tag);
-  ~ScopedRequestTag();
-  ScopedRequestTag(const ScopedRequestTag&) = delete;
-  ScopedRequestTag& operator=(const ScopedRequestTag&) = delete;
-
- private:
-  RequestTag* const saved_;
 };
 
 // Requests being executed now, by (client_id, seq).

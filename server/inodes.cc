@@ -82,11 +82,11 @@ absl::StatusOr<proto::InodeRecord> Inodes::CheckTruncate(const Caller& caller, u
 }
 
 absl::StatusOr<proto::Attr> Inodes::SetAttr(const Caller& caller, const proto::SetAttrRequest& req,
-                                            bool opened) {
+                                            bool opened, RequestTag* tag) {
   using V = proto::SetAttrRequest;
   const uint32_t valid = req.valid();
   proto::Attr out;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(req.ino()));
     const int64_t now = txn->NowNanos();
     if (valid & V::MODE) {
@@ -191,10 +191,10 @@ absl::StatusOr<std::vector<std::string>> Inodes::ListXattr(const Caller& caller,
 }
 
 absl::Status Inodes::SetXattr(const Caller& caller, uint64_t ino, const std::string& name,
-                              const std::string& value, uint32_t flags) {
+                              const std::string& value, uint32_t flags, RequestTag* tag) {
   RETURN_IF_ERROR(ValidateXattr(name, value.size()));
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return ErrnoStatus(EINVAL, "xattr flags");
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  return store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (name.rfind("trusted.", 0) == 0 && !caller.IsRoot()) {
       return ErrnoStatus(EPERM, "trusted xattr");
@@ -218,9 +218,10 @@ absl::Status Inodes::SetXattr(const Caller& caller, uint64_t ino, const std::str
   });
 }
 
-absl::Status Inodes::RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name) {
+absl::Status Inodes::RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name,
+                                 RequestTag* tag) {
   RETURN_IF_ERROR(ValidateXattr(name, 0));
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  return store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
     if (name.rfind("trusted.", 0) == 0 && !caller.IsRoot()) {
       return ErrnoStatus(EPERM, "trusted xattr");

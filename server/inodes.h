@@ -45,16 +45,19 @@ class Inodes {
                                                    uint64_t size, bool opened = false);
 
   // --- changes -------------------------------------------------------------
+  // `tag` (every change below): the request it is made for, or null
+  // (MetaStore::Mutate).
   // chmod/chown/utimes and the metadata half of truncate. For a size change
   // the caller has already cut the chunk files (see Volume); the blocks past
   // the new size are freed (server/allocator.h). `opened`: the change comes
   // through a handle the caller's mount holds open for writing (ftruncate),
   // so a size change needs no write permission now.
   absl::StatusOr<proto::Attr> SetAttr(const Caller& caller, const proto::SetAttrRequest& req,
-                                      bool opened = false);
+                                      bool opened = false, RequestTag* tag = nullptr);
   absl::Status SetXattr(const Caller& caller, uint64_t ino, const std::string& name,
-                        const std::string& value, uint32_t flags);
-  absl::Status RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name);
+                        const std::string& value, uint32_t flags, RequestTag* tag = nullptr);
+  absl::Status RemoveXattr(const Caller& caller, uint64_t ino, const std::string& name,
+                           RequestTag* tag = nullptr);
 
  private:
   MetaStore* const store_;

@@ -4,8 +4,8 @@
 
 namespace grantfs {
 
-absl::Status LockRecords::PutLocks(uint64_t ino, const proto::LockRecord& locks) {
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+absl::Status LockRecords::PutLocks(uint64_t ino, const proto::LockRecord& locks, RequestTag* tag) {
+  return store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     if (locks.locks_size() == 0) {
       txn->Delete(keys::Locks(ino));
     } else {

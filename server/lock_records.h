@@ -25,7 +25,8 @@ class LockRecords {
   LockRecords& operator=(const LockRecords&) = delete;
 
   // Records the file locks held on `ino`; an empty record deletes the key.
-  absl::Status PutLocks(uint64_t ino, const proto::LockRecord& locks);
+  // `tag`: the request the change is made for, or null (MetaStore::Mutate).
+  absl::Status PutLocks(uint64_t ino, const proto::LockRecord& locks, RequestTag* tag = nullptr);
   absl::StatusOr<std::vector<std::pair<uint64_t, proto::LockRecord>>> ListLocks();
 
  private:

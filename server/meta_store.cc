@@ -333,7 +333,7 @@ absl::StatusOr<std::optional<proto::VolumeIdentity>> MetaStore::ReadIdentity(
   return std::optional<proto::VolumeIdentity>(std::move(id));
 }
 
-absl::Status MetaStore::Mutate(absl::FunctionRef<absl::Status(MetaTxn*)> fn) {
+absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(MetaTxn*)> fn) {
   uint64_t ticket;
   uint64_t replicated_seq = 0;
   {
@@ -351,7 +351,6 @@ absl::Status MetaStore::Mutate(absl::FunctionRef<absl::Status(MetaTxn*)> fn) {
     counters_.set_granted_blocks(ledger_.granted());
     txn.batch_.get()->Put(keys::Counters(), counters_.SerializeAsString());
     // Exactly-once: the request's record rides in the same batch.
-    RequestTag* tag = RequestTag::Current();
     const bool record = tag != nullptr && tag->active();
     if (record) {
       proto::DedupeRecord d;

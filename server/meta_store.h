@@ -38,6 +38,8 @@ class WriteBatch;
 
 namespace grantfs {
 
+struct RequestTag;  // server/dedupe.h
+
 struct MetaStoreOptions {
   // RocksDB directory; created if missing. Required.
   std::string dir;
@@ -176,13 +178,17 @@ class MetaStore {
   SpaceInfo Space();
 
   // --- changes -------------------------------------------------------------
-  // Builds one change with `fn` under mu_, applies it (with the counters, the
-  // ledger's durable part and the request's dedupe record, server/dedupe.h),
-  // then waits until it is durable and replicated. `fn` returns non-OK to
-  // abandon the change: nothing is written, the counters and the ledger are
-  // put back. A disk found full is retried once after
-  // MetaStoreOptions::make_room.
-  absl::Status Mutate(absl::FunctionRef<absl::Status(MetaTxn*)> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Builds one change with `fn` under mu_, applies it (with the counters and
+  // the ledger's durable part), then waits until it is durable and
+  // replicated. `fn` returns non-OK to abandon the change: nothing is
+  // written, the counters and the ledger are put back. A disk found full is
+  // retried once after MetaStoreOptions::make_room.
+  // `tag`: the request the change is made for (server/dedupe.h), or null.
+  // While it is active, its dedupe record rides in the same batch and the
+  // tag is marked recorded once the batch is applied. Used only by the
+  // calling thread, under mu_; not kept.
+  absl::Status Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(MetaTxn*)> fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `fn` under mu_ with a MetaTxn whose writes are dropped: for the
   // ledger's in-memory changes (reservations) and reads of the counters.
   template <typename Fn>

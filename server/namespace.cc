@@ -114,10 +114,10 @@ proto::InodeRecord Namespace::NewInode(const Caller& caller, const proto::InodeR
 }
 
 absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_t parent,
-                                                   const std::string& name,
-                                                   proto::InodeRecord rec) {
+                                                   const std::string& name, proto::InodeRecord rec,
+                                                   RequestTag* tag) {
   proto::Attr out;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord dir, txn->GetInode(parent));
     if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "create parent");
     if (dir.nlink() == 0) return ErrnoStatus(ENOENT, "parent was removed");
@@ -133,7 +133,7 @@ absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_
     const uint64_t ino = txn->counters().next_ino();
     txn->counters().set_next_ino(ino + 1);
     txn->counters().set_inodes(txn->counters().inodes() + 1);
-    if (RequestTag* tag = RequestTag::Current()) tag->value = ino;  // a retry answers with it
+    if (tag != nullptr) tag->value = ino;  // a retry answers with it
     if (IsDir(inode)) {
       inode.set_parent(parent);
       dir.set_nlink(dir.nlink() + 1);
@@ -156,7 +156,8 @@ absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_
 
 absl::StatusOr<proto::Attr> Namespace::MkNod(const Caller& caller, uint64_t parent,
                                              const std::string& name, uint32_t mode, uint64_t rdev,
-                                             uint32_t umask, bool exclusive, bool* created_out) {
+                                             uint32_t umask, bool exclusive, bool* created_out,
+                                             RequestTag* tag) {
   if (created_out != nullptr) *created_out = false;
   RETURN_IF_ERROR(ValidateName(name));
   const uint32_t type = mode & S_IFMT;
@@ -181,7 +182,7 @@ absl::StatusOr<proto::Attr> Namespace::MkNod(const Caller& caller, uint64_t pare
   // removed again between the two steps (another node) is created anew.
   absl::StatusOr<proto::Attr> created;
   for (int attempt = 0; attempt < 8; ++attempt) {
-    created = CreateEntry(caller, parent, name, rec);
+    created = CreateEntry(caller, parent, name, rec, tag);
     if (created.ok() || type == S_IFDIR || exclusive || ToErrno(created.status()) != EEXIST) {
       if (created.ok() && created_out != nullptr) *created_out = true;
       return created;
@@ -201,20 +202,21 @@ absl::StatusOr<proto::Attr> Namespace::MkNod(const Caller& caller, uint64_t pare
 }
 
 absl::StatusOr<proto::Attr> Namespace::Symlink(const Caller& caller, uint64_t parent,
-                                               const std::string& name, const std::string& target) {
+                                               const std::string& name, const std::string& target,
+                                               RequestTag* tag) {
   RETURN_IF_ERROR(ValidateName(name));
   RETURN_IF_ERROR(ValidateSymlinkTarget(target));
   proto::InodeRecord rec;
   rec.set_mode(S_IFLNK | 0777);
   rec.set_symlink_target(target);
-  return CreateEntry(caller, parent, name, rec);
+  return CreateEntry(caller, parent, name, rec, tag);
 }
 
 absl::StatusOr<proto::Attr> Namespace::Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
-                                            const std::string& new_name) {
+                                            const std::string& new_name, RequestTag* tag) {
   RETURN_IF_ERROR(ValidateName(new_name));
   proto::Attr out;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord inode, txn->GetInode(ino));
     if (IsDir(inode)) return ErrnoStatus(EPERM, "hard link to a directory");
     if (inode.nlink() == 0) return ErrnoStatus(ENOENT, "link of a removed file");
@@ -257,12 +259,12 @@ absl::StatusOr<bool> Namespace::DirIsEmpty(uint64_t ino) {
 
 absl::StatusOr<Removed> Namespace::Remove(const Caller& caller, uint64_t parent,
                                           const std::string& name, bool is_dir,
-                                          uint64_t expected_ino) {
+                                          uint64_t expected_ino, RequestTag* tag) {
   if (name == ".") return ErrnoStatus(EINVAL, "rmdir .");
   if (name == "..") return ErrnoStatus(ENOTEMPTY, "rmdir ..");
   RETURN_IF_ERROR(ValidateName(name));
   Removed removed;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord dir, txn->GetInode(parent));
     if (!IsDir(dir)) return ErrnoStatus(ENOTDIR, "remove parent");
     RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite | kMayExec));
@@ -314,7 +316,8 @@ absl::StatusOr<bool> Namespace::IsAncestor(MetaTxn* txn, uint64_t ancestor, uint
 absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
                                           const std::string& name, uint64_t new_parent,
                                           const std::string& new_name, uint32_t flags,
-                                          uint64_t expected_ino, uint64_t expected_new_ino) {
+                                          uint64_t expected_ino, uint64_t expected_new_ino,
+                                          RequestTag* tag) {
   constexpr uint32_t kNoReplace = 1, kExchange = 2;
   if (flags & ~(kNoReplace | kExchange)) return ErrnoStatus(EINVAL, "rename flags");
   if ((flags & kNoReplace) && (flags & kExchange)) {
@@ -326,7 +329,7 @@ absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
   RETURN_IF_ERROR(ValidateName(name));
   RETURN_IF_ERROR(ValidateName(new_name));
   Removed removed;
-  RETURN_IF_ERROR(store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(proto::InodeRecord src_dir, txn->GetInode(parent));
     ASSIGN_OR_RETURN(proto::InodeRecord dst_dir, txn->GetInode(new_parent));
     if (!IsDir(src_dir) || !IsDir(dst_dir)) return ErrnoStatus(ENOTDIR, "rename parent");

@@ -46,30 +46,36 @@ class Namespace {
                        proto::ReadDirReply* reply);
 
   // --- changes -------------------------------------------------------------
+  // `tag` (every change below): the request it is made for, or null
+  // (MetaStore::Mutate).
   // Creates a file, directory, fifo, socket or device node. With `exclusive`
   // false and a regular file already there, returns it (open O_CREAT).
   // `created` (may be null) says which of the two happened.
   absl::StatusOr<proto::Attr> MkNod(const Caller& caller, uint64_t parent, const std::string& name,
                                     uint32_t mode, uint64_t rdev, uint32_t umask, bool exclusive,
-                                    bool* created = nullptr);
+                                    bool* created = nullptr, RequestTag* tag = nullptr);
   absl::StatusOr<proto::Attr> Symlink(const Caller& caller, uint64_t parent,
-                                      const std::string& name, const std::string& target);
+                                      const std::string& name, const std::string& target,
+                                      RequestTag* tag = nullptr);
   absl::StatusOr<proto::Attr> Link(const Caller& caller, uint64_t ino, uint64_t new_parent,
-                                   const std::string& new_name);
+                                   const std::string& new_name, RequestTag* tag = nullptr);
   // `expected_ino`: the inode the caller believes `name` is (0: any); when
   // the name points elsewhere now, ESTALE.
   absl::StatusOr<Removed> Remove(const Caller& caller, uint64_t parent, const std::string& name,
-                                 bool is_dir, uint64_t expected_ino = 0);
+                                 bool is_dir, uint64_t expected_ino = 0, RequestTag* tag = nullptr);
   // rename(2) / renameat2(2) with RENAME_NOREPLACE (1) or RENAME_EXCHANGE (2).
   // `expected_ino`, `expected_new_ino`: as in Remove, for both names.
   absl::StatusOr<Removed> Rename(const Caller& caller, uint64_t parent, const std::string& name,
                                  uint64_t new_parent, const std::string& new_name, uint32_t flags,
-                                 uint64_t expected_ino = 0, uint64_t expected_new_ino = 0);
+                                 uint64_t expected_ino = 0, uint64_t expected_new_ino = 0,
+                                 RequestTag* tag = nullptr);
 
  private:
   proto::InodeRecord NewInode(const Caller& caller, const proto::InodeRecord& dir, uint32_t mode);
+  // Records the new inode's number in `tag` (a retry answers with it).
   absl::StatusOr<proto::Attr> CreateEntry(const Caller& caller, uint64_t parent,
-                                          const std::string& name, proto::InodeRecord rec);
+                                          const std::string& name, proto::InodeRecord rec,
+                                          RequestTag* tag);
   absl::StatusOr<bool> DirIsEmpty(uint64_t ino);
   // ENOTDIR/EINVAL unless `dir` is not `ancestor` nor below it.
   absl::StatusOr<bool> IsAncestor(MetaTxn* txn, uint64_t ancestor, uint64_t dir);

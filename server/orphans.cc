@@ -35,7 +35,7 @@ absl::Status Orphans::ReapIn(MetaTxn* txn, uint64_t ino, const proto::InodeRecor
 }
 
 absl::Status Orphans::Reap(uint64_t ino) {
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  return store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
     if (!orphan) return absl::OkStatus();
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
@@ -44,10 +44,10 @@ absl::Status Orphans::Reap(uint64_t ino) {
   });
 }
 
-absl::StatusOr<bool> Orphans::SyncOrphan(uint64_t ino, bool keep_unheld) {
+absl::StatusOr<bool> Orphans::SyncOrphan(uint64_t ino, bool keep_unheld, RequestTag* tag) {
   bool reaped = false;
   bool unchanged = false;
-  absl::Status s = store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  absl::Status s = store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(auto orphan, txn->Get(keys::Orphan(ino)));
     if (!orphan) return ErrnoStatus(ENOENT, "not an orphan");
     ASSIGN_OR_RETURN(proto::InodeRecord rec, txn->GetInode(ino));
@@ -104,7 +104,7 @@ absl::StatusOr<uint64_t> Orphans::GarbageChunkSpan(uint64_t ino) {
 }
 
 absl::Status Orphans::FinishGarbage(uint64_t ino) {
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  return store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     const std::string prefix = keys::Prefix('C', ino);
     uint64_t freed = 0;
     RETURN_IF_ERROR(

@@ -42,7 +42,9 @@ class Orphans {
   // orphan into garbage (Reap) when nobody has it open any more, unless
   // `keep_unheld` (then the record lists no holder and the file stays).
   // Returns whether it was reaped; false too when `ino` is not an orphan.
-  absl::StatusOr<bool> SyncOrphan(uint64_t ino, bool keep_unheld = false);
+  // `tag`: the request the change is made for, or null (MetaStore::Mutate).
+  absl::StatusOr<bool> SyncOrphan(uint64_t ino, bool keep_unheld = false,
+                                  RequestTag* tag = nullptr);
   // Turns the orphan `ino` (nlink 0) into garbage whose chunks are freed by
   // the background deleter. A no-op when `ino` is not an orphan.
   absl::Status Reap(uint64_t ino);

@@ -2,6 +2,8 @@
 // turns the request into a Volume call and the result into a reply whose
 // `err` carries the errno. File-system errors never fail the RPC itself; the
 // gRPC status is only for authentication and server-side failures.
+// How one call is served: server/service_call.h; the handlers: service.cc
+// (sessions, administration) and service_fs.cc (file-system operations).
 #ifndef GRANTFS_SERVER_SERVICE_H_
 #define GRANTFS_SERVER_SERVICE_H_
 
@@ -82,7 +84,7 @@ class GrantFsService final : public proto::GrantFs::Service {
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode
   // numbers that must not be 0 (EINVAL), then `body(rc)`, whose status
-  // becomes reply->err (Done in service.cc).
+  // becomes reply->err (Done in server/service_call.h).
   template <typename Req, typename Reply, typename Body>
   grpc::Status Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
                      std::initializer_list<uint64_t> inos, Body body);

@@ -10,8 +10,9 @@
 
 namespace grantfs {
 
-absl::Status SessionRecords::PutSession(uint64_t client_id, const proto::SessionRecord& rec) {
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+absl::Status SessionRecords::PutSession(uint64_t client_id, const proto::SessionRecord& rec,
+                                        RequestTag* tag) {
+  return store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
     txn->Put(keys::Session(client_id), rec.SerializeAsString());
     return absl::OkStatus();
   });
@@ -23,7 +24,7 @@ SessionRecords::ListSessions() {
 }
 
 absl::Status SessionRecords::EndSession(uint64_t client_id) {
-  return store_->Mutate([&](MetaTxn* txn) -> absl::Status {
+  return store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     txn->Delete(keys::Session(client_id));
     if (txn->ledger().GrantOf(client_id) == 0) return absl::OkStatus();
     PutGrant(txn, client_id, txn->ledger().EndSession(client_id));

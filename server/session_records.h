@@ -29,7 +29,9 @@ class SessionRecords {
 
   // The durable record of an open session, so that a server that takes
   // over or restarts knows which clients may come back to reclaim.
-  absl::Status PutSession(uint64_t client_id, const proto::SessionRecord& rec);
+  // `tag`: the request the change is made for, or null (MetaStore::Mutate).
+  absl::Status PutSession(uint64_t client_id, const proto::SessionRecord& rec,
+                          RequestTag* tag = nullptr);
   absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> ListSessions();
   // A session ended: its grant goes back to free space and its record is
   // deleted, in one batch.

@@ -278,7 +278,7 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   if (!(req.valid() & proto::SetAttrRequest::SIZE)) {
     const bool opened =
         req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
-    ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened));
+    ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
     Publish(ctx, req.ino(), 0, "");
     return attr;
   }
@@ -297,7 +297,7 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   } else {
     RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
   if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
     // The cut chunk may have lost its last allocated block (its record is
     // gone): then its file goes too (grantfsctl fsck found it left behind).
@@ -311,23 +311,25 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
 
 absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
                                           bool* created) {
-  ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->names().MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
-                                        req.rdev(), req.umask(), req.exclusive(), created));
+  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().MkNod(ctx.caller, req.parent(), req.name(),
+                                                          req.mode(), req.rdev(), req.umask(),
+                                                          req.exclusive(), created, ctx.tag));
   Publish(ctx, req.parent(), req.parent(), req.name());
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx, uint64_t parent,
                                             const std::string& name, const std::string& target) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().Symlink(ctx.caller, parent, name, target));
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->names().Symlink(ctx.caller, parent, name, target, ctx.tag));
   Publish(ctx, parent, parent, name);
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino,
                                          uint64_t new_parent, const std::string& name) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().Link(ctx.caller, ino, new_parent, name));
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->names().Link(ctx.caller, ino, new_parent, name, ctx.tag));
   Publish(ctx, new_parent, new_parent, name);
   Publish(ctx, ino, 0, "");
   return attr;
@@ -336,10 +338,10 @@ absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino
 absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
                             bool is_dir, uint64_t expected_ino) {
   ASSIGN_OR_RETURN(Removed removed,
-                   meta_->names().Remove(ctx.caller, parent, name, is_dir, expected_ino));
+                   meta_->names().Remove(ctx.caller, parent, name, is_dir, expected_ino, ctx.tag));
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
-  if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino).status());
+  if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino, ctx.tag).status());
   return absl::OkStatus();
 }
 
@@ -347,12 +349,12 @@ absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameReques
   ASSIGN_OR_RETURN(
       Removed replaced,
       meta_->names().Rename(ctx.caller, req.parent(), req.name(), req.new_parent(), req.new_name(),
-                            req.flags(), req.expected_ino(), req.expected_new_ino()));
+                            req.flags(), req.expected_ino(), req.expected_new_ino(), ctx.tag));
   Publish(ctx, req.parent(), req.parent(), req.name());
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
     Publish(ctx, replaced.ino, 0, "");
-    if (replaced.nlink == 0) RETURN_IF_ERROR(SyncOrphan(replaced.ino).status());
+    if (replaced.nlink == 0) RETURN_IF_ERROR(SyncOrphan(replaced.ino, ctx.tag).status());
   }
   return absl::OkStatus();
 }
@@ -366,9 +368,9 @@ absl::Status Volume::ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t c
   return meta_->names().ReadDir(ctx.caller, ino, cookie, std::min<uint32_t>(max, 4096), reply);
 }
 
-absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino) {
-  ASSIGN_OR_RETURN(bool reaped,
-                   meta_->orphans().SyncOrphan(ino, /*keep_unheld=*/sessions_.reclaiming() > 0));
+absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino, RequestTag* tag) {
+  ASSIGN_OR_RETURN(bool reaped, meta_->orphans().SyncOrphan(
+                                    ino, /*keep_unheld=*/sessions_.reclaiming() > 0, tag));
   if (reaped) {
     absl::MutexLock l(&bg_mu_);
     garbage_waiting_ = true;
@@ -414,7 +416,7 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
   // (a removal computes the holders under that mutex too). An error leaves
   // the open counted: the record may already name it, and a resend with the
   // same handle counts once.
-  RETURN_IF_ERROR(SyncOrphan(ino).status());
+  RETURN_IF_ERROR(SyncOrphan(ino, ctx.tag).status());
   if (!meta_->inodes().GetInode(ino).ok()) {  // reaped before this open was counted
     sessions_.CloseFile(ctx.client_id, ino, handle);
     return ErrnoStatus(ESTALE, "file was removed");
@@ -504,7 +506,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
   ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
   if (grant_used != nullptr) *grant_used = SpaceLedger::Bytes(r.from_grant);
   // A retry of this write answers with the grant it used (server/dedupe.h).
-  if (RequestTag* tag = RequestTag::Current()) tag->value = SpaceLedger::Bytes(r.from_grant);
+  if (ctx.tag != nullptr) ctx.tag->value = SpaceLedger::Bytes(r.from_grant);
   sync = sync || options_.sync_data;
   absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
   // Space promised in a grant is held on the disk (server/space_hold.h):
@@ -527,7 +529,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     return st;
   }
   absl::StatusOr<proto::Attr> committed =
-      meta_->space().CommitWrite(ino, offset, data.size(), true, r);
+      meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
   hold_->Repay(lent);
   ASSIGN_OR_RETURN(proto::Attr attr, std::move(committed));
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
@@ -539,15 +541,17 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
   // Bytes are rounded to whole blocks: down for what is asked, up for what
   // is given back, so a client never holds more than it was told.
   uint64_t added_blocks = 0;
-  ASSIGN_OR_RETURN(uint64_t blocks,
-                   meta_->space().Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
-                                        SpaceLedger::BlocksCovering(return_bytes), &added_blocks));
+  ASSIGN_OR_RETURN(
+      uint64_t blocks,
+      meta_->space().Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
+                           SpaceLedger::BlocksCovering(return_bytes), &added_blocks, ctx.tag));
   *added = SpaceLedger::Bytes(added_blocks);
   if (added_blocks > 0 && !CoverPromises()) {
     // The disk cannot hold what was just promised (another program took
     // the space): the promise is taken back.
     uint64_t ignored = 0;
-    ASSIGN_OR_RETURN(blocks, meta_->space().Grant(ctx.client_id, 0, added_blocks, &ignored));
+    ASSIGN_OR_RETURN(blocks,
+                     meta_->space().Grant(ctx.client_id, 0, added_blocks, &ignored, ctx.tag));
     *added = 0;
   }
   // Short of what was asked: others may sit on grants they do not need.
@@ -629,7 +633,8 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
     meta_->space().Unreserve(r);
     return st;
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->space().CommitWrite(ino, offset, length, true, r));
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag));
   Publish(ctx, ino, 0, "");
   return attr;
 }
@@ -638,7 +643,7 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
 
 absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
                               const std::string& value, uint32_t flags) {
-  RETURN_IF_ERROR(meta_->inodes().SetXattr(ctx.caller, ino, name, value, flags));
+  RETURN_IF_ERROR(meta_->inodes().SetXattr(ctx.caller, ino, name, value, flags, ctx.tag));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }
@@ -654,7 +659,7 @@ absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext&
 }
 
 absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name) {
-  RETURN_IF_ERROR(meta_->inodes().RemoveXattr(ctx.caller, ino, name));
+  RETURN_IF_ERROR(meta_->inodes().RemoveXattr(ctx.caller, ino, name, ctx.tag));
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }
@@ -670,22 +675,27 @@ absl::StatusOr<FileLock> Volume::GetLock(const RequestContext& ctx, uint64_t ino
 absl::Status Volume::SetLock(const RequestContext& ctx, uint64_t ino, const FileLock& want) {
   if (want.type == FileLock::kUnlock && want.start == 0 && want.end == UINT64_MAX) {
     // Releases at close must work even for a file removed meanwhile.
-    return ChangeLocks(ino, [&] {
-      locks_.ReleaseOwner(ino, want.owner, want.flock);
-      return absl::OkStatus();
-    });
+    return ChangeLocks(
+        ino,
+        [&] {
+          locks_.ReleaseOwner(ino, want.owner, want.flock);
+          return absl::OkStatus();
+        },
+        ctx.tag);
   }
   RETURN_IF_ERROR(meta_->inodes().GetInode(ino).status());
-  return ChangeLocks(ino, [&] { return locks_.Set(ino, want); });
+  return ChangeLocks(
+      ino, [&] { return locks_.Set(ino, want); }, ctx.tag);
 }
 
-absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change) {
+absl::Status Volume::ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change,
+                                 RequestTag* tag) {
   absl::MutexLock l(&FileLockMu(ino));
   const std::vector<FileLock> before = locks_.Get(ino);
   RETURN_IF_ERROR(change());
   const std::vector<FileLock> after = locks_.Get(ino);
   if (after == before) return absl::OkStatus();  // e.g. a resent lock request
-  absl::Status s = meta_->locks().PutLocks(ino, ToLockRecord(after));
+  absl::Status s = meta_->locks().PutLocks(ino, ToLockRecord(after), tag);
   // UNAVAILABLE: applied here, not known to be replicated; the resend finds
   // its dedupe record and waits for it. Any other error: not applied.
   if (!s.ok() && !absl::IsUnavailable(s)) locks_.Restore(ino, before);
@@ -725,7 +735,7 @@ absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name) {
   return client_id;
 }
 
-absl::Status Volume::Touch(uint64_t client_id) {
+absl::Status Volume::Touch(uint64_t client_id, RequestTag* tag) {
   switch (sessions_.Touch(client_id)) {
     case SessionTable::TouchResult::kRenewed:
       return absl::OkStatus();
@@ -733,16 +743,17 @@ absl::Status Volume::Touch(uint64_t client_id) {
       return absl::ResourceExhaustedError(
           absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
     case SessionTable::TouchResult::kCreated:
-      RecordSession(client_id, "(reconnected)").IgnoreError();  // retried by maintenance
+      RecordSession(client_id, "(reconnected)", tag).IgnoreError();  // retried by maintenance
       return absl::OkStatus();
   }
   return absl::OkStatus();
 }
 
-absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name) {
+absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name,
+                                   RequestTag* tag) {
   proto::SessionRecord rec;
   rec.set_client_name(client_name);
-  absl::Status s = meta_->sessions().PutSession(client_id, rec);
+  absl::Status s = meta_->sessions().PutSession(client_id, rec, tag);
   absl::MutexLock l(&unrecorded_mu_);
   if (s.ok()) {
     unrecorded_.erase(client_id);
@@ -758,7 +769,7 @@ absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client
 absl::Status Volume::CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
   if (sessions_.OpenFile(ctx.client_id, ino, handle)) return absl::OkStatus();
   // The session ended after this request renewed it.
-  RETURN_IF_ERROR(Touch(ctx.client_id));
+  RETURN_IF_ERROR(Touch(ctx.client_id, ctx.tag));
   if (sessions_.OpenFile(ctx.client_id, ino, handle)) return absl::OkStatus();
   return absl::ResourceExhaustedError("session ended during the request; retry");
 }

@@ -103,6 +103,11 @@ struct VolumeOptions {
 struct RequestContext {
   uint64_t client_id = 0;
   Caller caller;
+  // The request's exactly-once tag (server/dedupe.h): every change of the
+  // metadata store made for the request gets it. Null: the changes record
+  // nothing (no session, a request that changes nothing, or a retry whose
+  // first attempt was recorded). Not owned; outlives the call.
+  RequestTag* tag = nullptr;
 };
 
 class Volume {
@@ -186,7 +191,8 @@ class Volume {
   // server had forgotten is re-created and recorded again (a failed record
   // is retried by the maintenance round). ResourceExhausted while the
   // session is being ended: the client retries.
-  absl::Status Touch(uint64_t client_id);
+  // `tag`: the request it is done for, if any (RequestContext::tag).
+  absl::Status Touch(uint64_t client_id, RequestTag* tag = nullptr);
   absl::Status CloseSession(uint64_t client_id);
   // This volume's serving incarnation: random and never 0. Clients that see
   // it change reclaim their open files (Reclaim).
@@ -230,16 +236,19 @@ class Volume {
   // After the open set of orphan `ino` changed: records who holds it now,
   // or turns it into garbage when nobody does and no session is in grace
   // (one may still have it open). Returns whether it was reaped.
-  absl::StatusOr<bool> SyncOrphan(uint64_t ino);
+  // `tag`: the request it is done for, if any (RequestContext::tag).
+  absl::StatusOr<bool> SyncOrphan(uint64_t ino, RequestTag* tag = nullptr);
   // Counts an open of `ino` by the client, re-creating its session if it
   // ended since the request came in (ResourceExhausted while it is ending).
   absl::Status CountOpen(const RequestContext& ctx, uint64_t ino, uint64_t handle);
   // Writes the session record of `client_id`; when that fails, returns the
   // error and remembers the session for the next maintenance round.
-  absl::Status RecordSession(uint64_t client_id, const std::string& client_name);
+  absl::Status RecordSession(uint64_t client_id, const std::string& client_name,
+                             RequestTag* tag = nullptr);
   // Applies `change` to the locks of `ino` and writes the result to the
-  // metadata store when it changed anything.
-  absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change);
+  // metadata store when it changed anything (for request `tag`, if any).
+  absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change,
+                           RequestTag* tag = nullptr);
   void ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files);
   void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
                bool data_changed = false);

@@ -1,0 +1,278 @@
+// The primary's stream to the replica (proto Replication.Stream): one
+// thread connects, says hello, sends a snapshot when the replica has no
+// usable copy (checkpoint/snapshot_sender.h), then the log's records in
+// order; another reads the acknowledgements, which move the replica's
+// state (syncing, in sync) and renew the primary's lease.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/replicator.h"
+#include "checkpoint/snapshot_sender.h"
+#include "common/transport.h"
+#include "common/status_macros.h"
+#include "common/wire.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+// Writes one message, serialized here (one copy, as gRPC's own serializer
+// would make).
+bool Send(grpc::ClientReaderWriter<grpc::ByteBuffer, proto::ReplAck>* stream,
+          const proto::ReplMessage& m) {
+  grpc::Slice slice(m.ByteSizeLong());
+  m.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+  grpc::ByteBuffer bb(&slice, 1);
+  return stream->Write(bb);
+}
+
+// A ReplMessage of `records` (wire forms) and sent_ns, as a ByteBuffer:
+// records of 4 KiB or more by reference, smaller ones copied together.
+grpc::ByteBuffer RecordsMessage(const std::vector<std::shared_ptr<const std::string>>& records,
+                                int64_t sent_ns) {
+  std::vector<grpc::Slice> slices;
+  std::string small;
+  for (const auto& w : records) {
+    AppendBytesKey(proto::ReplMessage::kRecordsFieldNumber, w->size(), &small);
+    if (w->size() < 4096) {
+      small += *w;
+    } else {
+      slices.emplace_back(small);
+      small.clear();
+      slices.push_back(SharedSlice(w));
+    }
+  }
+  AppendVarintField(proto::ReplMessage::kSentNsFieldNumber, static_cast<uint64_t>(sent_ns), &small);
+  slices.emplace_back(small);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace
+
+void Replicator::StreamLoop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_ || fenced_) return;
+    }
+    const absl::Time began = options_.clock->Now();
+    absl::Status st = RunStream();
+    {
+      absl::MutexLock l(&mu_);
+      stream_up_ = false;
+      pinned_ = 0;
+      if (state_ == State::kSyncing) state_ = State::kConnecting;
+      if (!st.ok()) last_error_ = std::string(st.message());
+      if (stopping_ || fenced_) return;
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
+      if (options_.clock->Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
+      mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
+    }
+    VLOG(1) << "replication stream to " << options_.peer << " ended: " << st;
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::Status Replicator::RunStream() {
+  grpc::ClientContext ctx;
+  options_.transport.AddTo(&ctx);
+  uint64_t id;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_ || fenced_) return absl::CancelledError("stopping");
+    stream_ctx_ = &ctx;
+    id = ++stream_id_;
+    last_ack_ = options_.clock->Now();
+  }
+  struct Unregister {
+    Replicator* r;
+    ~Unregister() {
+      absl::MutexLock l(&r->mu_);
+      r->stream_ctx_ = nullptr;
+    }
+  } unregister{this};
+
+  std::unique_ptr<Stream> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, proto::ReplAck>::Create(
+          channel_.get(), *stream_method_, &ctx));
+  proto::ReplMessage hello;
+  hello.mutable_hello()->set_epoch(options_.epoch);
+  hello.mutable_hello()->set_server(options_.self);
+  *hello.mutable_hello()->mutable_identity() = options_.identity();
+  if (!Send(stream.get(), hello)) return absl::UnavailableError("replica unreachable");
+  proto::ReplAck first;
+  if (!stream->Read(&first)) {
+    grpc::Status s = stream->Finish();
+    return absl::UnavailableError(absl::StrCat("replica refused the stream: ", s.error_message()));
+  }
+  if (!first.error().empty()) {
+    bool again;  // the same refusal as last time: once in the log is enough
+    {
+      absl::MutexLock l(&mu_);
+      again = last_error_ == first.error();
+    }
+    if (!again) {
+      LOG(WARNING) << "replica " << options_.peer << " refused the stream: " << first.error();
+    }
+    stream->WritesDone();
+    stream->Finish();
+    return absl::FailedPreconditionError(first.error());
+  }
+  const proto::ReplHello& rh = first.hello();
+  uint64_t next;
+  bool resume;
+  {
+    absl::MutexLock l(&mu_);
+    const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+    resume = rh.epoch() == options_.epoch && rh.applied_seq() <= head_ &&
+             rh.applied_seq() + 1 >= first_kept;
+    if (resume) {
+      next = rh.applied_seq() + 1;
+      acked_ = std::max(acked_, rh.applied_seq());
+      pinned_ = next;
+      if (!must_wait_) state_ = State::kSyncing;
+    } else {
+      if (must_wait_) {
+        // Writers still count on this replica; it must first be given up
+        // with the witness's word (WitnessLoop) before it is rebuilt.
+        return absl::UnavailableError("replica lost its state; degrading first");
+      }
+      state_ = State::kSyncing;
+      acked_ = 0;
+    }
+    stream_up_ = true;
+  }
+  if (resume) {
+    LOG(INFO) << "replica " << options_.peer << " resumes at change " << next << " of epoch "
+              << options_.epoch;
+    proto::ReplMessage m;
+    m.mutable_hello()->set_epoch(options_.epoch);
+    m.mutable_hello()->set_start_seq(next);
+    if (!Send(stream.get(), m)) return absl::UnavailableError("stream broken");
+  } else {
+    LOG(INFO) << "replica " << options_.peer << " (epoch " << rh.epoch() << ", change "
+              << rh.applied_seq() << ") gets a snapshot of epoch " << options_.epoch;
+    RETURN_IF_ERROR(SendSnapshot(stream.get(), &next));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    sent_ = next - 1;
+  }
+
+  std::thread acks([this, s = stream.get(), id] { AckLoop(s, id); });
+  absl::Status result;
+  // Ships records as they come; an empty message every 100 ms is the
+  // heartbeat that keeps the replica from claiming the epoch.
+  for (;;) {
+    std::vector<std::shared_ptr<const std::string>> batch;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this, next]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || fenced_ || !stream_up_ || head_ >= next;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+      if (stopping_ || fenced_ || !stream_up_) break;
+      const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+      if (first_kept > next) {
+        result = absl::ResourceExhaustedError("the replica fell behind the kept log");
+        LOG(WARNING) << "replica " << options_.peer << " needs change " << next
+                     << " but the log starts at " << first_kept << ": new snapshot";
+        break;
+      }
+      uint64_t bytes = 0;
+      if (!log_.empty()) {
+        for (size_t i = next - log_.front().seq; i < log_.size(); ++i) {
+          if (bytes > 0 && bytes + log_[i].bytes > options_.max_message_bytes) break;
+          bytes += log_[i].bytes;
+          batch.push_back(log_[i].wire);
+        }
+      }
+      pinned_ = next;
+    }
+    grpc::ByteBuffer m = RecordsMessage(batch, options_.clock->NowNanos());
+    if (!stream->Write(m)) {
+      result = absl::UnavailableError("stream to the replica broken");
+      break;
+    }
+    next += batch.size();
+    absl::MutexLock l(&mu_);
+    sent_ = next - 1;
+  }
+  ctx.TryCancel();
+  acks.join();
+  grpc::Status s = stream->Finish();
+  {
+    absl::MutexLock l(&mu_);
+    stream_up_ = false;
+  }
+  if (result.ok() && !s.ok()) result = absl::UnavailableError(s.error_message());
+  LOG(WARNING) << "replication stream to " << options_.peer << " ended: " << result;
+  return result;
+}
+
+absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
+  SnapshotOptions so;
+  so.data_dir = options_.data_dir;
+  so.epoch = options_.epoch;
+  so.chunk_size = options_.chunk_size;
+  so.capacity_bytes = options_.capacity_bytes;
+  so.max_message_bytes = options_.max_message_bytes;
+  so.checkpoint = options_.checkpoint;
+  so.clock = options_.clock;
+  so.peer = options_.peer;
+  auto pin = [this](uint64_t cut) {
+    absl::MutexLock l(&mu_);
+    pinned_ = cut + 1;  // the log keeps what follows the cut
+  };
+  return grantfs::SendSnapshot(
+      so, [stream](const proto::ReplMessage& m) { return Send(stream, m); }, pin, start_seq);
+}
+
+bool Replicator::CaughtUp() {
+  if (head_ - acked_ > 256) return false;
+  // Records the replica still needs but the log dropped never come: the
+  // stream ends for a new snapshot.
+  const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
+  if (first_kept > acked_ + 1) return false;
+  return LagBytes() <= 16ull << 20;
+}
+
+uint64_t Replicator::LagBytes() {
+  uint64_t lag = 0;
+  for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
+  return lag;
+}
+
+void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
+  proto::ReplAck ack;
+  while (stream->Read(&ack)) {
+    absl::MutexLock l(&mu_);
+    if (!ack.error().empty()) {
+      LOG(WARNING) << "replica " << options_.peer << ": " << ack.error();
+      last_error_ = ack.error();
+      break;
+    }
+    last_ack_ = options_.clock->Now();
+    if (ack.echo_sent_ns() != 0) {
+      lease_replica_ = std::max(lease_replica_, absl::FromUnixNanos(ack.echo_sent_ns()));
+    }
+    if (ack.applied_seq() > acked_) acked_ = ack.applied_seq();
+    if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
+      // Caught up: from the next change on, writers wait for the replica.
+      // The witness hears "in sync" once everything up to here is acked.
+      must_wait_ = true;
+      sync_from_ = head_ + 1;
+      LOG(INFO) << "replica " << options_.peer << " caught up at change " << acked_
+                << "; replication is synchronous from change " << sync_from_;
+    }
+    ack.Clear();
+  }
+  absl::MutexLock l(&mu_);
+  if (stream_id_ == stream_id) stream_up_ = false;
+}
+
+}  // namespace grantfs

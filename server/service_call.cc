@@ -1,0 +1,74 @@
+#include "server/service_call.h"
+
+#include <string>
+
+#include "common/transport.h"
+
+namespace grantfs {
+namespace service_call {
+
+Once::Once(Volume* volume, const proto::RequestHeader& header) : volume_(volume) {
+  tag_.client_id = header.client_id();
+  tag_.seq = header.seq();
+  if (tag_.client_id == 0 || tag_.seq == 0) return;  // no session: nothing to match
+  entered_ = volume_->in_flight().Enter(tag_.client_id, tag_.seq, absl::Seconds(20));
+  if (!entered_) return;
+  absl::StatusOr<std::optional<proto::DedupeRecord>> r =
+      volume_->meta().sessions().FindDedupe(tag_.client_id, tag_.seq);
+  if (!r.ok()) {
+    error_ = r.status();
+    return;
+  }
+  prior_ = *r;
+  if (!prior_) {
+    tagging_ = true;
+  } else {
+    // The first attempt's change may still be on its way to the replica
+    // (its reply was lost when the wait gave up): acknowledge the retry
+    // only once it is replicated.
+    error_ = volume_->meta().store().WaitReplicatedAll();
+  }
+}
+
+Once::~Once() {
+  if (entered_) volume_->in_flight().Leave(tag_.client_id, tag_.seq);
+}
+
+grpc::Status Once::busy() const {
+  if (tag_.client_id == 0 || tag_.seq == 0 || entered_) return grpc::Status::OK;
+  LOG(WARNING) << "request " << tag_.client_id << "/" << tag_.seq
+               << " is still running; asking the client to retry";
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "an earlier attempt is still running");
+}
+
+absl::Status PriorOk(const proto::DedupeRecord&, const RequestContext&) { return absl::OkStatus(); }
+
+}  // namespace service_call
+
+grpc::Status GrantFsService::Gate() {
+  std::string why;
+  if (options_.server_role != nullptr && !options_.server_role->Serving(&why)) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary: " + why);
+  }
+  if (volume_ == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary");
+  return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::Authenticate(Ctx* ctx, int kinds) {
+  return options_.transport.Authorize(*ctx, kinds, "server");
+}
+
+grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
+                                   RequestContext* rc) {
+  if (grpc::Status auth = Authenticate(ctx); !auth.ok()) return auth;
+  rc->client_id = header.client_id();
+  rc->caller.uid = header.creds().uid();
+  rc->caller.gid = header.creds().gid();
+  rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
+  if (absl::Status s = volume_->Touch(rc->client_id); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace grantfs

@@ -1,0 +1,330 @@
+// GrantFsService's file-system handlers, one per POSIX operation the mount
+// sends: names (lookup, create, link, remove, rename, readdir), files (open,
+// read, write, fsync, fallocate, space grants, statfs), extended attributes
+// and file locks. Each is one Serve call, or ServeOnce for a call that
+// changes something (server/service_call.h), over one Volume call.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <utility>
+
+#include "common/errno_status.h"
+#include "server/service.h"
+#include "server/service_call.h"
+
+namespace grantfs {
+namespace {
+
+using service_call::PriorAttr;
+using service_call::PriorOk;
+
+FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
+  FileLock l;
+  l.type = static_cast<FileLock::Type>(std::min<uint32_t>(req.range().type(), 3));
+  l.start = req.range().start();
+  l.end = req.range().end();
+  l.pid = req.range().pid();
+  l.owner = {client_id, req.owner()};
+  l.flock = req.flock();
+  return l;
+}
+
+}  // namespace
+
+grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
+                                    proto::AttrReply* reply) {
+  return Serve("Lookup", ctx, req, reply, {req->parent()}, [&](const RequestContext& rc) {
+    auto r = volume_->Lookup(rc, req->parent(), req->name());
+    if (r.ok()) *reply->mutable_attr() = *r;
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
+                                     proto::AttrReply* reply) {
+  return Serve("GetAttr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetAttr(rc, req->ino());
+    if (r.ok()) *reply->mutable_attr() = *r;
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::SetAttr(Ctx* ctx, const proto::SetAttrRequest* req,
+                                     proto::AttrReply* reply) {
+  return ServeOnce(
+      "SetAttr", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->SetAttr(rc, *req);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
+                                   proto::AttrReply* reply) {
+  return ServeOnce(
+      "MkNod", ctx, req, reply, {req->parent()},
+      [&](const proto::DedupeRecord& prior, const RequestContext&) {
+        // A recorded first attempt made the inode (finding a name records
+        // nothing); the record holds its number.
+        reply->set_created(true);
+        return PriorAttr(volume_, prior.value(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        bool created = false;
+        auto r = volume_->MkNod(rc, *req, &created);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        reply->set_created(created);
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::Symlink(Ctx* ctx, const proto::SymlinkRequest* req,
+                                     proto::AttrReply* reply) {
+  return ServeOnce(
+      "Symlink", ctx, req, reply, {req->parent()},
+      [&](const proto::DedupeRecord& prior, const RequestContext&) {
+        return PriorAttr(volume_, prior.value(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
+                                  proto::AttrReply* reply) {
+  return ServeOnce(
+      "Link", ctx, req, reply, {req->ino(), req->new_parent()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
+                                    proto::ErrReply* reply) {
+  return ServeOnce("Remove", ctx, req, reply, {req->parent()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->Remove(rc, req->parent(), req->name(), req->is_dir(),
+                                            req->expected_ino());
+                   });
+}
+
+grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
+                                    proto::ErrReply* reply) {
+  return ServeOnce("Rename", ctx, req, reply, {req->parent(), req->new_parent()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->Rename(rc, *req);
+                   });
+}
+
+grpc::Status GrantFsService::ReadLink(Ctx* ctx, const proto::ReadLinkRequest* req,
+                                      proto::ReadLinkReply* reply) {
+  return Serve("ReadLink", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->ReadLink(rc, req->ino());
+    if (r.ok()) reply->set_target(*r);
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
+                                     proto::ReadDirReply* reply) {
+  return Serve("ReadDir", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
+    if (!s.ok()) reply->clear_entries();
+    return s;
+  });
+}
+
+grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
+                                  proto::OpenReply* reply) {
+  return ServeOnce("Open", ctx, req, reply, {req->ino()}, nullptr,
+                   [&](const RequestContext& rc, const proto::DedupeRecord* prior) {
+                     // A resent open(O_TRUNC) whose first attempt truncated
+                     // must not cut what was written since; the open itself
+                     // counts once by its handle.
+                     const uint32_t flags = prior ? req->flags() & ~O_TRUNC : req->flags();
+                     auto r = volume_->Open(rc, req->ino(), flags, req->handle(), req->created());
+                     if (r.ok()) *reply->mutable_attr() = *r;
+                     return r.status();
+                   });
+}
+
+grpc::Status GrantFsService::Release(Ctx* ctx, const proto::ReleaseRequest* req,
+                                     proto::ErrReply* reply) {
+  return Serve("Release", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    return volume_->Release(rc, req->ino(), req->handle());
+  });
+}
+
+grpc::Status GrantFsService::Read(Ctx* ctx, const proto::ReadRequest* req,
+                                  proto::ReadReply* reply) {
+  return Serve("Read", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->Read(rc, req->ino(), req->offset(), req->size());
+    if (r.ok()) *reply->mutable_data() = std::move(*r);
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
+                                   proto::WriteReply* reply) {
+  auto grant_now = [&](const RequestContext& rc) {
+    if (req->from_grant()) {
+      reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(rc.client_id)));
+    }
+  };
+  return ServeOnce(
+      "Write", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
+        // Applied before: the same grant use, the file's attributes now.
+        reply->set_grant_used_bytes(prior.value());
+        grant_now(rc);
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        uint64_t grant_used = 0;
+        FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
+        auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
+                                req->from_grant(), &grant_used);
+        if (r.ok()) *reply->mutable_attr() = *r;
+        reply->set_grant_used_bytes(grant_used);
+        grant_now(rc);
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
+                                   proto::GrantReply* reply) {
+  return ServeOnce(
+      "Grant", ctx, req, reply, {},
+      [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
+        reply->set_granted_bytes(SpaceLedger::Bytes(prior.value()));
+        reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(rc.client_id)));
+        return absl::OkStatus();
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        uint64_t added = 0;
+        auto r = volume_->Grant(rc, req->wanted_bytes(), req->return_bytes(), &added);
+        if (r.ok()) {
+          reply->set_grant_bytes(*r);
+          reply->set_granted_bytes(added);
+        }
+        SpaceInfo s = volume_->Space();
+        const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+        reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::Fsync(Ctx* ctx, const proto::FsyncRequest* req,
+                                   proto::ErrReply* reply) {
+  return Serve("Fsync", ctx, req, reply, {req->ino()},
+               [&](const RequestContext& rc) { return volume_->Fsync(rc, req->ino()); });
+}
+
+grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* req,
+                                       proto::AttrReply* reply) {
+  return ServeOnce(
+      "Fallocate", ctx, req, reply, {req->ino()},
+      [&](const proto::DedupeRecord&, const RequestContext&) {
+        return PriorAttr(volume_, req->ino(), reply);
+      },
+      [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        auto r = volume_->Fallocate(rc, req->ino(), req->mode(), req->offset(), req->length());
+        if (r.ok()) *reply->mutable_attr() = *r;
+        return r.status();
+      });
+}
+
+grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
+                                    proto::StatFsReply* reply) {
+  return Serve("StatFs", ctx, req, reply, {}, [&](const RequestContext&) {
+    SpaceInfo s = volume_->Space();
+    reply->set_block_size(kBlockSize);
+    reply->set_capacity_bytes(s.capacity_bytes);
+    reply->set_used_bytes(s.used_bytes);
+    // Available = what a new grant could get: nothing granted to any session
+    // or held by a write in progress counts as free.
+    const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+    reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+    reply->set_inodes(s.inodes);
+    reply->set_name_max(255);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status GrantFsService::SetXattr(Ctx* ctx, const proto::SetXattrRequest* req,
+                                      proto::ErrReply* reply) {
+  return ServeOnce("SetXattr", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->SetXattr(rc, req->ino(), req->name(), req->value(),
+                                              req->flags());
+                   });
+}
+
+grpc::Status GrantFsService::GetXattr(Ctx* ctx, const proto::GetXattrRequest* req,
+                                      proto::GetXattrReply* reply) {
+  return Serve("GetXattr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetXattr(rc, req->ino(), req->name());
+    if (r.ok()) reply->set_value(*r);
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::ListXattr(Ctx* ctx, const proto::ListXattrRequest* req,
+                                       proto::ListXattrReply* reply) {
+  return Serve("ListXattr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->ListXattr(rc, req->ino());
+    if (r.ok()) {
+      for (auto& n : *r) reply->add_names(n);
+    }
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::RemoveXattr(Ctx* ctx, const proto::RemoveXattrRequest* req,
+                                         proto::ErrReply* reply) {
+  return ServeOnce("RemoveXattr", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->RemoveXattr(rc, req->ino(), req->name());
+                   });
+}
+
+grpc::Status GrantFsService::GetLock(Ctx* ctx, const proto::LockRequest* req,
+                                     proto::GetLockReply* reply) {
+  return Serve("GetLock", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    auto r = volume_->GetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
+    if (r.ok()) {
+      proto::LockRange* c = reply->mutable_conflict();
+      c->set_type(r->type);
+      c->set_start(r->start);
+      c->set_end(r->end);
+      c->set_pid(r->pid);
+    }
+    return r.status();
+  });
+}
+
+grpc::Status GrantFsService::SetLock(Ctx* ctx, const proto::LockRequest* req,
+                                     proto::ErrReply* reply) {
+  // A resent lock or unlock is harmless to apply again, but one whose first
+  // attempt changed the locks must not be answered before that change is
+  // replicated (Once waits for it).
+  return ServeOnce("SetLock", ctx, req, reply, {req->ino()}, PriorOk,
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
+                     return volume_->SetLock(rc, req->ino(), ToFileLock(*req, rc.client_id));
+                   });
+}
+
+}  // namespace grantfs
