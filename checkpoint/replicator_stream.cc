@@ -11,8 +11,8 @@
 #include "absl/time/clock.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/snapshot_sender.h"
-#include "common/transport.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "common/wire.h"
 #include "glog/logging.h"
 
