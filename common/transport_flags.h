@@ -4,6 +4,8 @@
 //   --identity=NAME    which certificate in DIR (default: the program's own,
 //                      "server", "node" or "admin")
 //   --insecure         no TLS, no authentication: a warning at every start
+//                      (also GRANTFS_INSECURE=1 in the environment, for
+//                      benchmarks that compare; warned the same)
 //   --secret_file=F    the cluster secret, also required of callers
 #ifndef GRANTFS_COMMON_TRANSPORT_FLAGS_H_
 #define GRANTFS_COMMON_TRANSPORT_FLAGS_H_

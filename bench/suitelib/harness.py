@@ -42,8 +42,10 @@ class Harness:
     def __init__(self, build, workdir, progress):
         self.build = build
         self.progress = progress
-        # Every process runs with TLS and these certificates (tests/kit/keys.py).
-        use_cluster_keys(build)
+        # Every process runs with TLS and these certificates (tests/kit/keys.py),
+        # unless the suite runs --insecure (GRANTFS_INSECURE=1).
+        if os.environ.get("GRANTFS_INSECURE") != "1":
+            use_cluster_keys(build)
         self.base = tempfile.mkdtemp(prefix="grantfs-bench.", dir=workdir)
         os.chmod(self.base, 0o755)
         self._procs = []  # every Proc started, in order

@@ -126,6 +126,8 @@ def machine_facts(workdir, repo):
         ("disk under the work directory", f"{workdir}: {_disk(workdir)}"),
         ("load average at start (1, 5, 15 min)", _load()),
         ("GrantFS commit", commit),
+        ("transport", "plain gRPC (--insecure: GRANTFS_INSECURE=1)"
+         if os.environ.get("GRANTFS_INSECURE") == "1" else "TLS, mutual (docs/security.md)"),
         ("gcc, dbench", f"{gcc}, {dbench}"),
     ]
 
