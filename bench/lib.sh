@@ -13,7 +13,7 @@ bench_init() {
 }
 bench_keys() {
   [ -n "${GRANTFS_TLS_DIR:-}" ] && return 0
-  "$1/client/grantfsctl" init --tls_dir="$W/keys" >/dev/null || return 1
+  "$1/client/grantfsctl" init --tls_dir="$W/keys" --node_options=root >/dev/null || return 1
   export GRANTFS_TLS_DIR="$W/keys"
 }
 bench_cleanup() {

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/pki.h"
+#include "common/transport.h"
 
 namespace grantfs {
 namespace {
@@ -92,8 +93,9 @@ absl::StatusOr<std::vector<std::string>> MakeClusterKeys(const ClusterKeysOption
   for (const auto& [file, cn] : certs) {
     if (Exists(dir + file + ".crt")) continue;
     // A little in the past: clocks of the nodes may lag this one's.
-    absl::StatusOr<CertAndKey> made =
-        IssueCertificate(ca, cn, now - absl::Minutes(5), now + options.valid_for);
+    const bool node = PeerKindOf(cn) == kNodePeer;
+    absl::StatusOr<CertAndKey> made = IssueCertificate(
+        ca, cn, now - absl::Minutes(5), now + options.valid_for, node ? options.node_options : "");
     if (!made.ok()) return made.status();
     if (absl::Status s = WriteFile(dir + file + ".key", made->key_pem, 0600); !s.ok()) return s;
     if (absl::Status s = WriteFile(dir + file + ".crt", made->cert_pem, 0644); !s.ok()) return s;

@@ -3,7 +3,8 @@
 //   ca.crt, ca.key          the cluster's CA (ca.key signs; keep it where
 //                           init runs, copy it nowhere else)
 //   server.crt, .key        a certificate every server may use ("server:cluster")
-//   node.crt, .key          one every mount may use ("node:default")
+//   node.crt, .key          one every mount may use ("node:default"; with
+//                           --node_options, e.g. "root": not root-squashed)
 //   admin.crt, .key         grantfsctl's ("admin:admin")
 //   server-NAME.*, node-NAME.*, admin-NAME.*
 //                           one per name given with --servers, --nodes, --admins
@@ -26,6 +27,10 @@ struct ClusterKeysOptions {
   std::vector<std::string> servers, nodes, admins;  // extra names
   // Validity of the certificates made now (the CA: ten years).
   absl::Duration valid_for = absl::Hours(24 * 825);
+  // Options of the node certificates made now ("root", "ro", "anon":
+  // common/transport.h CallerPolicy); "" = none: root squashed, read-write,
+  // the node's uids trusted.
+  std::string node_options;
 };
 
 // Makes what is missing in options.dir; returns the files it wrote.

@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, server, "127.0.0.1:7420",
 ABSL_FLAG(std::string, servers, "", "init: names of servers to make certificates for too");
 ABSL_FLAG(std::string, nodes, "", "init: names of nodes to make certificates for too");
 ABSL_FLAG(std::string, admins, "", "init: names of admins to make certificates for too");
+ABSL_FLAG(std::string, node_options, "",
+          "init: options of the node certificates made now: root (no root squash), ro "
+          "(read-only), anon (every caller is nobody); docs/security.md");
 ABSL_FLAG(int, valid_days, 825,
           "init: days the certificates made now are valid (0: they expire at once)");
 ABSL_FLAG(std::string, data_dir, "",
@@ -216,6 +219,14 @@ int Init() {
   o.nodes = Names(absl::GetFlag(FLAGS_nodes));
   o.admins = Names(absl::GetFlag(FLAGS_admins));
   o.valid_for = absl::Hours(24) * absl::GetFlag(FLAGS_valid_days);
+  o.node_options = absl::GetFlag(FLAGS_node_options);
+  std::string unknown;
+  grantfs::ParseNodeOptions(o.node_options, &unknown);
+  if (!unknown.empty()) {
+    fprintf(stderr, "grantfsctl init: unknown --node_options: %s (root, ro, anon)\n",
+            unknown.c_str());
+    return 2;
+  }
   absl::StatusOr<std::vector<std::string>> written = grantfs::MakeClusterKeys(o);
   if (!written.ok()) {
     fprintf(stderr, "grantfsctl init: %s\n", written.status().ToString().c_str());

@@ -86,7 +86,7 @@ absl::Status AddExtension(X509* cert, X509* issuer, int nid, const std::string& 
 // not_after], not yet signed; its issuer is `issuer` (itself when null).
 absl::StatusOr<Owned<X509>> NewCertificate(EVP_PKEY* key, const std::string& common_name,
                                            absl::Time not_before, absl::Time not_after,
-                                           X509* issuer) {
+                                           X509* issuer, const std::string& options = "") {
   Owned<X509> cert(X509_new());
   if (!cert || X509_set_version(cert.get(), 2) != 1) return SslError("new certificate");
   Owned<BIGNUM> serial(BN_new());
@@ -107,6 +107,12 @@ absl::StatusOr<Owned<X509>> NewCertificate(EVP_PKEY* key, const std::string& com
                                  reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
                                  -1, 0) != 1) {
     return SslError("certificate name");
+  }
+  if (!options.empty() &&
+      X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_ASC,
+                                 reinterpret_cast<const unsigned char*>(options.c_str()), -1, -1,
+                                 0) != 1) {
+    return SslError("certificate options");
   }
   if (X509_set_issuer_name(cert.get(), issuer != nullptr ? X509_get_subject_name(issuer) : name) !=
           1 ||
@@ -144,7 +150,8 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(const std::string& common_na
 }
 
 absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::string& common_name,
-                                            absl::Time not_before, absl::Time not_after) {
+                                            absl::Time not_before, absl::Time not_after,
+                                            const std::string& options) {
   absl::StatusOr<Owned<X509>> ca_cert = CertFromPem(ca.cert_pem);
   if (!ca_cert.ok()) return ca_cert.status();
   absl::StatusOr<Owned<EVP_PKEY>> ca_key = KeyFromPem(ca.key_pem);
@@ -152,7 +159,7 @@ absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::str
   Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
   if (!key) return SslError("making an EC key");
   absl::StatusOr<Owned<X509>> cert =
-      NewCertificate(key.get(), common_name, not_before, not_after, ca_cert->get());
+      NewCertificate(key.get(), common_name, not_before, not_after, ca_cert->get(), options);
   if (!cert.ok()) return cert.status();
   X509* c = cert->get();
   const bool server = absl::StartsWith(common_name, "server:");
@@ -176,13 +183,25 @@ absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::str
   return out;
 }
 
-absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem) {
+namespace {
+
+absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid) {
   absl::StatusOr<Owned<X509>> cert = CertFromPem(cert_pem);
   if (!cert.ok()) return cert.status();
   char buf[256];
-  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert->get()), NID_commonName, buf,
-                                          sizeof(buf));
+  const int n =
+      X509_NAME_get_text_by_NID(X509_get_subject_name(cert->get()), nid, buf, sizeof(buf));
   return n < 0 ? std::string() : std::string(buf, n);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem) {
+  return SubjectField(cert_pem, NID_commonName);
+}
+
+absl::StatusOr<std::string> CertificateOptions(const std::string& cert_pem) {
+  return SubjectField(cert_pem, NID_organizationalUnitName);
 }
 
 }  // namespace grantfs

@@ -38,12 +38,16 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(const std::string& common_na
 // A certificate for `common_name` ("server:a", "node:n1", "admin:ops"),
 // signed by `ca`. Server certificates (common names "server:...") can serve
 // TLS (with the DNS name kServerTlsName) and call other servers; the others
-// can only call.
+// can only call. `options` (a node's: "root,ro", common/transport.h
+// NodePolicy) go in the subject's organizational unit, signed with the rest.
 absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::string& common_name,
-                                            absl::Time not_before, absl::Time not_after);
+                                            absl::Time not_before, absl::Time not_after,
+                                            const std::string& options = "");
 
 // The common name of a PEM certificate ("" when it has none).
 absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem);
+// The options of a PEM certificate (its organizational unit; "" when none).
+absl::StatusOr<std::string> CertificateOptions(const std::string& cert_pem);
 
 }  // namespace grantfs
 

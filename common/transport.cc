@@ -5,8 +5,10 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/errno_status.h"
 #include "common/pki.h"
 #include "glog/logging.h"
@@ -86,6 +88,56 @@ absl::StatusOr<Transport> Transport::FromPem(std::string ca_pem, std::string cer
 }
 
 int Transport::kind() const { return PeerKindOf(common_name_); }
+
+CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown) {
+  CallerPolicy p;
+  for (absl::string_view word : absl::StrSplit(options, ',', absl::SkipWhitespace())) {
+    word = absl::StripAsciiWhitespace(word);
+    if (word == "root") {
+      p.root = true;
+    } else if (word == "ro") {
+      p.read_only = true;
+    } else if (word == "anon") {
+      p.anon = true;
+    } else if (unknown != nullptr) {
+      absl::StrAppend(unknown, unknown->empty() ? "" : ",", word);
+    }
+  }
+  return p;
+}
+
+CallerPolicy Transport::PolicyOf(const grpc::ServerContext& ctx) const {
+  CallerPolicy trusted;
+  trusted.root = true;
+  if (!secure()) return trusted;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr) return CallerPolicy{};
+  std::vector<grpc::string_ref> pem = auth->FindPropertyValues("x509_pem_cert");
+  if (pem.empty()) return CallerPolicy{};
+  const std::string cert(pem[0].data(), pem[0].size());
+  {
+    absl::MutexLock l(&policies_->mu);
+    auto it = policies_->by_cert.find(cert);
+    if (it != policies_->by_cert.end()) return it->second;
+  }
+  CallerPolicy p;  // what cannot be read allows the least
+  absl::StatusOr<std::string> cn = CertificateCommonName(cert);
+  absl::StatusOr<std::string> options = CertificateOptions(cert);
+  if (cn.ok() && PeerKindOf(*cn) == kAdminPeer) {
+    p = trusted;
+  } else if (options.ok()) {
+    std::string unknown;
+    p = ParseNodeOptions(*options, &unknown);
+    if (!unknown.empty()) {
+      LOG(WARNING) << "the certificate of \"" << (cn.ok() ? *cn : "?")
+                   << "\" names options this server does not know, ignored: " << unknown;
+    }
+  }
+  absl::MutexLock l(&policies_->mu);
+  if (policies_->by_cert.size() >= 4096) policies_->by_cert.clear();  // a bound, not an LRU
+  policies_->by_cert[cert] = p;
+  return p;
+}
 
 std::shared_ptr<grpc::Channel> Transport::Connect(const std::string& address,
                                                   grpc::ChannelArguments args) const {

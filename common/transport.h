@@ -16,10 +16,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace grantfs {
 
@@ -29,6 +33,23 @@ enum PeerKind : int {
   kNodePeer = 2,    // "node:NAME"
   kAdminPeer = 4,   // "admin:NAME"
 };
+
+// What a caller may do with the file system, from its certificate. A node's
+// certificate names its options (common/pki.h, `grantfsctl init
+// --node_options`): "root" (its root is root; without it uid 0 and gid 0
+// become nobody, 65534: root squash), "ro" (read-only: changes get EROFS),
+// "anon" (every caller on it is nobody: its uids are not trusted). Admins,
+// and every caller of an insecure transport, get "root".
+struct CallerPolicy {
+  bool root = false;
+  bool read_only = false;
+  bool anon = false;
+};
+inline constexpr uint32_t kNobody = 65534;
+
+// The policy of `options` ("root,ro"); unknown words are listed in
+// *unknown (if given) and ignored.
+CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown = nullptr);
 
 class Transport {
  public:
@@ -67,10 +88,20 @@ class Transport {
   // The caller's certificate common name ("" on an insecure channel).
   static std::string PeerName(const grpc::ServerContext& ctx);
 
+  // What the caller of `ctx` may do (call after Authorize).
+  CallerPolicy PolicyOf(const grpc::ServerContext& ctx) const;
+
  private:
+  // Policies by certificate (the PEM text), parsed once.
+  struct PolicyCache {
+    absl::Mutex mu;
+    std::map<std::string, CallerPolicy> by_cert ABSL_GUARDED_BY(mu);
+  };
+
   std::string secret_;
   std::string ca_pem_, cert_pem_, key_pem_;
   std::string common_name_;
+  std::shared_ptr<PolicyCache> policies_ = std::make_shared<PolicyCache>();
 };
 
 // The kind of a certificate's common name (0: none of them).

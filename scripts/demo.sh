@@ -41,7 +41,8 @@ stop >/dev/null 2>&1 || true
 # and grantfsctl runs with TLS and a certificate, and finds them through
 # GRANTFS_TLS_DIR (docs/security.md).
 export GRANTFS_TLS_DIR="$DATA/keys"
-"$BIN/client/grantfsctl" init >/dev/null
+# The demo's nodes act as root: their certificate keeps root (no root squash).
+"$BIN/client/grantfsctl" init --node_options=root >/dev/null
 "$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" \
   >"$DATA/witness.log" 2>&1 &
 echo $! >"$DATA/witness.pid"

@@ -1,5 +1,6 @@
 #include "server/service_call.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/transport.h"
@@ -65,6 +66,19 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   rc->caller.uid = header.creds().uid();
   rc->caller.gid = header.creds().gid();
   rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
+  // What the caller's certificate allows: ids as reported, root squashed
+  // to nobody, or nobody whatever it reports; read-only or not.
+  const CallerPolicy policy = options_.transport.PolicyOf(*ctx);
+  if (policy.anon) {
+    rc->caller.uid = rc->caller.gid = kNobody;
+    rc->caller.groups.clear();
+  } else if (!policy.root) {
+    if (rc->caller.uid == 0) rc->caller.uid = kNobody;
+    if (rc->caller.gid == 0) rc->caller.gid = kNobody;
+    rc->caller.groups.erase(std::remove(rc->caller.groups.begin(), rc->caller.groups.end(), 0u),
+                            rc->caller.groups.end());
+  }
+  rc->read_only = policy.read_only;
   if (absl::Status s = volume_->Touch(rc->client_id); !s.ok()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
   }

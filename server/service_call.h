@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "absl/status/status.h"
@@ -150,6 +151,11 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
   std::optional<service_call::Once> once;
   grpc::Status busy;
   grpc::Status st = Serve(op, ctx, req, reply, inos, [&](const RequestContext& rc) -> absl::Status {
+    // A read-only node changes nothing; Open and SetLock change only what
+    // a reader may (Open checks its flags itself).
+    if (rc.read_only && std::string_view(op) != "Open" && std::string_view(op) != "SetLock") {
+      return ErrnoStatus(EROFS, "a read-only node");
+    }
     once.emplace(volume_, req->header());
     if (busy = once->busy(); !busy.ok()) return absl::OkStatus();
     if (!once->error().ok()) return once->error();

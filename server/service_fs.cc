@@ -155,6 +155,9 @@ grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
                      // must not cut what was written since; the open itself
                      // counts once by its handle.
                      const uint32_t flags = prior ? req->flags() & ~O_TRUNC : req->flags();
+                     if (rc.read_only && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC))) {
+                       return ErrnoStatus(EROFS, "open for writing on a read-only node");
+                     }
                      auto r = volume_->Open(rc, req->ino(), flags, req->handle(), req->created());
                      if (r.ok()) *reply->mutable_attr() = *r;
                      return r.status();

@@ -2,6 +2,7 @@
 // client gets a precise errno (or UNAUTHENTICATED), never a crash.
 #include "server/service.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <stdlib.h>
 
@@ -156,6 +157,127 @@ TEST(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
   proto::StatusReply status;
   EXPECT_EQ(plain->Status(ctx().get(), proto::StatusRequest(), &status).error_code(),
             StatusCode::UNAVAILABLE);
+  server->Shutdown();
+  volume.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// What a node's certificate options do to its calls: without "root", uid 0
+// is nobody (root squash); "anon" makes every caller nobody; "ro" refuses
+// changes and opens for writing with EROFS but lets reads through.
+TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
+  char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::filesystem::create_directory(dir + "/vol");
+  VolumeOptions vo;
+  vo.dir = dir + "/vol";
+  vo.capacity_bytes = 64 << 20;
+  vo.background = false;
+  std::unique_ptr<Volume> volume = *Volume::Open(vo);
+  const absl::Time from = absl::Now() - absl::Hours(1), to = absl::Now() + absl::Hours(1);
+  ASSERT_OK_AND_ASSIGN(CertAndKey ca, MakeCertificateAuthority("test CA", from, to));
+  const auto transport = [&](const std::string& cn, const std::string& options) {
+    absl::StatusOr<CertAndKey> c = IssueCertificate(ca, cn, from, to, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Transport> t = Transport::FromPem(ca.cert_pem, c->cert_pem, c->key_pem, "");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  };
+  ServiceOptions so;
+  so.transport = transport("server:a", "");
+  GrantFsService service(volume.get(), so);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port);
+  b.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  ASSERT_NE(port, 0);
+  const auto stub = [&](const std::string& cn, const std::string& options) {
+    return proto::GrantFs::NewStub(
+        transport(cn, options)
+            .Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
+  };
+  const auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return c;
+  };
+  // MkNod in `parent` as (uid, gid); returns reply.err() and the owner.
+  const auto mknod = [&](proto::GrantFs::Stub* s, uint64_t parent, const std::string& name,
+                         uint32_t uid, uint32_t mode = S_IFREG | 0644) {
+    proto::MkNodRequest req;
+    req.mutable_header()->mutable_creds()->set_uid(uid);
+    req.mutable_header()->mutable_creds()->set_gid(uid);
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(mode);
+    req.set_exclusive(true);
+    proto::AttrReply reply;
+    EXPECT_TRUE(s->MkNod(ctx().get(), req, &reply).ok());
+    return std::make_pair(static_cast<int>(reply.err()), reply.attr());
+  };
+  auto trusted = stub("node:t", "root");
+  // A directory everyone may write in, and one only uid 1000 may.
+  auto [err, open_dir] = mknod(trusted.get(), kRootIno, "open", 0, S_IFDIR | 0777);
+  ASSERT_EQ(err, 0);
+  auto [err2, user_dir] = mknod(trusted.get(), kRootIno, "user", 0, S_IFDIR | 0755);
+  ASSERT_EQ(err2, 0);
+  proto::SetAttrRequest chown;
+  chown.set_ino(user_dir.ino());
+  chown.set_valid(proto::SetAttrRequest::UID | proto::SetAttrRequest::GID);
+  chown.set_uid(1000);
+  chown.set_gid(1000);
+  proto::AttrReply chowned;
+  ASSERT_TRUE(trusted->SetAttr(ctx().get(), chown, &chowned).ok());
+  ASSERT_EQ(chowned.err(), 0);
+
+  // Root squash: root of a node without "root" is nobody.
+  auto squashed = stub("node:s", "");
+  EXPECT_EQ(mknod(squashed.get(), kRootIno, "by-root", 0).first, EACCES);
+  auto [err3, made] = mknod(squashed.get(), open_dir.ino(), "by-root", 0);
+  ASSERT_EQ(err3, 0);
+  EXPECT_EQ(made.uid(), kNobody);
+  EXPECT_EQ(made.gid(), kNobody);
+  EXPECT_EQ(mknod(squashed.get(), user_dir.ino(), "by-1000", 1000).first, 0);  // ids trusted
+  // anon: whoever calls is nobody.
+  auto anon = stub("node:a", "anon");
+  EXPECT_EQ(mknod(anon.get(), user_dir.ino(), "anon-1000", 1000).first, EACCES);
+  auto [err4, by_anon] = mknod(anon.get(), open_dir.ino(), "anon", 1000);
+  ASSERT_EQ(err4, 0);
+  EXPECT_EQ(by_anon.uid(), kNobody);
+  // ro: no change, no open for writing; reads work.
+  auto ro = stub("node:r", "root,ro");
+  EXPECT_EQ(mknod(ro.get(), open_dir.ino(), "ro", 0).first, EROFS);
+  // Opens belong to a session.
+  proto::OpenSessionRequest session;
+  session.set_client_name("ro");
+  proto::OpenSessionReply sessioned;
+  ASSERT_TRUE(ro->OpenSession(ctx().get(), session, &sessioned).ok());
+  ASSERT_EQ(sessioned.err(), 0);
+  proto::OpenRequest open;
+  open.mutable_header()->set_client_id(sessioned.client_id());
+  open.mutable_header()->set_seq(1);
+  open.set_ino(made.ino());
+  open.set_handle(1);
+  open.set_flags(O_RDONLY);
+  proto::OpenReply opened;
+  grpc::Status st = ro->Open(ctx().get(), open, &opened);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(opened.err(), 0);
+  for (uint32_t flags : {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC}) {
+    open.set_flags(flags);
+    open.set_handle(open.handle() + 1);
+    open.mutable_header()->set_seq(open.header().seq() + 1);
+    st = ro->Open(ctx().get(), open, &opened);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(opened.err(), EROFS) << flags;
+  }
+  proto::LookupRequest lookup;
+  lookup.set_parent(open_dir.ino());
+  lookup.set_name("by-root");
+  proto::AttrReply found;
+  ASSERT_TRUE(ro->Lookup(ctx().get(), lookup, &found).ok());
+  EXPECT_EQ(found.err(), 0);
   server->Shutdown();
   volume.reset();
   std::filesystem::remove_all(dir);

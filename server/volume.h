@@ -103,6 +103,9 @@ struct VolumeOptions {
 struct RequestContext {
   uint64_t client_id = 0;
   Caller caller;
+  // The caller's node is read-only (common/transport.h CallerPolicy):
+  // changes get EROFS.
+  bool read_only = false;
   // The request's exactly-once tag (server/dedupe.h): every change of the
   // metadata store made for the request gets it. Null: the changes record
   // nothing (no session, a request that changes nothing, or a retry whose

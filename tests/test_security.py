@@ -125,3 +125,60 @@ def test_another_cas_or_an_expired_certificate_is_refused(cluster, tmp_base):
     assert r.returncode == 0 and f"wrote {mine}/admin-new.crt" in r.stdout, r.stdout
     r = run(ctl_argv(cluster.server.addr, f"--tls_dir={mine}", "--identity=admin-new", "status"))
     assert r.returncode == 0, r.stderr
+
+
+def test_root_squash_and_read_only_nodes(cluster, tmp_base):
+    """A node certificate without "root" maps root to nobody (65534); one
+    with "ro" can read but not change (EROFS)."""
+    keys = os.path.join(tmp_base, "keys-copy")
+    shutil.copytree(os.environ["GRANTFS_TLS_DIR"], keys)
+    assert run([CTL_BIN, "init", f"--tls_dir={keys}", "--nodes=sq"]).returncode == 0
+    r = run([CTL_BIN, "init", f"--tls_dir={keys}", "--nodes=reader", "--node_options=root,ro"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run([CTL_BIN, "init", f"--tls_dir={keys}", "--nodes=x", "--node_options=root,bogus"])
+    assert r.returncode == 2 and "unknown --node_options: bogus" in r.stderr, r.stderr
+    # On the fixture's node (root kept): a directory anyone may write in.
+    shared = os.path.join(cluster.n1, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    with open(os.path.join(cluster.n1, "rootfile"), "w") as f:
+        f.write("root's")
+    sq = Mount(cluster.server.addr, os.path.join(tmp_base, "sq"),
+               [f"--tls_dir={keys}", "--identity=node-sq"])
+    ro = Mount(cluster.server.addr, os.path.join(tmp_base, "ro"),
+               [f"--tls_dir={keys}", "--identity=node-reader"])
+    sq.start()
+    ro.start()
+    try:
+        # Root on the squashed node: nobody. It cannot create in the
+        # root-owned root directory, and what it creates is nobody's.
+        try:
+            open(os.path.join(sq.path, "nope"), "w").close()
+            raise AssertionError("squashed root created a file in a root-owned directory")
+        except PermissionError:
+            pass
+        with open(os.path.join(sq.path, "shared", "mine"), "w") as f:
+            f.write("x")
+        st = os.stat(os.path.join(cluster.n1, "shared", "mine"))
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+        with open(os.path.join(sq.path, "rootfile")) as f:  # mode 0644: nobody may read
+            assert f.read() == "root's"
+        # The read-only node reads, and every change is EROFS.
+        with open(os.path.join(ro.path, "rootfile")) as f:
+            assert f.read() == "root's"
+        for change in (lambda: open(os.path.join(ro.path, "new"), "w"),
+                       lambda: open(os.path.join(ro.path, "rootfile"), "a"),
+                       lambda: os.mkdir(os.path.join(ro.path, "d")),
+                       lambda: os.unlink(os.path.join(ro.path, "rootfile")),
+                       lambda: os.chmod(os.path.join(ro.path, "rootfile"), 0o600)):
+            try:
+                change()
+                raise AssertionError("a change went through on a read-only node")
+            except OSError as e:
+                assert e.errno == 30, e  # EROFS
+        assert os.stat(os.path.join(cluster.n1, "rootfile")).st_mode & 0o777 == 0o644
+    finally:
+        sq.unmount()
+        ro.unmount()
+    with open(cluster.server.log_path) as f:
+        assert "a read-only node" in f.read()

@@ -23,7 +23,9 @@ def use_cluster_keys(build=None, extra_nodes=()):
     if d:
         return d
     d = tempfile.mkdtemp(prefix="grantfs-keys-")
-    args = [binary(CTL, build), "init", f"--tls_dir={d}"]
+    # The tests run as root on the mounts: the node certificate keeps root
+    # (no root squash); tests of squashing make their own.
+    args = [binary(CTL, build), "init", f"--tls_dir={d}", "--node_options=root"]
     if extra_nodes:
         args.append("--nodes=" + ",".join(extra_nodes))
     r = subprocess.run(args, capture_output=True, text=True, timeout=120)
