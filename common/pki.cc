@@ -55,6 +55,15 @@ absl::StatusOr<std::string> ToPem(EVP_PKEY* key) {
   return std::string(data, n);
 }
 
+// A signed certificate and its key, as PEM.
+absl::StatusOr<CertAndKey> BothAsPem(X509* cert, EVP_PKEY* key) {
+  absl::StatusOr<std::string> cert_pem = ToPem(cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  absl::StatusOr<std::string> key_pem = ToPem(key);
+  if (!key_pem.ok()) return key_pem.status();
+  return CertAndKey{*std::move(cert_pem), *std::move(key_pem)};
+}
+
 absl::StatusOr<Owned<X509>> CertFromPem(const std::string& pem) {
   Owned<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   Owned<X509> cert(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
@@ -139,14 +148,7 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(const std::string& common_na
     if (absl::Status s = AddExtension(c, c, nid, value); !s.ok()) return s;
   }
   if (X509_sign(c, key.get(), EVP_sha256()) == 0) return SslError("signing the CA certificate");
-  CertAndKey out;
-  absl::StatusOr<std::string> cert_pem = ToPem(c);
-  absl::StatusOr<std::string> key_pem = ToPem(key.get());
-  if (!cert_pem.ok()) return cert_pem.status();
-  if (!key_pem.ok()) return key_pem.status();
-  out.cert_pem = *std::move(cert_pem);
-  out.key_pem = *std::move(key_pem);
-  return out;
+  return BothAsPem(c, key.get());
 }
 
 absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::string& common_name,
@@ -173,14 +175,7 @@ absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::str
     if (absl::Status s = AddExtension(c, ca_cert->get(), nid, value); !s.ok()) return s;
   }
   if (X509_sign(c, ca_key->get(), EVP_sha256()) == 0) return SslError("signing a certificate");
-  CertAndKey out;
-  absl::StatusOr<std::string> cert_pem = ToPem(c);
-  absl::StatusOr<std::string> key_pem = ToPem(key.get());
-  if (!cert_pem.ok()) return cert_pem.status();
-  if (!key_pem.ok()) return key_pem.status();
-  out.cert_pem = *std::move(cert_pem);
-  out.key_pem = *std::move(key_pem);
-  return out;
+  return BothAsPem(c, key.get());
 }
 
 namespace {

@@ -88,42 +88,65 @@ TEST_F(ServiceTest, WrongOrMissingSecretIsUnauthenticated) {
 // With TLS, what each kind of certificate may call: mounts (node) and
 // grantfsctl (admin) the file system; only admins Switchover and Check;
 // servers none of it (they only read Status).
-TEST(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
-  char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  std::filesystem::create_directory(dir + "/vol");
-  VolumeOptions vo;
-  vo.dir = dir + "/vol";
-  vo.capacity_bytes = 64 << 20;
-  vo.background = false;
-  std::unique_ptr<Volume> volume = *Volume::Open(vo);
-  const absl::Time from = absl::Now() - absl::Hours(1), to = absl::Now() + absl::Hours(1);
-  ASSERT_OK_AND_ASSIGN(CertAndKey ca, MakeCertificateAuthority("test CA", from, to));
-  const auto transport = [&](const std::string& cn) {
-    absl::StatusOr<CertAndKey> c = IssueCertificate(ca, cn, from, to);
+// The service over TLS: a server certificate of a test CA, and stubs with
+// certificates of any kind and options from the same CA.
+class ServiceTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::filesystem::create_directory(dir_ + "/vol");
+    VolumeOptions vo;
+    vo.dir = dir_ + "/vol";
+    vo.capacity_bytes = 64 << 20;
+    vo.background = false;
+    volume_ = *Volume::Open(vo);
+    ASSERT_OK_AND_ASSIGN(ca_, MakeCertificateAuthority("test CA", from_, to_));
+    ServiceOptions so;
+    so.transport = TransportOf("server:a");
+    service_ = std::make_unique<GrantFsService>(volume_.get(), so);
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port_);
+    b.RegisterService(service_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_NE(port_, 0);
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    volume_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  Transport TransportOf(const std::string& cn, const std::string& options = "") {
+    absl::StatusOr<CertAndKey> c = IssueCertificate(ca_, cn, from_, to_, options);
     EXPECT_TRUE(c.ok()) << c.status();
-    absl::StatusOr<Transport> t = Transport::FromPem(ca.cert_pem, c->cert_pem, c->key_pem, "");
+    absl::StatusOr<Transport> t = Transport::FromPem(ca_.cert_pem, c->cert_pem, c->key_pem, "");
     EXPECT_TRUE(t.ok()) << t.status();
     return *t;
-  };
-  ServiceOptions so;
-  so.transport = transport("server:a");
-  GrantFsService service(volume.get(), so);
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port);
-  b.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
-  ASSERT_NE(port, 0);
-  const auto stub = [&](const std::string& cn) {
+  }
+  std::unique_ptr<proto::GrantFs::Stub> Stub(const Transport& t) {
     return proto::GrantFs::NewStub(
-        transport(cn).Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
-  };
-  const auto ctx = [] {
+        t.Connect("127.0.0.1:" + std::to_string(port_), grpc::ChannelArguments()));
+  }
+  std::unique_ptr<proto::GrantFs::Stub> Stub(const std::string& cn,
+                                             const std::string& options = "") {
+    return Stub(TransportOf(cn, options));
+  }
+  static std::unique_ptr<grpc::ClientContext> Ctx() {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return c;
-  };
+  }
+
+  const absl::Time from_ = absl::Now() - absl::Hours(1), to_ = absl::Now() + absl::Hours(1);
+  std::string dir_;
+  std::unique_ptr<Volume> volume_;
+  CertAndKey ca_;
+  std::unique_ptr<GrantFsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+TEST_F(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
   struct Expect {
     const char* cn;
     grpc::StatusCode echo, check, switchover;
@@ -135,73 +158,33 @@ TEST(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
                           Expect{"server:b", StatusCode::PERMISSION_DENIED,
                                  StatusCode::PERMISSION_DENIED, StatusCode::PERMISSION_DENIED}}) {
     SCOPED_TRACE(e.cn);
-    auto s = stub(e.cn);
+    auto s = Stub(e.cn);
     proto::StatusReply status;
-    EXPECT_EQ(s->Status(ctx().get(), proto::StatusRequest(), &status).error_code(), StatusCode::OK);
+    EXPECT_EQ(s->Status(Ctx().get(), proto::StatusRequest(), &status).error_code(), StatusCode::OK);
     proto::EchoRequest echo;
     echo.set_reply_bytes(10);
     proto::EchoReply echoed;
-    EXPECT_EQ(s->Echo(ctx().get(), echo, &echoed).error_code(), e.echo);
+    EXPECT_EQ(s->Echo(Ctx().get(), echo, &echoed).error_code(), e.echo);
     proto::CheckReply checked;
-    EXPECT_EQ(s->Check(ctx().get(), proto::CheckRequest(), &checked).error_code(), e.check);
+    EXPECT_EQ(s->Check(Ctx().get(), proto::CheckRequest(), &checked).error_code(), e.check);
     proto::ErrReply switched;
-    EXPECT_EQ(s->Switchover(ctx().get(), proto::SwitchoverRequest(), &switched).error_code(),
+    EXPECT_EQ(s->Switchover(Ctx().get(), proto::SwitchoverRequest(), &switched).error_code(),
               e.switchover);
     if (e.switchover == StatusCode::OK) {
       EXPECT_EQ(switched.err(), ENOTSUP);  // standalone
     }
   }
   // No certificate: the handshake fails.
-  auto plain = proto::GrantFs::NewStub(
-      Transport().Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
+  auto plain = Stub(Transport());
   proto::StatusReply status;
-  EXPECT_EQ(plain->Status(ctx().get(), proto::StatusRequest(), &status).error_code(),
+  EXPECT_EQ(plain->Status(Ctx().get(), proto::StatusRequest(), &status).error_code(),
             StatusCode::UNAVAILABLE);
-  server->Shutdown();
-  volume.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // What a node's certificate options do to its calls: without "root", uid 0
 // is nobody (root squash); "anon" makes every caller nobody; "ro" refuses
 // changes and opens for writing with EROFS but lets reads through.
-TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
-  char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  std::filesystem::create_directory(dir + "/vol");
-  VolumeOptions vo;
-  vo.dir = dir + "/vol";
-  vo.capacity_bytes = 64 << 20;
-  vo.background = false;
-  std::unique_ptr<Volume> volume = *Volume::Open(vo);
-  const absl::Time from = absl::Now() - absl::Hours(1), to = absl::Now() + absl::Hours(1);
-  ASSERT_OK_AND_ASSIGN(CertAndKey ca, MakeCertificateAuthority("test CA", from, to));
-  const auto transport = [&](const std::string& cn, const std::string& options) {
-    absl::StatusOr<CertAndKey> c = IssueCertificate(ca, cn, from, to, options);
-    EXPECT_TRUE(c.ok()) << c.status();
-    absl::StatusOr<Transport> t = Transport::FromPem(ca.cert_pem, c->cert_pem, c->key_pem, "");
-    EXPECT_TRUE(t.ok()) << t.status();
-    return *t;
-  };
-  ServiceOptions so;
-  so.transport = transport("server:a", "");
-  GrantFsService service(volume.get(), so);
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port);
-  b.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
-  ASSERT_NE(port, 0);
-  const auto stub = [&](const std::string& cn, const std::string& options) {
-    return proto::GrantFs::NewStub(
-        transport(cn, options)
-            .Connect("127.0.0.1:" + std::to_string(port), grpc::ChannelArguments()));
-  };
-  const auto ctx = [] {
-    auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return c;
-  };
+TEST_F(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   // MkNod in `parent` as (uid, gid); returns reply.err() and the owner.
   const auto mknod = [&](proto::GrantFs::Stub* s, uint64_t parent, const std::string& name,
                          uint32_t uid, uint32_t mode = S_IFREG | 0644) {
@@ -213,10 +196,10 @@ TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
     req.set_mode(mode);
     req.set_exclusive(true);
     proto::AttrReply reply;
-    EXPECT_TRUE(s->MkNod(ctx().get(), req, &reply).ok());
+    EXPECT_TRUE(s->MkNod(Ctx().get(), req, &reply).ok());
     return std::make_pair(static_cast<int>(reply.err()), reply.attr());
   };
-  auto trusted = stub("node:t", "root");
+  auto trusted = Stub("node:t", "root");
   // A directory everyone may write in, and one only uid 1000 may.
   auto [err, open_dir] = mknod(trusted.get(), kRootIno, "open", 0, S_IFDIR | 0777);
   ASSERT_EQ(err, 0);
@@ -228,11 +211,11 @@ TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   chown.set_uid(1000);
   chown.set_gid(1000);
   proto::AttrReply chowned;
-  ASSERT_TRUE(trusted->SetAttr(ctx().get(), chown, &chowned).ok());
+  ASSERT_TRUE(trusted->SetAttr(Ctx().get(), chown, &chowned).ok());
   ASSERT_EQ(chowned.err(), 0);
 
   // Root squash: root of a node without "root" is nobody.
-  auto squashed = stub("node:s", "");
+  auto squashed = Stub("node:s", "");
   EXPECT_EQ(mknod(squashed.get(), kRootIno, "by-root", 0).first, EACCES);
   auto [err3, made] = mknod(squashed.get(), open_dir.ino(), "by-root", 0);
   ASSERT_EQ(err3, 0);
@@ -240,19 +223,19 @@ TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   EXPECT_EQ(made.gid(), kNobody);
   EXPECT_EQ(mknod(squashed.get(), user_dir.ino(), "by-1000", 1000).first, 0);  // ids trusted
   // anon: whoever calls is nobody.
-  auto anon = stub("node:a", "anon");
+  auto anon = Stub("node:a", "anon");
   EXPECT_EQ(mknod(anon.get(), user_dir.ino(), "anon-1000", 1000).first, EACCES);
   auto [err4, by_anon] = mknod(anon.get(), open_dir.ino(), "anon", 1000);
   ASSERT_EQ(err4, 0);
   EXPECT_EQ(by_anon.uid(), kNobody);
   // ro: no change, no open for writing; reads work.
-  auto ro = stub("node:r", "root,ro");
+  auto ro = Stub("node:r", "root,ro");
   EXPECT_EQ(mknod(ro.get(), open_dir.ino(), "ro", 0).first, EROFS);
   // Opens belong to a session.
   proto::OpenSessionRequest session;
   session.set_client_name("ro");
   proto::OpenSessionReply sessioned;
-  ASSERT_TRUE(ro->OpenSession(ctx().get(), session, &sessioned).ok());
+  ASSERT_TRUE(ro->OpenSession(Ctx().get(), session, &sessioned).ok());
   ASSERT_EQ(sessioned.err(), 0);
   proto::OpenRequest open;
   open.mutable_header()->set_client_id(sessioned.client_id());
@@ -261,14 +244,14 @@ TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   open.set_handle(1);
   open.set_flags(O_RDONLY);
   proto::OpenReply opened;
-  grpc::Status st = ro->Open(ctx().get(), open, &opened);
+  grpc::Status st = ro->Open(Ctx().get(), open, &opened);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(opened.err(), 0);
   for (uint32_t flags : {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC}) {
     open.set_flags(flags);
     open.set_handle(open.handle() + 1);
     open.mutable_header()->set_seq(open.header().seq() + 1);
-    st = ro->Open(ctx().get(), open, &opened);
+    st = ro->Open(Ctx().get(), open, &opened);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(opened.err(), EROFS) << flags;
   }
@@ -276,11 +259,8 @@ TEST(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   lookup.set_parent(open_dir.ino());
   lookup.set_name("by-root");
   proto::AttrReply found;
-  ASSERT_TRUE(ro->Lookup(ctx().get(), lookup, &found).ok());
+  ASSERT_TRUE(ro->Lookup(Ctx().get(), lookup, &found).ok());
   EXPECT_EQ(found.err(), 0);
-  server->Shutdown();
-  volume.reset();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ServiceTest, InodeZeroIsEinval) {
