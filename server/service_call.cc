@@ -79,7 +79,14 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
                             rc->caller.groups.end());
   }
   rc->read_only = policy.read_only;
-  if (absl::Status s = volume_->Touch(rc->client_id); !s.ok()) {
+  // A session is its node's: another node that names it is refused.
+  const std::string peer = Transport::PeerName(*ctx);
+  if (!volume_->sessions().BelongsTo(rc->client_id, peer)) {
+    LOG(WARNING) << "server: refused a call from " << ctx->peer() << " (\"" << peer
+                 << "\"): session " << rc->client_id << " belongs to another node";
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the session belongs to another node");
+  }
+  if (absl::Status s = volume_->Touch(rc->client_id, nullptr, peer); !s.ok()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
   }
   return grpc::Status::OK;

@@ -184,6 +184,30 @@ TEST_F(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
 // What a node's certificate options do to its calls: without "root", uid 0
 // is nobody (root squash); "anon" makes every caller nobody; "ro" refuses
 // changes and opens for writing with EROFS but lets reads through.
+// A session id is not a bearer token: a node that names another node's
+// session is refused, and the owner goes on.
+TEST_F(ServiceTlsTest, AnotherNodesSessionIsRefused) {
+  auto a = Stub("node:a", "root");
+  auto b = Stub("node:b", "root");
+  proto::OpenSessionRequest open;
+  open.set_client_name("a");
+  proto::OpenSessionReply opened;
+  ASSERT_TRUE(a->OpenSession(Ctx().get(), open, &opened).ok());
+  ASSERT_EQ(opened.err(), 0);
+  proto::HeartbeatRequest beat;
+  beat.mutable_header()->set_client_id(opened.client_id());
+  proto::HeartbeatReply beaten;
+  EXPECT_EQ(b->Heartbeat(Ctx().get(), beat, &beaten).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  proto::CloseSessionRequest close;
+  close.mutable_header()->set_client_id(opened.client_id());
+  proto::CloseSessionReply closed;
+  EXPECT_EQ(b->CloseSession(Ctx().get(), close, &closed).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(a->Heartbeat(Ctx().get(), beat, &beaten).error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(volume_->sessions().List().size(), 1u);
+}
+
 TEST_F(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   // MkNod in `parent` as (uid, gid); returns reply.err() and the owner.
   const auto mknod = [&](proto::GrantFs::Stub* s, uint64_t parent, const std::string& name,

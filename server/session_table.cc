@@ -19,7 +19,7 @@ uint64_t NonZeroRandom() {
 }
 }  // namespace
 
-uint64_t SessionTable::Open(const std::string& client_name) {
+uint64_t SessionTable::Open(const std::string& client_name, const std::string& peer) {
   absl::MutexLock l(&mu_);
   uint64_t id;
   do {
@@ -27,11 +27,19 @@ uint64_t SessionTable::Open(const std::string& client_name) {
   } while (sessions_.count(id));
   Session& s = sessions_[id];
   s.name = client_name;
+  s.peer = peer;
   s.expires = clock_->Now() + lease_;
   return id;
 }
 
-SessionTable::TouchResult SessionTable::Touch(uint64_t client_id) {
+bool SessionTable::BelongsTo(uint64_t client_id, const std::string& peer) {
+  if (client_id == 0) return true;
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  return it == sessions_.end() || it->second.peer.empty() || it->second.peer == peer;
+}
+
+SessionTable::TouchResult SessionTable::Touch(uint64_t client_id, const std::string& peer) {
   if (client_id == 0) return TouchResult::kRenewed;
   absl::MutexLock l(&mu_);
   if (forgetting_.count(client_id)) return TouchResult::kEnding;
@@ -40,6 +48,7 @@ SessionTable::TouchResult SessionTable::Touch(uint64_t client_id) {
     it->second.name = "(reconnected)";
     it->second.lost = NonZeroRandom();
   }
+  if (it->second.peer.empty()) it->second.peer = peer;
   it->second.expires = clock_->Now() + lease_;
   return created ? TouchResult::kCreated : TouchResult::kRenewed;
 }
@@ -52,11 +61,13 @@ uint64_t SessionTable::LostToken(uint64_t client_id, uint64_t acked) {
   return it->second.lost;
 }
 
-void SessionTable::Restore(uint64_t client_id, const std::string& client_name) {
+void SessionTable::Restore(uint64_t client_id, const std::string& client_name,
+                           const std::string& peer) {
   if (client_id == 0) return;
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
   if (s.name.empty() || s.name == "(reconnected)") s.name = client_name;
+  if (s.peer.empty()) s.peer = peer;
   s.expires = std::max(s.expires, clock_->Now() + lease_);
 }
 
@@ -263,6 +274,7 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     proto::SessionInfo info;
     info.set_client_id(id);
     info.set_client_name(s.name);
+    info.set_peer(s.peer);
     const absl::Duration left = s.expires - clock_->Now();
     info.set_lease_left_ms(absl::ToInt64Milliseconds(left));
     info.set_lease_expires_ms(absl::ToUnixMillis(absl::Now() + left));

@@ -34,16 +34,25 @@ class SessionTable {
 
   absl::Duration lease() const { return lease_; }
 
-  // A new session with a random id that is never 0.
-  uint64_t Open(const std::string& client_name);
+  // A new session with a random id that is never 0, belonging to `peer`
+  // (the certificate common name of the node that opened it; "" without
+  // TLS: anyone's).
+  uint64_t Open(const std::string& client_name, const std::string& peer = "");
+  // Whether a caller named `peer` may use session `client_id`: no session
+  // (0, or one this server does not know), one that belongs to nobody, or
+  // one that belongs to `peer`. A session id is not a bearer token: another
+  // node that learns it cannot act as its owner.
+  bool BelongsTo(uint64_t client_id, const std::string& peer);
 
   // Renews the lease of `client_id`, re-creating the session if the server
   // forgot it (restart, expiry). A session that is being ended (Close,
   // Expire) is not re-created before its owner called Forgotten(), so that
   // what the new session takes is not released with the old one's: kEnding,
   // the caller asks the client to retry. No-op (kRenewed) for 0.
+  // A re-created session belongs to `peer`, as does one that belonged to
+  // nobody.
   enum class TouchResult { kRenewed, kCreated, kEnding };
-  TouchResult Touch(uint64_t client_id);
+  TouchResult Touch(uint64_t client_id, const std::string& peer = "");
   // After Touch re-created the session of `client_id` (its client held a
   // session this server did not know: its lease ran out and what it held,
   // its grant first, was released), a random token, never 0, until the
@@ -60,7 +69,7 @@ class SessionTable {
   // client may still have files open that this server does not know of.
   // A session stops reclaiming when Reclaimed() is called for it or when it
   // ends.
-  void Restore(uint64_t client_id, const std::string& client_name);
+  void Restore(uint64_t client_id, const std::string& client_name, const std::string& peer = "");
   void StartGrace();
   // Returns true when that was the last reclaiming session.
   bool Reclaimed(uint64_t client_id);
@@ -117,6 +126,7 @@ class SessionTable {
  private:
   struct Session {
     std::string name;
+    std::string peer;  // who may use it ("": anyone)
     absl::Time expires;
     std::map<uint64_t, std::vector<uint64_t>> open;  // ino -> handles, one per open
     std::deque<proto::Invalidation> queue;

@@ -60,6 +60,32 @@ TEST_F(SessionTableTest, OpenGivesDistinctNonZeroIds) {
   EXPECT_EQ(table_.lease(), kLease);
 }
 
+// A session is the node's that opened it: another node naming its id is
+// not its owner. Sessions of nobody (no TLS, or restored from a record that
+// named none) are claimed by the first node that uses them.
+TEST_F(SessionTableTest, ASessionBelongsToTheNodeThatOpenedIt) {
+  const uint64_t a = table_.Open("a", "node:a");
+  EXPECT_TRUE(table_.BelongsTo(a, "node:a"));
+  EXPECT_FALSE(table_.BelongsTo(a, "node:b"));
+  EXPECT_FALSE(table_.BelongsTo(a, ""));
+  EXPECT_EQ(table_.List()[0].peer(), "node:a");
+  EXPECT_TRUE(table_.BelongsTo(0, "node:b"));      // no session
+  EXPECT_TRUE(table_.BelongsTo(a + 1, "node:b"));  // unknown: Touch re-creates it for b
+  const uint64_t plain = table_.Open("plain");     // no TLS
+  EXPECT_TRUE(table_.BelongsTo(plain, "node:b"));
+  EXPECT_EQ(table_.Touch(plain, "node:b"), SessionTable::TouchResult::kRenewed);
+  EXPECT_FALSE(table_.BelongsTo(plain, "node:c"));  // claimed by b
+  // Re-created by Touch (the server had forgotten it) or restored after a
+  // restart: the owner is kept or taken from the record.
+  EXPECT_EQ(table_.Touch(777, "node:d"), SessionTable::TouchResult::kCreated);
+  EXPECT_FALSE(table_.BelongsTo(777, "node:a"));
+  table_.Restore(888, "(restored)", "node:e");
+  EXPECT_TRUE(table_.BelongsTo(888, "node:e"));
+  EXPECT_FALSE(table_.BelongsTo(888, "node:a"));
+  table_.Restore(a, "a", "node:x");  // a restore never changes an owner
+  EXPECT_TRUE(table_.BelongsTo(a, "node:a"));
+}
+
 TEST_F(SessionTableTest, HoldsOpenNamesExactlyTheClientsOpenHandles) {
   const uint64_t a = table_.Open("a"), b = table_.Open("b");
   ASSERT_TRUE(table_.OpenFile(a, 5, 7));

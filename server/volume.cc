@@ -183,7 +183,7 @@ absl::Status Volume::Recover() {
   ASSIGN_OR_RETURN(auto sessions, meta_->sessions().ListSessions());
   std::set<uint64_t> recorded;
   for (const auto& [client_id, rec] : sessions) {
-    sessions_.Restore(client_id, rec.client_name());
+    sessions_.Restore(client_id, rec.client_name(), rec.peer());
     recorded.insert(client_id);
   }
   for (uint64_t client_id : meta_->space().GrantHolders())
@@ -212,7 +212,8 @@ absl::Status Volume::Recover() {
   // was never written) gets one, so that the next server waits for it too.
   for (const proto::SessionInfo& info : sessions_.List()) {
     if (!recorded.count(info.client_id())) {
-      RecordSession(info.client_id(), info.client_name()).IgnoreError();  // retried
+      RecordSession(info.client_id(), info.client_name(), nullptr, info.peer())
+          .IgnoreError();  // retried
     }
   }
   // Each of these clients may have files open that no record names (opens

@@ -189,13 +189,16 @@ class Volume {
   // --- sessions ----------------------------------------------------------------
   // A new session, recorded durably (and so replicated) before it is
   // returned. Returns the client id.
-  absl::StatusOr<uint64_t> OpenSession(const std::string& client_name);
+  // It belongs to `peer` (SessionTable::BelongsTo).
+  absl::StatusOr<uint64_t> OpenSession(const std::string& client_name,
+                                       const std::string& peer = "");
   // Renews the lease of `client_id` (every request does); a session the
   // server had forgotten is re-created and recorded again (a failed record
   // is retried by the maintenance round). ResourceExhausted while the
   // session is being ended: the client retries.
   // `tag`: the request it is done for, if any (RequestContext::tag).
-  absl::Status Touch(uint64_t client_id, RequestTag* tag = nullptr);
+  // A re-created session belongs to `peer`.
+  absl::Status Touch(uint64_t client_id, RequestTag* tag = nullptr, const std::string& peer = "");
   absl::Status CloseSession(uint64_t client_id);
   // This volume's serving incarnation: random and never 0. Clients that see
   // it change reclaim their open files (Reclaim).
@@ -247,7 +250,7 @@ class Volume {
   // Writes the session record of `client_id`; when that fails, returns the
   // error and remembers the session for the next maintenance round.
   absl::Status RecordSession(uint64_t client_id, const std::string& client_name,
-                             RequestTag* tag = nullptr);
+                             RequestTag* tag = nullptr, const std::string& peer = "");
   // Applies `change` to the locks of `ino` and writes the result to the
   // metadata store when it changed anything (for request `tag`, if any).
   absl::Status ChangeLocks(uint64_t ino, absl::FunctionRef<absl::Status()> change,

@@ -35,33 +35,35 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
   sessions_.Forgotten(client_id);
 }
 
-absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name) {
-  const uint64_t client_id = sessions_.Open(client_name);
-  if (absl::Status s = RecordSession(client_id, client_name); !s.ok()) {
+absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name,
+                                             const std::string& peer) {
+  const uint64_t client_id = sessions_.Open(client_name, peer);
+  if (absl::Status s = RecordSession(client_id, client_name, nullptr, peer); !s.ok()) {
     ForgetClient(client_id, sessions_.Close(client_id));
     return s;
   }
   return client_id;
 }
 
-absl::Status Volume::Touch(uint64_t client_id, RequestTag* tag) {
-  switch (sessions_.Touch(client_id)) {
+absl::Status Volume::Touch(uint64_t client_id, RequestTag* tag, const std::string& peer) {
+  switch (sessions_.Touch(client_id, peer)) {
     case SessionTable::TouchResult::kRenewed:
       return absl::OkStatus();
     case SessionTable::TouchResult::kEnding:
       return absl::ResourceExhaustedError(
           absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
     case SessionTable::TouchResult::kCreated:
-      RecordSession(client_id, "(reconnected)", tag).IgnoreError();  // retried by maintenance
+      RecordSession(client_id, "(reconnected)", tag, peer).IgnoreError();  // retried by maintenance
       return absl::OkStatus();
   }
   return absl::OkStatus();
 }
 
 absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name,
-                                   RequestTag* tag) {
+                                   RequestTag* tag, const std::string& peer) {
   proto::SessionRecord rec;
   rec.set_client_name(client_name);
+  rec.set_peer(peer);
   absl::Status s = meta_->sessions().PutSession(client_id, rec, tag);
   absl::MutexLock l(&unrecorded_mu_);
   if (s.ok()) {
@@ -142,7 +144,8 @@ absl::StatusOr<int> Volume::RunMaintenance() {
   }
   for (const proto::SessionInfo& info : sessions_.List()) {
     if (unrecorded.count(info.client_id())) {
-      RecordSession(info.client_id(), info.client_name()).IgnoreError();  // again next round
+      RecordSession(info.client_id(), info.client_name(), nullptr, info.peer())
+          .IgnoreError();  // again next round
     }
   }
   // Every orphan record brought up to date (an unchanged one costs no
