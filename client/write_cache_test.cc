@@ -1,5 +1,4 @@
-// WriteCache (client/write_cache.h): what reaches the server, the grant ledger, reads of cached
-// data.
+// WriteCache (client/write_cache.h): what reaches the server, the grant ledger, cached reads.
 #include "client/write_cache.h"
 
 #include <algorithm>
