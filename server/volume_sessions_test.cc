@@ -24,6 +24,16 @@
 namespace grantfs {
 namespace {
 
+// Whose a session is survives a restart (and a failover: the record is
+// replicated): the node that opened it, and no other.
+TEST_F(VolumeTest, ASessionsOwnerIsRecordedAndRestored) {
+  ASSERT_OK_AND_ASSIGN(uint64_t id, volume_->OpenSession("n1", "node:n1"));
+  EXPECT_FALSE(volume_->sessions().BelongsTo(id, "node:n2"));
+  OpenVolume(kMiB, /*same_clients=*/true);
+  EXPECT_TRUE(volume_->sessions().BelongsTo(id, "node:n1"));
+  EXPECT_FALSE(volume_->sessions().BelongsTo(id, "node:n2"));
+}
+
 TEST_F(VolumeTest, UnlinkedOpenFileStaysReadableUntilRelease) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
   ASSERT_OK(volume_->Open(a_, f.ino(), O_RDWR));
