@@ -16,17 +16,25 @@
 namespace grantfs {
 namespace {
 
+// A 64 MiB volume in a new temporary directory (*dir; the caller removes
+// it), with no background thread.
+std::unique_ptr<Volume> OpenTestVolume(std::string* dir) {
+  char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
+  *dir = mkdtemp(tmpl);
+  std::filesystem::create_directory(*dir + "/vol");
+  VolumeOptions vo;
+  vo.dir = *dir + "/vol";
+  vo.capacity_bytes = 64 << 20;
+  vo.background = false;
+  absl::StatusOr<std::unique_ptr<Volume>> v = Volume::Open(vo);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *std::move(v) : nullptr;
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::filesystem::create_directory(dir_ + "/vol");
-    VolumeOptions vo;
-    vo.dir = dir_ + "/vol";
-    vo.capacity_bytes = 64 << 20;
-    vo.background = false;
-    volume_ = *Volume::Open(vo);
+    volume_ = OpenTestVolume(&dir_);
     ServiceOptions so;
     so.transport = Transport::Insecure("s3cret");
     service_ = std::make_unique<GrantFsService>(volume_.get(), so);
@@ -85,22 +93,12 @@ TEST_F(ServiceTest, WrongOrMissingSecretIsUnauthenticated) {
   EXPECT_EQ(reply.role(), "standalone");
 }
 
-// With TLS, what each kind of certificate may call: mounts (node) and
-// grantfsctl (admin) the file system; only admins Switchover and Check;
-// servers none of it (they only read Status).
 // The service over TLS: a server certificate of a test CA, and stubs with
 // certificates of any kind and options from the same CA.
 class ServiceTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/grantfs-service-tls-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::filesystem::create_directory(dir_ + "/vol");
-    VolumeOptions vo;
-    vo.dir = dir_ + "/vol";
-    vo.capacity_bytes = 64 << 20;
-    vo.background = false;
-    volume_ = *Volume::Open(vo);
+    volume_ = OpenTestVolume(&dir_);
     ASSERT_OK_AND_ASSIGN(ca_, MakeCertificateAuthority("test CA", from_, to_));
     ServiceOptions so;
     so.transport = TransportOf("server:a");
@@ -146,6 +144,9 @@ class ServiceTlsTest : public ::testing::Test {
   int port_ = 0;
 };
 
+// With TLS, what each kind of certificate may call: mounts (node) and
+// grantfsctl (admin) the file system; only admins Switchover and Check;
+// servers none of it (they only read Status).
 TEST_F(ServiceTlsTest, EachKindOfCallerMakesOnlyItsCalls) {
   struct Expect {
     const char* cn;
