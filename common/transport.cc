@@ -165,7 +165,8 @@ void Transport::AddTo(grpc::ClientContext* ctx) const {
   if (!secret_.empty()) ctx->AddMetadata("x-grantfs-secret", secret_);
 }
 
-std::string Transport::PeerName(const grpc::ServerContext& ctx) {
+std::string Transport::PeerName(const grpc::ServerContext& ctx) const {
+  if (!secure()) return "";
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth == nullptr) return "";
   std::vector<grpc::string_ref> cn = auth->FindPropertyValues("x509_common_name");

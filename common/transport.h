@@ -85,8 +85,9 @@ class Transport {
   // logged with `who`, the method and the caller.
   grpc::Status Authorize(const grpc::ServerContext& ctx, int allowed_kinds, const char* who) const;
 
-  // The caller's certificate common name ("" on an insecure channel).
-  static std::string PeerName(const grpc::ServerContext& ctx);
+  // The caller's certificate common name; "" when this transport is
+  // insecure (then nothing is looked up: it is on every call's path).
+  std::string PeerName(const grpc::ServerContext& ctx) const;
 
   // What the caller of `ctx` may do (call after Authorize).
   CallerPolicy PolicyOf(const grpc::ServerContext& ctx) const;

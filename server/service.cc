@@ -28,7 +28,7 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
                                          proto::OpenSessionReply* reply) {
   return Serve("OpenSession", ctx, req, reply, {}, [&](const RequestContext&) -> absl::Status {
     absl::StatusOr<uint64_t> id =
-        volume_->OpenSession(req->client_name(), Transport::PeerName(*ctx));
+        volume_->OpenSession(req->client_name(), options_.transport.PeerName(*ctx));
     if (!id.ok()) return id.status();
     reply->set_client_id(*id);
     reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));

@@ -80,7 +80,7 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   }
   rc->read_only = policy.read_only;
   // A session is its node's: another node that names it is refused.
-  const std::string peer = Transport::PeerName(*ctx);
+  const std::string peer = options_.transport.PeerName(*ctx);
   if (!volume_->sessions().BelongsTo(rc->client_id, peer)) {
     LOG(WARNING) << "server: refused a call from " << ctx->peer() << " (\"" << peer
                  << "\"): session " << rc->client_id << " belongs to another node";
