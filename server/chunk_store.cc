@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/errno_status.h"
