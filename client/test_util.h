@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/bytes_test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -19,15 +20,6 @@ inline bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = 
     absl::SleepFor(absl::Milliseconds(1));
   }
   return true;
-}
-
-// Compares byte strings without printing megabytes on a mismatch.
-inline ::testing::AssertionResult SameBytes(const std::string& want, const std::string& got) {
-  if (want == got) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  return ::testing::AssertionFailure() << "sizes want " << want.size() << " got " << got.size()
-                                       << "; first difference at byte " << i;
 }
 
 }  // namespace grantfs

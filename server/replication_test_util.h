@@ -33,6 +33,7 @@
 #include "checkpoint/replica.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/witness.h"
+#include "common/bytes_test_util.h"
 #include "common/clock.h"
 #include "common/keepalive.h"
 #include "common/status_test_util.h"
@@ -100,15 +101,6 @@ inline std::string Pattern(size_t n, uint32_t seed) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 31 + seed * 7) % 251 + 1);
   return s;
-}
-
-// Compares byte strings without printing megabytes on a mismatch.
-inline ::testing::AssertionResult SameBytes(const std::string& want, const std::string& got) {
-  if (want == got) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-  return ::testing::AssertionFailure() << "sizes want " << want.size() << " got " << got.size()
-                                       << "; first difference at byte " << i;
 }
 
 // The whole namespace under `ino`: path -> attributes, xattrs, and the
