@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
 #include <string>
 
@@ -48,6 +49,9 @@ ABSL_FLAG(bool, handover_on_stop, true,
           "on SIGTERM/SIGINT, a primary with an in-sync replica hands the role over to it "
           "(as grantfsctl switchover) before it exits, instead of leaving it to a failover");
 ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
+ABSL_FLAG(int, meta_lease_ms, 3000,
+          "metadata leases: a mount's heartbeat renews its cached names and attributes for this "
+          "long; a change waits at most this plus 1 s for a mount that does not answer a recall");
 ABSL_FLAG(int, threads, 256,
           "maximum gRPC server threads; each mount's invalidation stream holds one, and a "
           "call that finds none free is refused (clients retry it)");
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   vo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  vo.meta_lease = absl::Milliseconds(std::max(absl::GetFlag(FLAGS_meta_lease_ms), 300));
   if (absl::GetFlag(FLAGS_write_backlog_mb) < 1 || absl::GetFlag(FLAGS_recall_wait_ms) < 0) {
     LOG(ERROR) << "--write_backlog_mb must be >= 1 and --recall_wait_ms >= 0";
     return 2;

@@ -348,6 +348,8 @@ absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
     ASSIGN_OR_RETURN(proto::InodeRecord src_inode, txn->GetInode(src->ino()));
     RETURN_IF_ERROR(CheckSticky(src_dir, src_inode, caller));
     const bool src_is_dir = IsDir(src_inode);
+    removed.moved = src->ino();
+    if ((flags & kExchange) && dst) removed.exchanged = dst->ino();
     const bool cross = parent != new_parent;
     // Moving a directory rewrites its "..": that needs write permission on it.
     if (src_is_dir && cross) RETURN_IF_ERROR(CheckAccess(src_inode, caller, kMayWrite));

@@ -27,6 +27,10 @@ namespace grantfs {
 struct Removed {
   uint64_t ino = 0;    // the inode whose link went away (0: none)
   uint32_t nlink = 0;  // its link count afterwards; 0 = now an orphan
+  // Rename: the inode that moved, and with RENAME_EXCHANGE the one it
+  // swapped places with (their ctime changed; 0: none).
+  uint64_t moved = 0;
+  uint64_t exchanged = 0;
 };
 
 class Namespace {

@@ -265,6 +265,7 @@ class ReplicationTest : public ::testing::Test {
     vo.change_sink = replicator_.get();
     vo.epoch = epoch_;
     vo.background = false;
+    vo.meta_lease = absl::ZeroDuration();  // no client here takes metadata leases
     auto v = Volume::Open(vo);
     ASSERT_TRUE(v.ok()) << v.status();
     volume_ = *std::move(v);
@@ -376,6 +377,7 @@ class ReplicationTest : public ::testing::Test {
     vo.dir = replica_dir_;
     vo.capacity_bytes = 1ull << 30;
     vo.background = false;
+    vo.meta_lease = absl::ZeroDuration();  // no client here takes metadata leases
     auto v = Volume::Open(vo);
     EXPECT_TRUE(v.ok()) << v.status();
     if (!v.ok()) return {};

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
@@ -34,6 +35,7 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
     reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
     reply->set_incarnation(volume_->incarnation());
     reply->set_max_file_size(kMaxFileSize);
+    reply->set_meta_lease_ms(absl::ToInt64Milliseconds(volume_->meta_lease()));
     LOG(INFO) << "session " << reply->client_id() << " opened for '" << req->client_name()
               << "' from " << ctx->peer();
     return absl::OkStatus();
@@ -50,6 +52,7 @@ grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* 
                    << " came back after its lease ran out: told that its grant is gone";
       reply->set_session_lost(lost);
     }
+    reply->set_leases_renewed(volume_->leases().Renew(rc.client_id));
     return absl::OkStatus();
   });
 }
@@ -90,14 +93,28 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   }
   // Holds one server thread per mount for the life of the stream; ends when
   // the client goes away or its session ends.
+  LeaseTable& leases = volume_->leases();
+  const uint64_t token = leases.StreamUp(rc.client_id, req->leases());
+  absl::Cleanup down = [&] { leases.StreamDown(rc.client_id, token); };
+  proto::InvalidationBatch first;
+  first.set_subscribed(true);
+  if (!writer->Write(first)) return grpc::Status::OK;
   while (!ctx->IsCancelled()) {
     proto::InvalidationBatch batch;
     if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch)) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended");
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended or its queue overflowed");
     }
     if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !writer->Write(batch)) break;
   }
   return grpc::Status::OK;
+}
+
+grpc::Status GrantFsService::AckRecall(Ctx* ctx, const proto::AckRecallRequest* req,
+                                       proto::ErrReply* reply) {
+  return Serve("AckRecall", ctx, req, reply, {}, [&](const RequestContext& rc) {
+    volume_->leases().Ack(rc.client_id, req->recall());
+    return absl::OkStatus();
+  });
 }
 
 grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,

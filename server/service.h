@@ -44,6 +44,7 @@ class GrantFsService final : public proto::GrantFs::Service {
                             proto::CloseSessionReply*) override;
   grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*,
                          grpc::ServerWriter<proto::InvalidationBatch>*) override;
+  grpc::Status AckRecall(Ctx*, const proto::AckRecallRequest*, proto::ErrReply*) override;
   grpc::Status Lookup(Ctx*, const proto::LookupRequest*, proto::AttrReply*) override;
   grpc::Status GetAttr(Ctx*, const proto::GetAttrRequest*, proto::AttrReply*) override;
   grpc::Status SetAttr(Ctx*, const proto::SetAttrRequest*, proto::AttrReply*) override;

@@ -4,6 +4,7 @@
 // and file locks. Each is one Serve call, or ServeOnce for a call that
 // changes something (server/service_call.h), over one Volume call.
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,13 +32,49 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
   return l;
 }
 
+// A lease on the attributes of `reply->attr()` of an inode that existed
+// before the change: read again after the change's recall (the reply's
+// copy may predate another node's later change, recalled before this
+// grant could see it).
+void LeaseChangedAttr(Volume* volume, const RequestContext& rc, proto::AttrReply* reply) {
+  LeaseTable& leases = volume->leases();
+  if (!leases.Takes(rc.client_id)) return;
+  const uint64_t epoch = leases.Epoch();
+  absl::StatusOr<proto::Attr> now = volume->GetAttr(rc, reply->attr().ino());
+  if (!now.ok()) return;
+  *reply->mutable_attr() = *now;
+  reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(now->ino()), epoch));
+}
+
+// Leases on what a create made: its attributes and, for a directory, its
+// (empty) list of names. `epoch`: from before the change; nothing could
+// change the new inode before it was made.
+void LeaseCreated(Volume* volume, const RequestContext& rc, uint64_t epoch,
+                  proto::AttrReply* reply) {
+  LeaseTable& leases = volume->leases();
+  const uint64_t ino = reply->attr().ino();
+  reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(ino), epoch));
+  if (S_ISDIR(reply->attr().mode())) {
+    reply->set_dir_leased(leases.Grant(rc.client_id, LeaseKey::Dir(ino), epoch));
+  }
+}
+
 }  // namespace
 
 grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
                                     proto::AttrReply* reply) {
   return Serve("Lookup", ctx, req, reply, {req->parent()}, [&](const RequestContext& rc) {
+    LeaseTable& leases = volume_->leases();
+    const uint64_t epoch = leases.Epoch();
     auto r = volume_->Lookup(rc, req->parent(), req->name());
-    if (r.ok()) *reply->mutable_attr() = *r;
+    // "Not there" is leased too (a negative entry).
+    if (r.ok() || ToErrno(r.status()) == ENOENT) {
+      reply->set_dir_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->parent()), epoch));
+    }
+    if (r.ok()) {
+      *reply->mutable_attr() = *r;
+      reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(r->ino()), epoch));
+    }
     return r.status();
   });
 }
@@ -45,8 +82,12 @@ grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
 grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
                                      proto::AttrReply* reply) {
   return Serve("GetAttr", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    const uint64_t epoch = volume_->leases().Epoch();
     auto r = volume_->GetAttr(rc, req->ino());
-    if (r.ok()) *reply->mutable_attr() = *r;
+    if (r.ok()) {
+      *reply->mutable_attr() = *r;
+      reply->set_leased(volume_->leases().Grant(rc.client_id, LeaseKey::Attr(r->ino()), epoch));
+    }
     return r.status();
   });
 }
@@ -60,7 +101,10 @@ grpc::Status GrantFsService::SetAttr(Ctx* ctx, const proto::SetAttrRequest* req,
       },
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
         auto r = volume_->SetAttr(rc, *req);
-        if (r.ok()) *reply->mutable_attr() = *r;
+        if (r.ok()) {
+          *reply->mutable_attr() = *r;
+          LeaseChangedAttr(volume_, rc, reply);
+        }
         return r.status();
       });
 }
@@ -77,8 +121,16 @@ grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
       },
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
         bool created = false;
+        const uint64_t epoch = volume_->leases().Epoch();
         auto r = volume_->MkNod(rc, *req, &created);
-        if (r.ok()) *reply->mutable_attr() = *r;
+        if (r.ok()) {
+          *reply->mutable_attr() = *r;
+          if (created) {
+            LeaseCreated(volume_, rc, epoch, reply);
+          } else {
+            LeaseChangedAttr(volume_, rc, reply);
+          }
+        }
         reply->set_created(created);
         return r.status();
       });
@@ -92,8 +144,12 @@ grpc::Status GrantFsService::Symlink(Ctx* ctx, const proto::SymlinkRequest* req,
         return PriorAttr(volume_, prior.value(), reply);
       },
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
+        const uint64_t epoch = volume_->leases().Epoch();
         auto r = volume_->Symlink(rc, req->parent(), req->name(), req->target());
-        if (r.ok()) *reply->mutable_attr() = *r;
+        if (r.ok()) {
+          *reply->mutable_attr() = *r;
+          LeaseCreated(volume_, rc, epoch, reply);
+        }
         return r.status();
       });
 }
@@ -107,7 +163,10 @@ grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
       },
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
         auto r = volume_->Link(rc, req->ino(), req->new_parent(), req->new_name());
-        if (r.ok()) *reply->mutable_attr() = *r;
+        if (r.ok()) {
+          *reply->mutable_attr() = *r;
+          LeaseChangedAttr(volume_, rc, reply);
+        }
         return r.status();
       });
 }
@@ -141,8 +200,19 @@ grpc::Status GrantFsService::ReadLink(Ctx* ctx, const proto::ReadLinkRequest* re
 grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
                                      proto::ReadDirReply* reply) {
   return Serve("ReadDir", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
+    LeaseTable& leases = volume_->leases();
+    const uint64_t epoch = leases.Epoch();
     absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
-    if (!s.ok()) reply->clear_entries();
+    if (!s.ok()) {
+      reply->clear_entries();
+      return s;
+    }
+    if (leases.Takes(rc.client_id)) {
+      reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->ino()), epoch));
+      for (proto::DirEntry& e : *reply->mutable_entries()) {
+        e.set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(e.attr().ino()), epoch));
+      }
+    }
     return s;
   });
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "glog/logging.h"
+
 namespace grantfs {
 
 SessionTable::SessionTable(Clock* clock, absl::Duration lease, size_t max_queued)
@@ -230,17 +232,38 @@ void SessionTable::Publish(uint64_t origin, const proto::Invalidation& inv) {
   }
 }
 
+bool SessionTable::PushRecall(uint64_t client_id, const proto::Invalidation& inv) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return false;
+  if (it->second.queue.size() >= max_queued_) {
+    if (!it->second.overflowed) {
+      LOG(WARNING) << "session " << client_id << ": recall queue full; its stream is ended";
+    }
+    it->second.overflowed = true;
+    return false;
+  }
+  it->second.queue.push_back(inv);
+  return true;
+}
+
 bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
                          proto::InvalidationBatch* out) {
   absl::MutexLock l(&mu_);
   auto ready = [this, client_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(client_id);
     return shutting_down_ || it == sessions_.end() || !it->second.queue.empty() ||
-           it->second.recall_bytes > 0;
+           it->second.recall_bytes > 0 || it->second.overflowed;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   auto it = sessions_.find(client_id);
   if (shutting_down_ || it == sessions_.end()) return false;
+  if (it->second.overflowed) {
+    // The mount re-subscribes and drops every lease: what is queued is moot.
+    it->second.overflowed = false;
+    it->second.queue.clear();
+    return false;
+  }
   constexpr size_t kMaxBatch = 1024;
   while (!it->second.queue.empty() && out->items_size() < static_cast<int>(kMaxBatch)) {
     *out->add_items() = std::move(it->second.queue.front());

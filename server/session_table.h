@@ -109,6 +109,10 @@ class SessionTable {
 
   // Queues `inv` for every session except `origin`.
   void Publish(uint64_t origin, const proto::Invalidation& inv);
+  // Queues a lease recall for `client_id` (server/lease_table.h). A recall
+  // is never dropped: when the queue is full, the stream is ended instead
+  // (Drain returns false once; the mount re-subscribes) and false returned.
+  bool PushRecall(uint64_t client_id, const proto::Invalidation& inv);
   // Asks `client_id` to give back unused grant (the Subscribe stream carries
   // it as recall_bytes). Returns false when there is no such session.
   bool Recall(uint64_t client_id, uint64_t bytes);
@@ -130,6 +134,7 @@ class SessionTable {
     absl::Time expires;
     std::map<uint64_t, std::vector<uint64_t>> open;  // ino -> handles, one per open
     std::deque<proto::Invalidation> queue;
+    bool overflowed = false;  // a recall did not fit: end the stream
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
@@ -221,6 +222,14 @@ absl::Status Volume::Recover() {
   // have said which (Reclaim) or their lease ran out.
   sessions_.StartGrace();
   grace_until_ = options_.lease_clock->Now() + 2 * options_.lease;
+  // The last server's metadata leases run out within meta_lease of its last
+  // renewal, which came before this start (a primary stops serving before
+  // another takes over).
+  {
+    std::vector<uint64_t> ids;
+    for (const proto::SessionInfo& info : sessions_.List()) ids.push_back(info.client_id());
+    leases_.Inherit(ids, options_.lease_clock->Now() + options_.meta_lease);
+  }
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
     ASSIGN_OR_RETURN(bool reaped, SyncOrphan(ino));
@@ -241,6 +250,10 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
       chunks_(std::move(chunks)),
       hold_(std::move(hold)),
       sessions_(options.lease_clock, options.lease),
+      leases_(LeaseTableOptions{.clock = options.lease_clock, .term = options.meta_lease},
+              [this](uint64_t client_id, const proto::Invalidation& inv) {
+                return sessions_.PushRecall(client_id, inv);
+              }),
       flow_(FlowControlOptions{.budget_bytes = options.write_budget_bytes,
                                .clock = options.lease_clock}) {}
 
@@ -262,6 +275,14 @@ void Volume::Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
   sessions_.Publish(ctx.client_id, inv);
 }
 
+void Volume::Recall(const RequestContext& ctx, std::initializer_list<LeaseKey> keys) {
+  absl::InlinedVector<LeaseKey, 8> live;
+  for (const LeaseKey& k : keys) {
+    if (k.ino != 0) live.push_back(k);
+  }
+  leases_.Recall(ctx.client_id, live);
+}
+
 // --- namespace ----------------------------------------------------------------
 
 absl::StatusOr<proto::Attr> Volume::Lookup(const RequestContext& ctx, uint64_t parent,
@@ -279,6 +300,7 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
     const bool opened =
         req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
     ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
+    Recall(ctx, {LeaseKey::Attr(req.ino())});
     Publish(ctx, req.ino(), 0, "");
     return attr;
   }
@@ -305,15 +327,19 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
     ASSIGN_OR_RETURN(bool recorded, meta_->space().HasChunk(req.ino(), index));
     if (!recorded) RETURN_IF_ERROR(chunks_->RemoveChunk(req.ino(), index));
   }
+  Recall(ctx, {LeaseKey::Attr(req.ino())});
   Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
   return attr;
 }
 
 absl::StatusOr<proto::Attr> Volume::MkNod(const RequestContext& ctx, const proto::MkNodRequest& req,
                                           bool* created) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->names().MkNod(ctx.caller, req.parent(), req.name(),
-                                                          req.mode(), req.rdev(), req.umask(),
-                                                          req.exclusive(), created, ctx.tag));
+  bool made = false;
+  ASSIGN_OR_RETURN(proto::Attr attr,
+                   meta_->names().MkNod(ctx.caller, req.parent(), req.name(), req.mode(),
+                                        req.rdev(), req.umask(), req.exclusive(), &made, ctx.tag));
+  if (created != nullptr) *created = made;
+  if (made) Recall(ctx, {LeaseKey::Dir(req.parent()), LeaseKey::Attr(req.parent())});
   Publish(ctx, req.parent(), req.parent(), req.name());
   return attr;
 }
@@ -322,6 +348,7 @@ absl::StatusOr<proto::Attr> Volume::Symlink(const RequestContext& ctx, uint64_t 
                                             const std::string& name, const std::string& target) {
   ASSIGN_OR_RETURN(proto::Attr attr,
                    meta_->names().Symlink(ctx.caller, parent, name, target, ctx.tag));
+  Recall(ctx, {LeaseKey::Dir(parent), LeaseKey::Attr(parent)});
   Publish(ctx, parent, parent, name);
   return attr;
 }
@@ -330,6 +357,7 @@ absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino
                                          uint64_t new_parent, const std::string& name) {
   ASSIGN_OR_RETURN(proto::Attr attr,
                    meta_->names().Link(ctx.caller, ino, new_parent, name, ctx.tag));
+  Recall(ctx, {LeaseKey::Dir(new_parent), LeaseKey::Attr(new_parent), LeaseKey::Attr(ino)});
   Publish(ctx, new_parent, new_parent, name);
   Publish(ctx, ino, 0, "");
   return attr;
@@ -339,6 +367,8 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const st
                             bool is_dir, uint64_t expected_ino) {
   ASSIGN_OR_RETURN(Removed removed,
                    meta_->names().Remove(ctx.caller, parent, name, is_dir, expected_ino, ctx.tag));
+  Recall(ctx, {LeaseKey::Dir(parent), LeaseKey::Attr(parent), LeaseKey::Attr(removed.ino),
+               LeaseKey::Dir(is_dir ? removed.ino : 0)});
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
   if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino, ctx.tag).status());
@@ -350,6 +380,16 @@ absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameReques
       Removed replaced,
       meta_->names().Rename(ctx.caller, req.parent(), req.name(), req.new_parent(), req.new_name(),
                             req.flags(), req.expected_ino(), req.expected_new_ino(), ctx.tag));
+  // A directory replaced by the rename is gone with its names.
+  const bool replaced_dir = replaced.ino != 0 && replaced.nlink == 0 && replaced.exchanged == 0;
+  Recall(ctx, {LeaseKey::Dir(req.parent()), LeaseKey::Attr(req.parent()),
+               LeaseKey::Dir(req.new_parent()), LeaseKey::Attr(req.new_parent()),
+               LeaseKey::Attr(replaced.moved), LeaseKey::Attr(replaced.exchanged),
+               LeaseKey::Attr(replaced.ino), LeaseKey::Dir(replaced_dir ? replaced.ino : 0)});
+  if (req.parent() != req.new_parent()) {
+    // A directory moved: its ".." is another (its listing says which).
+    Recall(ctx, {LeaseKey::Dir(replaced.moved), LeaseKey::Dir(replaced.exchanged)});
+  }
   Publish(ctx, req.parent(), req.parent(), req.name());
   Publish(ctx, req.new_parent(), req.new_parent(), req.new_name());
   if (replaced.ino != 0) {
@@ -383,6 +423,7 @@ absl::StatusOr<bool> Volume::SyncOrphan(uint64_t ino, RequestTag* tag) {
 absl::Status Volume::SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
                               const std::string& value, uint32_t flags) {
   RETURN_IF_ERROR(meta_->inodes().SetXattr(ctx.caller, ino, name, value, flags, ctx.tag));
+  Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }
@@ -399,6 +440,7 @@ absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext&
 
 absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name) {
   RETURN_IF_ERROR(meta_->inodes().RemoveXattr(ctx.caller, ino, name, ctx.tag));
+  Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "");
   return absl::OkStatus();
 }

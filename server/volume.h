@@ -32,6 +32,7 @@
 #include "server/dedupe.h"
 #include "server/flow_control.h"
 #include "server/fsck.h"
+#include "server/lease_table.h"
 #include "server/lock_manager.h"
 #include "server/metadata.h"
 #include "server/session_table.h"
@@ -60,6 +61,11 @@ struct VolumeOptions {
   uint64_t metadata_reserve_bytes = 64ull << 20;
   // Client lease: a client not heard from for this long loses its session.
   absl::Duration lease = absl::Seconds(10);
+  // Metadata leases (server/lease_table.h): a heartbeat renews a mount's
+  // for this long. It bounds how long a change waits for a mount that does
+  // not answer a recall (plus LeaseTableOptions::ack_wait), and how long a
+  // new primary waits for the mounts of the last one to subscribe.
+  absl::Duration meta_lease = absl::Seconds(3);
   // Largest read or write accepted in one request.
   uint32_t max_io_bytes = 8 << 20;
   // Time source. Default: the real clock. Not owned.
@@ -119,6 +125,8 @@ class Volume {
   ~Volume();
 
   SessionTable& sessions() { return sessions_; }
+  LeaseTable& leases() { return leases_; }
+  absl::Duration meta_lease() const { return options_.meta_lease; }
   const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
   InFlightRequests& in_flight() { return in_flight_; }
@@ -258,6 +266,9 @@ class Volume {
   void ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files);
   void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
                bool data_changed = false);
+  // After a change: the other mounts' leases on `keys` are recalled
+  // (LeaseTable::Recall; keys of inode 0 are skipped).
+  void Recall(const RequestContext& ctx, std::initializer_list<LeaseKey> keys);
   void BackgroundLoop();
   // Asks every other session holding a grant to give back what it does not
   // need (at most every 200 ms). Returns whether any other session holds one.
@@ -291,6 +302,7 @@ class Volume {
   std::array<absl::Mutex, 64> file_lock_mu_;
   LockManager locks_;
   SessionTable sessions_;
+  LeaseTable leases_;
   FlowControl flow_;
   InFlightRequests in_flight_;
 

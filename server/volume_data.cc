@@ -181,6 +181,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
       meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
   hold_->Repay(lent);
   ASSIGN_OR_RETURN(proto::Attr attr, std::move(committed));
+  Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
 }
@@ -284,6 +285,7 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   }
   ASSIGN_OR_RETURN(proto::Attr attr,
                    meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag));
+  Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "");
   return attr;
 }

@@ -32,6 +32,7 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
       if (!s.ok()) LOG(WARNING) << "releasing orphan " << ino << ": " << s;
     }
   }
+  leases_.Forget(client_id);
   sessions_.Forgotten(client_id);
 }
 

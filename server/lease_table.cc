@@ -1,0 +1,249 @@
+#include "server/lease_table.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace grantfs {
+
+LeaseTable::LeaseTable(const LeaseTableOptions& options, Push push)
+    : options_(options), push_(std::move(push)) {}
+
+void LeaseTable::DropKeys(Holder& h, uint64_t client_id) {
+  for (const LeaseKey& key : h.keys) {
+    auto it = leases_.find(key);
+    if (it == leases_.end()) continue;
+    it->second.erase(client_id);
+    if (it->second.empty()) leases_.erase(it);
+  }
+  held_ -= std::min(held_, h.keys.size());
+  h.keys.clear();
+}
+
+uint64_t LeaseTable::StreamUp(uint64_t client_id, bool leases) {
+  absl::MutexLock l(&mu_);
+  if (!leases) {
+    auto it = holders_.find(client_id);
+    if (it != holders_.end()) {
+      DropKeys(it->second, client_id);
+      holders_.erase(it);
+    }
+    return 0;
+  }
+  Holder& h = holders_[client_id];
+  // What it held before stays listed: a lease granted while the last
+  // stream was going down may be one the mount has not dropped (it drops
+  // what was granted before it received this stream's first batch). The
+  // recalls of those cost an ack.
+  h.up = true;
+  h.token = ++next_token_;
+  ++h.streams;
+  h.inherited = false;
+  // A subscription renews like a heartbeat (the mount counts from when it
+  // sent it).
+  h.until = std::max(h.until, options_.clock->Now() + options_.term);
+  // Recalls sent before are moot: the mount dropped everything.
+  h.acked = h.sent;
+  h.unacked_sent.clear();
+  return h.token;
+}
+
+void LeaseTable::StreamDown(uint64_t client_id, uint64_t token) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end() || it->second.token != token) return;
+  // Its leases stay until they run out: the mount may not have noticed yet.
+  it->second.up = false;
+}
+
+bool LeaseTable::Renew(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return false;
+  Holder& h = it->second;
+  const absl::Time now = options_.clock->Now();
+  if (!h.up) return false;
+  if (!h.unacked_sent.empty() && now - h.unacked_sent.front() > options_.ack_wait) return false;
+  h.until = std::max(h.until, now + options_.term);
+  return true;
+}
+
+void LeaseTable::Forget(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return;
+  DropKeys(it->second, client_id);
+  holders_.erase(it);
+}
+
+void LeaseTable::Inherit(absl::Span<const uint64_t> client_ids, absl::Time until) {
+  absl::MutexLock l(&mu_);
+  for (uint64_t id : client_ids) holders_[id].inherited = true;
+  inherited_until_ = std::max(inherited_until_, until);
+}
+
+bool LeaseTable::Takes(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  return it != holders_.end() && it->second.up && it->second.until > options_.clock->Now();
+}
+
+uint64_t LeaseTable::Epoch() {
+  absl::MutexLock l(&mu_);
+  return epoch_;
+}
+
+bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) {
+  absl::MutexLock l(&mu_);
+  auto changed = changed_.find(key);
+  if ((changed == changed_.end() ? floor_ : changed->second) >= epoch) return false;
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return false;
+  Holder& h = it->second;
+  const absl::Time now = options_.clock->Now();
+  if (!h.up || h.until <= now) return false;
+  auto heat = heat_.find(key);
+  if (heat != heat_.end() && heat->second.hot_until > now) {
+    ++stats_.refused_hot;
+    return false;
+  }
+  if (h.keys.insert(key).second) {
+    if (held_ >= options_.max_leases) {
+      h.keys.erase(key);
+      return false;
+    }
+    leases_[key].insert(client_id);
+    ++held_;
+  }
+  ++stats_.granted;
+  return true;
+}
+
+void LeaseTable::CountRecall(const LeaseKey& key, absl::Time now) {
+  if (heat_.size() > 65536) {
+    for (auto it = heat_.begin(); it != heat_.end();) {
+      auto cur = it++;
+      if (cur->second.hot_until <= now && now - cur->second.window_start > options_.hot_window) {
+        heat_.erase(cur);
+      }
+    }
+  }
+  Heat& ht = heat_[key];
+  if (now - ht.window_start > options_.hot_window) {
+    ht.window_start = now;
+    ht.recalls = 0;
+  }
+  if (++ht.recalls >= options_.hot_recalls) ht.hot_until = now + options_.cool_down;
+}
+
+bool LeaseTable::Done(const Wait& w, absl::Time now) {
+  auto it = holders_.find(w.client_id);
+  if (it == holders_.end()) return true;
+  const Holder& h = it->second;
+  if (h.streams != w.streams) return true;  // it re-subscribed: holds nothing old
+  if (w.seq == 0) return !h.inherited || inherited_until_ <= now;
+  return h.acked >= w.seq || h.until <= now;
+}
+
+void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = options_.clock->Now();
+  const uint64_t epoch = epoch_++;
+  if (changed_.size() > (1u << 20)) {
+    changed_.clear();
+    floor_ = epoch;
+  }
+  std::vector<Wait> waits;
+  for (const LeaseKey& key : keys) {
+    changed_[key] = epoch;
+    auto it = leases_.find(key);
+    if (it == leases_.end()) continue;
+    bool others = false;
+    for (auto c = it->second.begin(); c != it->second.end();) {
+      const uint64_t id = *c;
+      if (id == origin) {
+        ++c;
+        continue;
+      }
+      others = true;
+      it->second.erase(c++);
+      --held_;
+      auto hit = holders_.find(id);
+      if (hit == holders_.end()) continue;
+      Holder& h = hit->second;
+      h.keys.erase(key);
+      if (h.until <= now) continue;  // its leases ran out
+      ++h.sent;
+      h.unacked_sent.push_back(now);
+      proto::Invalidation inv;
+      inv.set_recall(h.sent);
+      if (key.kind == LeaseKey::kAttr) {
+        inv.set_ino(key.ino);
+      } else {
+        inv.set_dir(key.ino);
+      }
+      // A push that fails ends the stream: the wait ends when the mount
+      // re-subscribes or its leases run out.
+      push_(id, inv);
+      ++stats_.recalls;
+      waits.push_back({id, h.sent, h.streams});
+    }
+    if (it->second.empty()) leases_.erase(it);
+    if (others) CountRecall(key, now);
+  }
+  if (inherited_until_ > now) {
+    for (const auto& [id, h] : holders_) {
+      if (h.inherited && id != origin) waits.push_back({id, 0, h.streams});
+    }
+  }
+  if (waits.empty()) return;
+  ++stats_.recall_waits;
+  for (;;) {
+    const absl::Time t = options_.clock->Now();
+    bool all = true;
+    for (const Wait& w : waits) all = all && Done(w, t);
+    if (all) break;
+    // Wakes on an ack, a new stream, a forgotten session; time-based ends
+    // (a lease running out) are polled on the injected clock.
+    auto changed = [this, &waits, t]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const Wait& w : waits) {
+        if (!Done(w, t)) return false;
+      }
+      return true;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(20));
+  }
+  for (const Wait& w : waits) {
+    auto it = holders_.find(w.client_id);
+    if (it != holders_.end() && it->second.streams == w.streams && w.seq != 0 &&
+        it->second.acked < w.seq) {
+      ++stats_.lapsed;
+    }
+  }
+}
+
+void LeaseTable::Ack(uint64_t client_id, uint64_t seq) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return;
+  Holder& h = it->second;
+  seq = std::min(seq, h.sent);
+  while (h.acked < seq) {
+    ++h.acked;
+    if (!h.unacked_sent.empty()) h.unacked_sent.pop_front();
+  }
+}
+
+LeaseStats LeaseTable::Stats() {
+  absl::MutexLock l(&mu_);
+  LeaseStats s = stats_;
+  s.held = held_;
+  return s;
+}
+
+size_t LeaseTable::HeldBy(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  return it == holders_.end() ? 0 : it->second.keys.size();
+}
+
+}  // namespace grantfs

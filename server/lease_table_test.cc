@@ -1,0 +1,156 @@
+#include "server/lease_table.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+class LeaseTableTest : public ::testing::Test {
+ protected:
+  LeaseTableTest()
+      : table_(LeaseTableOptions{.clock = &clock_, .term = absl::Seconds(3)},
+               [this](uint64_t id, const proto::Invalidation& inv) {
+                 absl::MutexLock l(&mu_);
+                 pushed_.emplace_back(id, inv);
+                 return true;
+               }) {}
+
+  std::vector<std::pair<uint64_t, proto::Invalidation>> Pushed() {
+    absl::MutexLock l(&mu_);
+    return pushed_;
+  }
+
+  FakeClock clock_;
+  absl::Mutex mu_;
+  std::vector<std::pair<uint64_t, proto::Invalidation>> pushed_ ABSL_GUARDED_BY(mu_);
+  LeaseTable table_;
+};
+
+TEST_F(LeaseTableTest, OnlyAMountWithAStreamGetsLeases) {
+  EXPECT_FALSE(table_.Grant(1, LeaseKey::Attr(5), table_.Epoch()));
+  table_.StreamUp(2, /*leases=*/false);
+  EXPECT_FALSE(table_.Grant(2, LeaseKey::Attr(5), table_.Epoch()));
+  table_.StreamUp(1, true);
+  EXPECT_TRUE(table_.Grant(1, LeaseKey::Attr(5), table_.Epoch()));
+  EXPECT_EQ(table_.HeldBy(1), 1u);
+}
+
+TEST_F(LeaseTableTest, ARecallReachesEveryHolderButTheOriginAndWaitsForTheirAcks) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  table_.StreamUp(3, true);
+  for (uint64_t id : {1, 2, 3}) ASSERT_TRUE(table_.Grant(id, LeaseKey::Dir(7), table_.Epoch()));
+  std::atomic<bool> done{false};
+  std::thread change([&] {
+    table_.Recall(1, {LeaseKey::Dir(7), LeaseKey::Attr(7)});
+    done = true;
+  });
+  // Both others are told, the origin is not.
+  while (Pushed().size() < 2) absl::SleepFor(absl::Milliseconds(1));
+  auto pushed = Pushed();
+  ASSERT_EQ(pushed.size(), 2u);
+  for (const auto& [id, inv] : pushed) {
+    EXPECT_NE(id, 1u);
+    EXPECT_EQ(inv.dir(), 7u);
+    EXPECT_EQ(inv.recall(), 1u);
+  }
+  table_.Ack(2, 1);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.load()) << "returned before every holder acknowledged";
+  table_.Ack(3, 1);
+  change.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_EQ(table_.HeldBy(1), 1u);  // the origin keeps its lease
+  EXPECT_EQ(table_.HeldBy(2), 0u);
+}
+
+TEST_F(LeaseTableTest, AHolderThatDoesNotAnswerIsWaitedForUntilItsLeaseRunsOut) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::Attr(9), table_.Epoch()));
+  std::atomic<bool> done{false};
+  std::thread change([&] {
+    table_.Recall(1, {LeaseKey::Attr(9)});
+    done = true;
+  });
+  while (Pushed().empty()) absl::SleepFor(absl::Milliseconds(1));
+  // Past ack_wait, heartbeats no longer renew it...
+  clock_.Advance(absl::Milliseconds(1500));
+  EXPECT_FALSE(table_.Renew(2));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.load());
+  // ...so its leases end `term` after the last renewal.
+  clock_.Advance(absl::Seconds(2));
+  change.join();
+  EXPECT_EQ(table_.Stats().lapsed, 1u);
+  // A lapsed mount is told so at its next heartbeat (it drops everything).
+  EXPECT_FALSE(table_.Renew(2));
+}
+
+TEST_F(LeaseTableTest, ANewStreamEndsTheWait) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::Attr(9), table_.Epoch()));
+  std::thread change([&] { table_.Recall(1, {LeaseKey::Attr(9)}); });
+  while (Pushed().empty()) absl::SleepFor(absl::Milliseconds(1));
+  table_.StreamUp(2, true);  // it dropped everything before it subscribed
+  change.join();
+}
+
+TEST_F(LeaseTableTest, AReadThatARecallOvertookGetsNoLease) {
+  table_.StreamUp(1, true);
+  const uint64_t epoch = table_.Epoch();  // before the read
+  table_.Recall(2, {LeaseKey::Attr(4)});  // a change committed meanwhile
+  EXPECT_FALSE(table_.Grant(1, LeaseKey::Attr(4), epoch));
+  EXPECT_TRUE(table_.Grant(1, LeaseKey::Attr(5), epoch));  // another key
+  EXPECT_TRUE(table_.Grant(1, LeaseKey::Attr(4), table_.Epoch()));
+}
+
+TEST_F(LeaseTableTest, AnObjectRecalledTooOftenIsNotLeasedForAWhile) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch())) << i;
+    const size_t before = Pushed().size();
+    std::thread t([&] { table_.Recall(1, {LeaseKey::Dir(3)}); });
+    while (Pushed().size() == before) absl::SleepFor(absl::Milliseconds(1));
+    table_.Ack(2, Pushed().back().second.recall());
+    t.join();
+  }
+  EXPECT_FALSE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
+  EXPECT_EQ(table_.Stats().refused_hot, 1u);
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_TRUE(table_.Renew(2));
+  EXPECT_TRUE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
+}
+
+TEST_F(LeaseTableTest, ANewServerWaitsForTheMountsOfTheLastOne) {
+  table_.Inherit({2}, clock_.Now() + absl::Seconds(3));
+  std::atomic<bool> done{false};
+  std::thread change([&] {
+    table_.Recall(1, {LeaseKey::Attr(9)});
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.load());
+  table_.StreamUp(2, true);
+  change.join();
+  // Once every mount subscribed (or the time passed), a change waits for none.
+  table_.Recall(1, {LeaseKey::Attr(9)});
+}
+
+TEST_F(LeaseTableTest, AForgottenSessionHoldsNothing) {
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::Attr(9), table_.Epoch()));
+  table_.Forget(2);
+  EXPECT_EQ(table_.Stats().held, 0u);
+  table_.Recall(1, {LeaseKey::Attr(9)});  // returns at once
+  EXPECT_TRUE(Pushed().empty());
+}
+
+}  // namespace
+}  // namespace grantfs
