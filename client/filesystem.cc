@@ -43,10 +43,12 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
           return r;
         });
   }
+  if (options_.leases) leases_ = std::make_unique<LeaseCache>();
   SessionOptions so;
   so.client_name = options_.client_name;
   so.clock = options_.grants.clock;
-  session_ = std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get());
+  session_ =
+      std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get(), leases_.get());
 }
 
 FileSystem::~FileSystem() { Stop(); }
@@ -104,18 +106,65 @@ void FileSystem::Stop() {
 
 // --- namespace ----------------------------------------------------------------
 
+std::optional<proto::Attr> FileSystem::CachedAttr(uint64_t ino) {
+  if (!leases_) return std::nullopt;
+  // Cached writes change what the server says: a fetch patches them in.
+  if (cache_ && cache_->extent_count(ino) > 0) return std::nullopt;
+  return leases_->Attr(ino);
+}
+
+void FileSystem::KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
+                          const proto::Attr& attr, bool own) {
+  if (leases_ && fetch.Clean(attr.ino())) leases_->PutAttr(t, attr, own);
+}
+
+double FileSystem::AttrTimeout(uint64_t ino) {
+  if (!leases_) return -1;
+  if (cache_ && cache_->extent_count(ino) > 0) return 0;
+  absl::Duration left;
+  if (!leases_->Attr(ino, &left).has_value()) return 0;
+  return std::max(0.0, absl::ToDoubleSeconds(left));
+}
+
 absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
                                                const std::string& name) {
+  LeaseCache::Ticket t;
+  if (leases_) {
+    uint64_t ino = 0;
+    switch (leases_->Lookup(parent, name, &ino)) {
+      case LeaseCache::Name::kAbsent:
+        return ErrnoStatus(ENOENT, name + " (leased)");
+      case LeaseCache::Name::kPresent:
+        if (std::optional<proto::Attr> attr = CachedAttr(ino)) {
+          names_.Set(parent, name, ino);
+          return *std::move(attr);
+        }
+        break;
+      case LeaseCache::Name::kUnknown:
+        break;
+    }
+    t = leases_->Take();
+  }
   WriteCache::AttrFetch fetch(cache_.get());
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_.Lookup(c, parent, name));
+  LeaseBits bits;
+  absl::StatusOr<proto::Attr> r = meta_.Lookup(c, parent, name, &bits);
+  if (leases_ && bits.dir && (r.ok() || ToErrno(r.status()) == ENOENT)) {
+    leases_->PutName(t, parent, name, r.ok() ? r->ino() : 0);
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr, std::move(r));
+  if (bits.attr) KeepAttr(t, fetch, attr);
   fetch.Patch(&attr);
   names_.Set(parent, name, attr.ino());
   return attr;
 }
 
 absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
+  if (std::optional<proto::Attr> attr = CachedAttr(ino)) return *std::move(attr);
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
-  absl::StatusOr<proto::Attr> attr = meta_.GetAttr(c, ino);
+  LeaseBits bits;
+  absl::StatusOr<proto::Attr> attr = meta_.GetAttr(c, ino, &bits);
   // The kernel asks only about inodes it holds: one that no longer exists
   // (removed on another node) is a stale reference, and ESTALE makes the
   // kernel look its path up again (an open(O_CREAT) checking permission
@@ -124,6 +173,7 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
     return ErrnoStatus(ESTALE, "inode no longer exists");
   }
   RETURN_IF_ERROR(attr.status());
+  if (bits.attr) KeepAttr(t, fetch, *attr);
   const uint64_t server_size = attr->size();
   fetch.Patch(&*attr);
   VLOG(2) << "getattr " << ino << ": server size " << server_size << " ctime " << attr->ctime_ns()
@@ -136,56 +186,144 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
   // has it, and a flush after an explicit utimes would move mtime again.
   if (cache_) RETURN_IF_ERROR(Flush(req.ino()));
   const uint64_t ino = req.ino();
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
-  absl::StatusOr<proto::Attr> attr = meta_.SetAttr(c, std::move(req));
+  LeaseBits bits;
+  absl::StatusOr<proto::Attr> attr = meta_.SetAttr(c, std::move(req), &bits);
   // After the server applied it (a truncate): what read-ahead fetched
   // before is dropped, and fetches still in flight are discarded.
   DataChanged(ino);
   RETURN_IF_ERROR(attr.status());
+  if (bits.attr) KeepAttr(t, fetch, *attr, /*own=*/true);
   fetch.Patch(&*attr);
   return attr;
 }
 
+namespace {
+// Whether a change that failed with `s` may still have been applied (the
+// reply was lost): anything but the server's refusal of it.
+bool MayHaveApplied(const absl::Status& s) {
+  switch (ToErrno(s)) {
+    case 0:
+    case EIO:
+    case ETIMEDOUT:
+    case EAGAIN:
+    case EINTR:
+    case ENOTCONN:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
                                               const std::string& name, uint32_t mode, uint64_t rdev,
                                               uint32_t umask, bool exclusive, bool* created) {
-  ASSIGN_OR_RETURN(proto::AttrReply reply,
-                   meta_.MkNod(c, parent, name, mode, rdev, umask, exclusive));
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
+  absl::StatusOr<proto::AttrReply> r = meta_.MkNod(c, parent, name, mode, rdev, umask, exclusive);
+  if (leases_ && !r.ok() && MayHaveApplied(r.status())) leases_->DirChanged(parent);
+  ASSIGN_OR_RETURN(proto::AttrReply reply, std::move(r));
   if (created != nullptr) *created = reply.created();
   names_.Set(parent, name, reply.attr().ino());
+  if (leases_) {
+    if (reply.created()) leases_->NameAdded(parent, name, reply.attr().ino());
+    if (reply.leased()) leases_->PutAttr(t, reply.attr(), /*own=*/true);
+    if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
+  }
   return std::move(*reply.mutable_attr());
 }
 
 absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
                                                 const std::string& name,
                                                 const std::string& target) {
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_.Symlink(c, parent, name, target));
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
+  LeaseBits bits;
+  absl::StatusOr<proto::Attr> r = meta_.Symlink(c, parent, name, target, &bits);
+  if (leases_ && !r.ok() && MayHaveApplied(r.status())) leases_->DirChanged(parent);
+  ASSIGN_OR_RETURN(proto::Attr attr, std::move(r));
   names_.Set(parent, name, attr.ino());
+  if (leases_) {
+    leases_->NameAdded(parent, name, attr.ino());
+    if (bits.attr) leases_->PutAttr(t, attr, /*own=*/true);
+  }
   return attr;
 }
 
 absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name) {
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_.Link(c, ino, new_parent, new_name));
+  LeaseBits bits;
+  absl::StatusOr<proto::Attr> r = meta_.Link(c, ino, new_parent, new_name, &bits);
+  if (leases_ && !r.ok() && MayHaveApplied(r.status())) {
+    leases_->DirChanged(new_parent);
+    leases_->AttrChanged(ino);
+  }
+  ASSIGN_OR_RETURN(proto::Attr attr, std::move(r));
+  if (leases_) {
+    leases_->AttrChanged(ino);  // its link count
+    leases_->NameAdded(new_parent, new_name, ino);
+    if (bits.attr) KeepAttr(t, fetch, attr, /*own=*/true);
+  }
   fetch.Patch(&attr);
   names_.Set(new_parent, new_name, attr.ino());
   return attr;
 }
 
+uint64_t FileSystem::KnownIno(uint64_t parent, const std::string& name) {
+  uint64_t ino = names_.Get(parent, name);
+  if (ino == 0 && leases_ && leases_->Lookup(parent, name, &ino) != LeaseCache::Name::kPresent) {
+    ino = 0;
+  }
+  return ino;
+}
+
 absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::string& name,
                                 bool is_dir) {
-  RETURN_IF_ERROR(meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name)));
+  const uint64_t ino = KnownIno(parent, name);
+  absl::Status s = meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name));
+  if (leases_ && s.ok() && ino != 0) {
+    leases_->NameRemoved(parent, name);
+    leases_->AttrChanged(ino);  // its link count
+    if (is_dir) leases_->DirChanged(ino);
+  } else if (leases_ && (s.ok() || MayHaveApplied(s))) {
+    // What changed is not known here: drop what it may have touched.
+    leases_->DirChanged(parent);
+  }
+  RETURN_IF_ERROR(s);
   names_.Erase(parent, name);
   return absl::OkStatus();
 }
 
 absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
                                 uint64_t new_parent, const std::string& new_name, uint32_t flags) {
-  RETURN_IF_ERROR(meta_.Rename(c, parent, name, new_parent, new_name, flags,
-                               names_.Get(parent, name), names_.Get(new_parent, new_name)));
+  const uint64_t moved = KnownIno(parent, name);
+  const uint64_t replaced = KnownIno(new_parent, new_name);
+  absl::Status s = meta_.Rename(c, parent, name, new_parent, new_name, flags,
+                                names_.Get(parent, name), names_.Get(new_parent, new_name));
   constexpr uint32_t kRenameExchange = 2;  // RenameRequest.flags
-  names_.Rename(parent, name, new_parent, new_name, (flags & kRenameExchange) != 0);
+  const bool exchange = (flags & kRenameExchange) != 0;
+  if (leases_ && (s.ok() || MayHaveApplied(s))) {
+    if (s.ok() && moved != 0 && !exchange) {
+      leases_->NameRemoved(parent, name);
+      leases_->NameAdded(new_parent, new_name, moved);
+    } else {
+      leases_->DirChanged(parent);
+      leases_->DirChanged(new_parent);
+    }
+    for (uint64_t ino : {moved, replaced}) {
+      if (ino == 0) continue;
+      leases_->AttrChanged(ino);  // ctime; link count of the one replaced
+      leases_->DirChanged(ino);   // a directory's ".." moved, or it is gone
+    }
+  }
+  RETURN_IF_ERROR(s);
+  names_.Rename(parent, name, new_parent, new_name, exchange);
   return absl::OkStatus();
 }
 
@@ -195,9 +333,27 @@ absl::StatusOr<std::string> FileSystem::ReadLink(const Creds& c, uint64_t ino) {
 
 absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t ino,
                                                         uint64_t cookie, uint32_t max_entries) {
+  proto::ReadDirReply reply;
+  bool dirty = false;
+  if (leases_ && leases_->List(ino, cookie, max_entries, &reply)) {
+    // Entries with cached writes need the patch of a fetch: asked below.
+    for (const proto::DirEntry& e : reply.entries()) {
+      dirty = dirty || (cache_ && cache_->extent_count(e.attr().ino()) > 0);
+    }
+    if (!dirty) {
+      for (const proto::DirEntry& e : reply.entries()) {
+        if (e.name() != "." && e.name() != "..") names_.Set(ino, e.name(), e.attr().ino());
+      }
+      return reply;
+    }
+  }
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
-  ASSIGN_OR_RETURN(proto::ReadDirReply reply, meta_.ReadDir(c, ino, cookie, max_entries));
+  ASSIGN_OR_RETURN(reply, meta_.ReadDir(c, ino, cookie, max_entries));
+  if (leases_) leases_->PutPage(t, ino, cookie, reply);
   for (proto::DirEntry& e : *reply.mutable_entries()) {
+    if (e.leased()) KeepAttr(t, fetch, e.attr());
     fetch.Patch(e.mutable_attr());
     if (e.name() != "." && e.name() != "..") names_.Set(ino, e.name(), e.attr().ino());
   }
@@ -236,6 +392,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   WriteCache::AttrFetch fetch(cache_.get());
   absl::StatusOr<proto::Attr> attr = meta_.Open(c, ino, flags, *handle, created);
   handles_.EndOpen(*handle, attr.ok());
+  if (leases_ && (flags & O_TRUNC)) leases_->AttrChanged(ino);  // truncated at the server
   // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
   if (ra_) {
     if (attr.ok()) {
@@ -353,7 +510,7 @@ absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
 absl::Status FileSystem::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                                    uint64_t length) {
   absl::Status s = meta_.Fallocate(c, ino, mode, offset, length);
-  DataChanged(ino);  // a punched hole reads as zeros from now on
+  DataChanged(ino);  // and its size or blocks  // a punched hole reads as zeros from now on
   return s;
 }
 
@@ -364,14 +521,23 @@ absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) { return m
 absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
   ForgetXattrs(ino);
-  return meta_.SetXattr(c, ino, name, value, flags);
+  absl::Status s = meta_.SetXattr(c, ino, name, value, flags);
+  if (leases_) leases_->AttrChanged(ino);  // ctime
+  return s;
 }
 
 absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
-  if (xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");
+  // With leases, what is remembered holds only while the attribute lease
+  // does (a change of an xattr elsewhere recalls it, and drops this).
+  const bool leased = !leases_ || leases_->Attr(ino).has_value();
+  if (leased && xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");
+  LeaseCache::Ticket t;
+  if (leases_) t = leases_->Take();
   absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
-  if (ToErrno(value.status()) == ENODATA) xattrs_.NoteAbsent(ino, name);
+  if (ToErrno(value.status()) == ENODATA && (!leases_ || leases_->Holds(t, ino))) {
+    xattrs_.NoteAbsent(ino, name);
+  }
   return value;
 }
 
@@ -381,7 +547,9 @@ absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, u
 
 absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
   ForgetXattrs(ino);
-  return meta_.RemoveXattr(c, ino, name);
+  absl::Status s = meta_.RemoveXattr(c, ino, name);
+  if (leases_) leases_->AttrChanged(ino);  // ctime
+  return s;
 }
 
 // --- locks -------------------------------------------------------------------------

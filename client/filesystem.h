@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
+#include "client/lease_cache.h"
 #include "client/meta_client.h"
 #include "client/name_cache.h"
 #include "client/open_handles.h"
@@ -54,6 +56,10 @@ struct FileSystemOptions {
   // Read-ahead of sequential readers; window_bytes 0 turns it off. Its
   // extent size is max_io_bytes.
   ReadAheadOptions readahead;
+  // Metadata leases (client/lease_cache.h): names and attributes answered
+  // here while leased. False: every lookup, getattr and readdir asks the
+  // server, and the kernel caches for its own timeouts.
+  bool leases = true;
 };
 
 class FileSystem {
@@ -76,6 +82,12 @@ class FileSystem {
   RpcClient& rpc() { return *rpc_; }
   // Null when read-ahead is off.
   ReadAhead* read_ahead() { return ra_.get(); }
+  // Null when leases are off.
+  LeaseCache* leases() { return leases_.get(); }
+  // How long the kernel may keep the attributes of `ino` it is handed now:
+  // what is left of their lease (0 without one). Leases off: -1 (the
+  // mount's own timeout applies).
+  double AttrTimeout(uint64_t ino);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
@@ -149,7 +161,17 @@ class FileSystem {
   // is served any more.
   void DataChanged(uint64_t ino) {
     if (ra_) ra_->Invalidate(ino);
+    if (leases_) leases_->AttrChanged(ino);
   }
+  // The inode `name` in `parent` is, as far as this mount knows (0: not
+  // known).
+  uint64_t KnownIno(uint64_t parent, const std::string& name);
+  // Leased attributes of `ino` that need no patch from the write cache.
+  std::optional<proto::Attr> CachedAttr(uint64_t ino);
+  // Keeps the attributes a reply leased (LeaseCache::PutAttr) when no flush
+  // of the file was acknowledged while it was out (`fetch`).
+  void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
+                const proto::Attr& attr, bool own = false);
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
 
@@ -157,8 +179,9 @@ class FileSystem {
   const std::unique_ptr<RpcClient> rpc_;
   MetaClient meta_;  // every RPC of the mount, through rpc_
   InodeTable inodes_;
-  NameCache names_;    // what the kernel was told each name is
-  XattrCache xattrs_;  // absent security.capability, for a second
+  NameCache names_;                     // what the kernel was told each name is
+  XattrCache xattrs_;                   // absent security.capability, for a second
+  std::unique_ptr<LeaseCache> leases_;  // null when leases are off
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
   // Open handles: what a reclaim names (Session), given out by Open.

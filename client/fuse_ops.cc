@@ -75,6 +75,21 @@ struct stat ToStat(const proto::Attr& a) {
   return st;
 }
 
+// How long the kernel may keep the attributes of `ino`: with leases, what
+// is left of their lease (0 without one), else the mount's timeout.
+double AttrTimeout(FuseAdapter* a, uint64_t ino) {
+  const double leased = a->fs()->AttrTimeout(ino);
+  return leased >= 0 ? leased : a->options().attr_timeout_s;
+}
+
+// How long the kernel may keep a name: with leases, not at all (the mount
+// answers from its leases: a kernel entry could only be dropped under the
+// directory's lock, which a change in flight on this node may hold while
+// it waits for another node), else the mount's timeout.
+double EntryTimeout(FuseAdapter* a) {
+  return a->fs()->leases() != nullptr ? 0 : a->options().entry_timeout_s;
+}
+
 // Replies with an entry; the kernel now holds one more lookup of it.
 void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
   FuseAdapter* a = Adapter(req);
@@ -82,8 +97,8 @@ void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();
   e.attr = ToStat(attr);
-  e.attr_timeout = a->options().attr_timeout_s;
-  e.entry_timeout = a->options().entry_timeout_s;
+  e.attr_timeout = AttrTimeout(a, attr.ino());
+  e.entry_timeout = EntryTimeout(a);
   a->fs()->inodes().Ref(attr.ino());
   if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
@@ -99,7 +114,7 @@ void ReplyEntryOr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
 void ReplyAttr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
   if (!r.ok()) return ReplyError(req, r.status());
   struct stat st = ToStat(*r);
-  fuse_reply_attr(req, &st, Adapter(req)->options().attr_timeout_s);
+  fuse_reply_attr(req, &st, AttrTimeout(Adapter(req), r->ino()));
 }
 
 void ReplyStatus(fuse_req_t req, const absl::Status& s) {
@@ -116,10 +131,10 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto r = Adapter(req)->fs()->Lookup(CredsOf(req), parent, name);
   if (!r.ok() && ToErrno(r.status()) == ENOENT) {
     // A negative entry, cached for entry_timeout (creates elsewhere are
-    // pushed as invalidations).
+    // pushed as invalidations); with leases the mount answers it.
     fuse_entry_param e;
     memset(&e, 0, sizeof(e));
-    e.entry_timeout = Adapter(req)->options().entry_timeout_s;
+    e.entry_timeout = EntryTimeout(Adapter(req));
     fuse_reply_entry(req, &e);
     return;
   }
@@ -231,8 +246,8 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       memset(&ep, 0, sizeof(ep));
       ep.ino = dots ? 0 : e.attr().ino();
       ep.attr = st;
-      ep.attr_timeout = a->options().attr_timeout_s;
-      ep.entry_timeout = a->options().entry_timeout_s;
+      ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr().ino());
+      ep.entry_timeout = EntryTimeout(a);
       n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
       if (n > size - used) break;
       if (!dots) a->fs()->inodes().Ref(e.attr().ino());
@@ -287,8 +302,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();
   e.attr = ToStat(attr);
-  e.attr_timeout = a->options().attr_timeout_s;
-  e.entry_timeout = a->options().entry_timeout_s;
+  e.attr_timeout = AttrTimeout(a, attr.ino());
+  e.entry_timeout = EntryTimeout(a);
   fi->keep_cache = 0;
   fi->fh = handle;
   a->fs()->inodes().Ref(attr.ino());

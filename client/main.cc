@@ -31,8 +31,13 @@
 ABSL_FLAG(bool, foreground, false, "stay in the foreground (same as -f)");
 ABSL_FLAG(std::string, log_file, "/var/log/grantfs-mount.log",
           "where a background mount writes its log");
-ABSL_FLAG(double, attr_timeout, 1.0, "seconds the kernel may cache attributes");
-ABSL_FLAG(double, entry_timeout, 1.0, "seconds the kernel may cache names");
+ABSL_FLAG(double, attr_timeout, 1.0,
+          "with --leases=false: seconds the kernel may cache attributes");
+ABSL_FLAG(double, entry_timeout, 1.0, "with --leases=false: seconds the kernel may cache names");
+ABSL_FLAG(std::string, leases, "on",
+          "metadata leases: on: names and attributes are answered by the mount while the server "
+          "leases them, and every other node's change recalls them first (exact); off (or "
+          "false): asked every time, cached by the kernel for --attr_timeout/--entry_timeout");
 ABSL_FLAG(int, rpc_timeout_ms, 30000, "deadline of one RPC attempt");
 ABSL_FLAG(int, retry_ms, 60000, "how long an unreachable server is retried before EIO");
 ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
@@ -193,6 +198,13 @@ int main(int argc, char** argv) {
   gethostname(host, sizeof(host) - 1);
   grantfs::FileSystemOptions fo;
   fo.client_name = absl::StrCat(host, ":", args.mountpoint);
+  const std::string leases = absl::GetFlag(FLAGS_leases);
+  if (leases != "on" && leases != "off" && leases != "true" && leases != "false") {
+    LOG(ERROR) << "--leases must be on or off, not '" << leases << "'";
+    report(2);
+    return 2;
+  }
+  fo.leases = leases == "on" || leases == "true";
   const std::string mode = absl::GetFlag(FLAGS_write_mode);
   if (mode != "fastwrite" && mode != "writethrough") {
     LOG(ERROR) << "--write_mode must be fastwrite or writethrough, not '" << mode << "'";

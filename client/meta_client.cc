@@ -80,12 +80,23 @@ void MetaClient::CloseSession() {
 }
 
 std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> MetaClient::Subscribe(
-    grpc::ClientContext* ctx, size_t* index) {
+    grpc::ClientContext* ctx, size_t* index, bool leases) {
   rpc_->options().transport.AddTo(ctx);
   proto::SubscribeRequest req;
   req.mutable_header()->set_client_id(rpc_->client_id());
+  req.set_leases(leases);
   *index = rpc_->current();
   return rpc_->stub(*index)->Subscribe(ctx, req);
+}
+
+absl::Status MetaClient::AckRecall(uint64_t seq, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  rpc_->PrepareContext(&ctx, timeout);
+  proto::AckRecallRequest req;
+  req.mutable_header()->set_client_id(rpc_->client_id());
+  req.set_recall(seq);
+  proto::ErrReply reply;
+  return rpc_->CallOnce("AckRecall", &proto::GrantFs::Stub::AckRecall, &ctx, &req, &reply);
 }
 
 absl::StatusOr<uint64_t> MetaClient::Grant(uint64_t wanted, uint64_t back) {
@@ -99,30 +110,43 @@ absl::StatusOr<uint64_t> MetaClient::Grant(uint64_t wanted, uint64_t back) {
 
 // --- the namespace ----------------------------------------------------------
 
+namespace {
+void TakeLeaseBits(const proto::AttrReply& reply, LeaseBits* leases) {
+  if (leases == nullptr) return;
+  leases->attr = reply.err() == 0 && reply.leased();
+  leases->dir = reply.dir_leased();
+}
+}  // namespace
+
 absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
-                                               const std::string& name) {
+                                               const std::string& name, LeaseBits* leases) {
   proto::LookupRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
   req.set_name(name);
   proto::AttrReply reply;
-  RETURN_IF_ERROR(rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply));
+  absl::Status s = rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply);
+  TakeLeaseBits(reply, leases);
+  RETURN_IF_ERROR(s);
   return std::move(*reply.mutable_attr());
 }
 
-absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino) {
+absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, LeaseBits* leases) {
   proto::GetAttrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("GetAttr", &proto::GrantFs::Stub::GetAttr, &req, &reply));
+  TakeLeaseBits(reply, leases);
   return std::move(*reply.mutable_attr());
 }
 
-absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req) {
+absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req,
+                                                LeaseBits* leases) {
   Stamp(c, &req);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
+  TakeLeaseBits(reply, leases);
   return std::move(*reply.mutable_attr());
 }
 
@@ -143,8 +167,8 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
 }
 
 absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
-                                                const std::string& name,
-                                                const std::string& target) {
+                                                const std::string& name, const std::string& target,
+                                                LeaseBits* leases) {
   proto::SymlinkRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -152,11 +176,12 @@ absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
   req.set_target(target);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Symlink", &proto::GrantFs::Stub::Symlink, &req, &reply));
+  TakeLeaseBits(reply, leases);
   return std::move(*reply.mutable_attr());
 }
 
 absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
-                                             const std::string& new_name) {
+                                             const std::string& new_name, LeaseBits* leases) {
   proto::LinkRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -164,6 +189,7 @@ absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint6
   req.set_new_name(new_name);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("Link", &proto::GrantFs::Stub::Link, &req, &reply));
+  TakeLeaseBits(reply, leases);
   return std::move(*reply.mutable_attr());
 }
 

@@ -30,6 +30,12 @@ struct Creds {
   std::vector<uint32_t> groups;
 };
 
+// The leases a reply carried (proto AttrReply.leased / dir_leased).
+struct LeaseBits {
+  bool attr = false;
+  bool dir = false;
+};
+
 class MetaClient {
  public:
   explicit MetaClient(RpcClient* rpc) : rpc_(rpc) {}
@@ -54,26 +60,34 @@ class MetaClient {
   // Opens the invalidation stream on the current server, whose index goes
   // to `*index` (to fail over from when the stream ends). `ctx` is the
   // caller's, to cancel.
+  // `leases`: the mount takes metadata leases (it holds none now).
   std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> Subscribe(grpc::ClientContext* ctx,
-                                                                          size_t* index);
+                                                                          size_t* index,
+                                                                          bool leases);
+  // Every recall up to `seq` was dropped: one attempt, deadline `timeout`.
+  absl::Status AckRecall(uint64_t seq, absl::Duration timeout);
   // Asks for `wanted` more bytes of space grant, returning `back`; returns
   // the bytes granted.
   absl::StatusOr<uint64_t> Grant(uint64_t wanted, uint64_t back);
 
   // --- the namespace -------------------------------------------------------
-  absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
+  // `leases` (optional) gets the leases the reply carried; Lookup's also
+  // with ENOENT.
+  absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name,
+                                     LeaseBits* leases = nullptr);
   // ENOENT when the inode no longer exists.
-  absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
+  absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino, LeaseBits* leases = nullptr);
   // `req.ino` and `req.valid` say what to change; the header is stamped here.
-  absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);
+  absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req,
+                                      LeaseBits* leases = nullptr);
   // The reply's `created`: whether this call made the inode.
   absl::StatusOr<proto::AttrReply> MkNod(const Creds& c, uint64_t parent, const std::string& name,
                                          uint32_t mode, uint64_t rdev, uint32_t umask,
                                          bool exclusive);
   absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
-                                      const std::string& target);
+                                      const std::string& target, LeaseBits* leases = nullptr);
   absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
-                                   const std::string& new_name);
+                                   const std::string& new_name, LeaseBits* leases = nullptr);
   // `expected_ino`: the inode the mount believes `name` is (0: unknown); the
   // server refuses to remove another.
   absl::Status Remove(const Creds& c, uint64_t parent, const std::string& name, bool is_dir,

@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "glog/logging.h"
 
 namespace grantfs {
 
 Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
-                 GrantPool* pool, ReadAhead* read_ahead)
-    : options_(options), meta_(meta), handles_(handles), pool_(pool), ra_(read_ahead) {
+                 GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases)
+    : options_(options),
+      meta_(meta),
+      handles_(handles),
+      pool_(pool),
+      ra_(read_ahead),
+      leases_(leases) {
   // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
   // and no failover done, while holding it.
   meta_->rpc().set_on_failover([this] {
@@ -31,6 +37,9 @@ absl::StatusOr<proto::OpenSessionReply> Session::Open(absl::Time* sent) {
   {
     absl::MutexLock l(&mu_);
     lease_ms_ = std::max<uint64_t>(reply->lease_ms(), 300);
+    if (reply->meta_lease_ms() > 0)
+      meta_lease_ms_ = std::max<uint64_t>(reply->meta_lease_ms(), 300);
+    if (leases_ != nullptr) leases_->SetTerm(absl::Milliseconds(meta_lease_ms_));
   }
   RpcClient& rpc = meta_->rpc();
   LOG(INFO) << "session " << reply->client_id() << " with " << rpc.address(rpc.current())
@@ -44,6 +53,7 @@ void Session::Start(Invalidator* invalidator) {
     if (started_ || stopping_) return;
     started_ = true;
   }
+  invalidator_ = invalidator;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (invalidator != nullptr) {
     subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
@@ -85,7 +95,11 @@ void Session::HeartbeatLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     auto stop_or_kick = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kick_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(lease_ms_ / 3));
+    // Leases are renewed by heartbeats too: often enough that they never
+    // run out between two.
+    const uint64_t period_ms =
+        leases_ != nullptr ? std::min(lease_ms_, meta_lease_ms_) / 3 : lease_ms_ / 3;
+    mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(period_ms));
     if (kick_) {
       // At most one heartbeat per 100 ms while servers keep failing.
       kick_ = false;
@@ -107,6 +121,15 @@ void Session::HeartbeatLoop() {
           lost_acked = beat->session_lost();
         }
         pool_->Renewed(LeaseEnd(sent));
+      }
+      if (leases_ != nullptr) {
+        if (beat->leases_renewed()) {
+          leases_->Renewed(sent);
+        } else {
+          // Not renewed (no stream here yet, a recall left unanswered, or
+          // they ran out): nothing leased may be trusted any more.
+          DropLeases(/*stream_down=*/false, invalidator_);
+        }
       }
       // A failed reclaim is tried again at the next heartbeat.
       Reclaim(beat->incarnation());
@@ -184,13 +207,22 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     }
     size_t index = 0;
     const absl::Time opened = absl::Now();
+    const absl::Time sent = options_.clock->Now();
     std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
-        meta_->Subscribe(&ctx, &index);
+        meta_->Subscribe(&ctx, &index, leases_ != nullptr);
     proto::InvalidationBatch batch;
     while (reader->Read(&batch)) {
       backoff = first_backoff;
+      if (batch.subscribed() && leases_ != nullptr) leases_->Subscribed(sent);
+      // Recalls first: a change on another node waits for their ack.
+      Recall(batch, invalidator);
       for (const proto::Invalidation& inv : batch.items()) {
-        if (inv.parent() != 0) invalidator->InvalidateEntry(inv.parent(), inv.name());
+        if (inv.recall() != 0) continue;
+        // With leases the kernel keeps no names (LeaseCache answers), and an
+        // entry invalidation would wait for the directory's lock.
+        if (inv.parent() != 0 && leases_ == nullptr) {
+          invalidator->InvalidateEntry(inv.parent(), inv.name());
+        }
         if (inv.ino() == 0) continue;
         // Read-ahead first: once the kernel drops its pages it may read
         // again at once, and must not get what was fetched before the change.
@@ -207,8 +239,9 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     grpc::Status s = reader->Finish();
     // Changes pushed while the stream was down may be lost (a restarted
     // server, an overflowing queue, a failover): nothing fetched before is
-    // trusted.
+    // trusted, and nothing leased (recalls may be lost too).
     if (ra_ != nullptr) ra_->InvalidateAll();
+    if (leases_ != nullptr) DropLeases(/*stream_down=*/true, invalidator);
     // A stream that stood for a while was healthy, even without changes.
     if (absl::Now() - opened > absl::Seconds(1)) backoff = first_backoff;
     // Not under mu_: a failover takes it (to kick the heartbeat).
@@ -223,6 +256,34 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
     backoff = std::min(backoff * 2, max_backoff);
   }
+}
+
+void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
+  std::vector<uint64_t> inos = leases_->DropAll(stream_down);
+  if (invalidator == nullptr) return;
+  for (uint64_t ino : inos) invalidator->InvalidateInode(ino, /*data=*/false);
+}
+
+void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalidator) {
+  uint64_t last = 0;
+  for (const proto::Invalidation& inv : batch.items()) {
+    if (inv.recall() == 0) continue;
+    last = std::max(last, inv.recall());
+    if (leases_ == nullptr) continue;
+    if (inv.dir() != 0) {
+      leases_->Recall({LeaseCache::Kind::kDir, inv.dir()});
+    } else {
+      leases_->Recall({LeaseCache::Kind::kAttr, inv.ino()});
+      // Attributes only: takes no lock the kernel may hold while it waits
+      // for this mount.
+      invalidator->InvalidateInode(inv.ino(), /*data=*/false);
+    }
+  }
+  if (last == 0) return;
+  absl::Status s = meta_->AckRecall(last, absl::Seconds(2));
+  // Unanswered, the change waits until this mount's leases run out, and the
+  // next heartbeat is not renewed: the mount drops everything then.
+  if (!s.ok()) LOG(WARNING) << "acknowledging recall " << last << ": " << s;
 }
 
 }  // namespace grantfs

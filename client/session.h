@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/grant_pool.h"
+#include "client/lease_cache.h"
 #include "client/meta_client.h"
 #include "client/open_handles.h"
 #include "client/read_ahead.h"
@@ -45,10 +46,12 @@ struct SessionOptions {
 class Session {
  public:
   // Not owned, and must outlive it: `meta`, `handles`; `pool` (null without
-  // fastwrite) and `read_ahead` (null when off) too. Takes over the
-  // RpcClient's failover hook (a failover sends a heartbeat at once).
+  // fastwrite), `read_ahead` and `leases` (null when off) too. Takes over
+  // the RpcClient's failover hook (a failover sends a heartbeat at once).
+  // With leases, the heartbeats renew them and the stream carries their
+  // recalls (client/lease_cache.h).
   Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
-          GrantPool* pool, ReadAhead* read_ahead);
+          GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases = nullptr);
   ~Session();
 
   // Opens the session on the server (retried as every call). Returns the
@@ -75,6 +78,12 @@ class Session {
   // heartbeat). Heartbeat thread only.
   bool Reclaim(uint64_t incarnation) ABSL_LOCKS_EXCLUDED(mu_);
   void SubscribeLoop(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every leased thing is dropped, here and in the kernel (`invalidator`
+  // may be null).
+  void DropLeases(bool stream_down, Invalidator* invalidator);
+  // The recalls of one batch: dropped here and in the kernel, then
+  // acknowledged. Stream thread only.
+  void Recall(const proto::InvalidationBatch& batch, Invalidator* invalidator);
 
   // Constant after construction.
   const SessionOptions options_;
@@ -82,6 +91,7 @@ class Session {
   OpenHandleTable* const handles_;
   GrantPool* const pool_;
   ReadAhead* const ra_;
+  LeaseCache* const leases_;
 
   // A leaf lock: nothing else is taken while it is held, and no RPC is made
   // (nor a failover done: the failover hook takes it) under it.
@@ -89,6 +99,9 @@ class Session {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t lease_ms_ ABSL_GUARDED_BY(mu_) = 10000;
+  uint64_t meta_lease_ms_ ABSL_GUARDED_BY(mu_) = 3000;
+  // Set by Start, before the threads: the heartbeat drops leases in it.
+  Invalidator* invalidator_ = nullptr;
   // A call moved to another server: the next heartbeat goes at once (it
   // finds out whether the server is a new incarnation).
   bool kick_ ABSL_GUARDED_BY(mu_) = false;

@@ -451,6 +451,14 @@ void WriteCache::AttrFetch::Patch(proto::Attr* attr) {
   cache_->PatchAttrLocked(attr);
 }
 
+bool WriteCache::AttrFetch::Clean(uint64_t ino) const {
+  if (cache_ == nullptr) return true;
+  absl::MutexLock l(&cache_->mu_);
+  auto ack = cache_->acks_.find(ino);
+  if (ack != cache_->acks_.end() && ack->second.seq > since_) return false;
+  return cache_->inodes_.find(ino) == cache_->inodes_.end();
+}
+
 uint64_t WriteCache::dirty_bytes() {
   absl::MutexLock l(&mu_);
   return dirty_bytes_;

@@ -144,6 +144,10 @@ class WriteCache {
     AttrFetch(const AttrFetch&) = delete;
     AttrFetch& operator=(const AttrFetch&) = delete;
     void Patch(proto::Attr* attr);
+    // The server's attributes of `ino` need no patch: the mount caches no
+    // write of it and no flush of it was acknowledged since the fetch
+    // began. True without a cache.
+    bool Clean(uint64_t ino) const;
 
    private:
     WriteCache* const cache_;

@@ -1,0 +1,320 @@
+#include "client/lease_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace grantfs {
+
+LeaseCache::LeaseCache(const LeaseCacheOptions& options) : options_(options) {}
+
+LeaseCache::Ticket LeaseCache::Take() {
+  absl::MutexLock l(&mu_);
+  return Ticket{seq_};
+}
+
+void LeaseCache::SetTerm(absl::Duration term) {
+  absl::MutexLock l(&mu_);
+  // 5 % for the rates of the two clocks, which measure the same term.
+  term_ = term - term / 20;
+}
+
+void LeaseCache::Renewed(absl::Time sent) {
+  absl::MutexLock l(&mu_);
+  end_ = std::max(end_, sent + term_);
+}
+
+void LeaseCache::Subscribed(absl::Time sent) {
+  absl::MutexLock l(&mu_);
+  subscribed_ = true;
+  mark_ = ++seq_;
+  end_ = std::max(end_, sent + term_);
+}
+
+std::vector<uint64_t> LeaseCache::DropAll(bool stream_down) {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> inos;
+  inos.reserve(attrs_.size());
+  for (const auto& [ino, attr] : attrs_) inos.push_back(ino);
+  attrs_.clear();
+  attr_order_.clear();
+  dirs_.clear();
+  dir_order_.clear();
+  pending_.clear();
+  names_ = 0;
+  mark_ = ++seq_;
+  if (stream_down) subscribed_ = false;
+  return inos;
+}
+
+bool LeaseCache::Valid() { return subscribed_ && options_.clock->Now() < end_; }
+
+bool LeaseCache::Keeps(const Ticket& t, Kind kind, uint64_t ino, bool own) {
+  if (t.seq < mark_ || !Valid()) return false;
+  const auto& changes = own ? recalled_ : changed_;
+  auto it = changes.find(KeyId{ino, static_cast<uint8_t>(kind)});
+  const uint64_t last = it == changes.end() ? floor_ : it->second;
+  if (last >= t.seq) {
+    ++stats_.refused;
+    return false;
+  }
+  return true;
+}
+
+void LeaseCache::Note(Kind kind, uint64_t ino, bool foreign) {
+  if (changed_.size() >= options_.max_changed || recalled_.size() >= options_.max_changed) {
+    changed_.clear();
+    recalled_.clear();
+    floor_ = seq_;
+  }
+  const uint64_t seq = seq_++;
+  const KeyId id{ino, static_cast<uint8_t>(kind)};
+  changed_[id] = seq;
+  if (foreign) recalled_[id] = seq;
+}
+
+void LeaseCache::DropDir(uint64_t dir) {
+  auto it = dirs_.find(dir);
+  if (it != dirs_.end()) {
+    names_ -= std::min(names_, it->second.names.size());
+    dirs_.erase(it);
+  }
+  pending_.erase(dir);
+}
+
+void LeaseCache::Trim() {
+  while (attrs_.size() > options_.max_attrs && !attr_order_.empty()) {
+    attrs_.erase(attr_order_.front());
+    attr_order_.pop_front();
+  }
+  if (attr_order_.size() > 2 * options_.max_attrs + 16) {
+    attr_order_.clear();
+    for (const auto& [ino, attr] : attrs_) attr_order_.push_back(ino);
+  }
+  while (names_ > options_.max_names && !dir_order_.empty()) {
+    DropDir(dir_order_.front());
+    dir_order_.pop_front();
+  }
+  if (dir_order_.size() > 2 * dirs_.size() + 16) {
+    dir_order_.clear();
+    for (const auto& [ino, dir] : dirs_) dir_order_.push_back(ino);
+  }
+}
+
+std::optional<proto::Attr> LeaseCache::Attr(uint64_t ino, absl::Duration* left) {
+  absl::MutexLock l(&mu_);
+  auto it = attrs_.find(ino);
+  if (it == attrs_.end() || !Valid()) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  ++stats_.hits;
+  if (left != nullptr) *left = end_ - options_.clock->Now();
+  return it->second;
+}
+
+bool LeaseCache::Holds(const Ticket& t, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return attrs_.contains(ino) && Keeps(t, Kind::kAttr, ino, /*own=*/false);
+}
+
+LeaseCache::Name LeaseCache::Lookup(uint64_t dir, const std::string& name, uint64_t* ino) {
+  absl::MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !Valid()) {
+    ++stats_.misses;
+    return Name::kUnknown;
+  }
+  auto n = it->second.names.find(name);
+  if (n == it->second.names.end()) {
+    if (!it->second.all_names) {
+      ++stats_.misses;
+      return Name::kUnknown;
+    }
+    ++stats_.hits;
+    return Name::kAbsent;
+  }
+  ++stats_.hits;
+  if (n->second.ino == 0) return Name::kAbsent;
+  *ino = n->second.ino;
+  return Name::kPresent;
+}
+
+bool LeaseCache::List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out) {
+  absl::MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !it->second.ordered || !Valid()) {
+    ++stats_.misses;
+    return false;
+  }
+  const auto& order = it->second.order;
+  out->Clear();
+  for (auto e = order.upper_bound(cookie); e != order.end(); ++e) {
+    if (static_cast<size_t>(out->entries_size()) >= max) return true;
+    auto attr = attrs_.find(e->second.second);
+    if (attr == attrs_.end()) {  // its attributes were recalled: ask the server
+      ++stats_.misses;
+      out->Clear();
+      return false;
+    }
+    proto::DirEntry* d = out->add_entries();
+    d->set_name(e->second.first);
+    d->set_cookie(e->first);
+    *d->mutable_attr() = attr->second;
+  }
+  out->set_eof(true);
+  ++stats_.hits;
+  return true;
+}
+
+void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
+  absl::MutexLock l(&mu_);
+  if (!Keeps(t, Kind::kAttr, attr.ino(), own)) return;
+  auto [it, added] = attrs_.insert_or_assign(attr.ino(), attr);
+  if (added) attr_order_.push_back(attr.ino());
+  Trim();
+}
+
+void LeaseCache::PutName(const Ticket& t, uint64_t dir, const std::string& name, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  if (!Keeps(t, Kind::kDir, dir, /*own=*/false)) return;
+  auto [it, added] = dirs_.try_emplace(dir);
+  if (added) dir_order_.push_back(dir);
+  Dir& d = it->second;
+  auto [n, fresh] = d.names.try_emplace(name);
+  if (fresh) ++names_;
+  if (n->second.ino != ino) {
+    // Another inode than the listing says: the listing is not to be served.
+    if (n->second.cookie != 0) d.ordered = false;
+    n->second = Entry{ino, 0};
+  }
+  Trim();
+}
+
+void LeaseCache::PutEmptyDir(const Ticket& t, uint64_t dir, uint64_t parent) {
+  absl::MutexLock l(&mu_);
+  if (!Keeps(t, Kind::kDir, dir, /*own=*/true)) return;
+  DropDir(dir);
+  Dir& d = dirs_[dir];
+  dir_order_.push_back(dir);
+  d.all_names = true;
+  d.ordered = true;
+  // As the server lists them (server/namespace.cc ReadDir).
+  d.order[1] = {".", dir};
+  d.order[2] = {"..", parent};
+}
+
+void LeaseCache::PutPage(const Ticket& t, uint64_t dir, uint64_t cookie,
+                         const proto::ReadDirReply& page) {
+  absl::MutexLock l(&mu_);
+  if (cookie == 0) {
+    pending_[dir] = Pending{t, 0, true, {}};
+  }
+  auto it = pending_.find(dir);
+  if (it == pending_.end()) return;
+  Pending& p = it->second;
+  if (p.next_cookie != cookie) {  // not the continuation of the listing read
+    pending_.erase(it);
+    return;
+  }
+  p.leased = p.leased && page.leased();
+  for (const proto::DirEntry& e : page.entries()) {
+    p.entries.push_back({e.name(), {e.cookie(), e.attr().ino()}});
+    p.next_cookie = e.cookie();
+  }
+  if (!p.leased || p.entries.size() > options_.max_names) {
+    pending_.erase(it);
+    return;
+  }
+  if (!page.eof()) return;
+  Pending done = std::move(p);
+  pending_.erase(it);
+  if (!Keeps(done.ticket, Kind::kDir, dir, /*own=*/false)) return;
+  DropDir(dir);
+  Dir& d = dirs_[dir];
+  dir_order_.push_back(dir);
+  d.all_names = true;
+  d.ordered = true;
+  for (auto& [name, ci] : done.entries) {
+    d.order[ci.first] = {name, ci.second};
+    if (name == "." || name == "..") continue;
+    d.names[name] = Entry{ci.second, ci.first};
+  }
+  names_ += d.names.size();
+  Trim();
+}
+
+void LeaseCache::Recall(const Key& key) {
+  absl::MutexLock l(&mu_);
+  ++stats_.recalls;
+  Note(key.kind, key.ino, /*foreign=*/true);
+  if (key.kind == Kind::kAttr) {
+    attrs_.erase(key.ino);
+  } else {
+    DropDir(key.ino);
+  }
+}
+
+void LeaseCache::AttrChanged(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, ino, /*foreign=*/false);
+  attrs_.erase(ino);
+}
+
+void LeaseCache::NameAdded(uint64_t dir, const std::string& name, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, dir, false);
+  attrs_.erase(dir);
+  Note(Kind::kDir, dir, false);
+  pending_.erase(dir);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end()) return;
+  Dir& d = it->second;
+  auto [n, fresh] = d.names.try_emplace(name);
+  if (fresh) ++names_;
+  if (n->second.cookie != 0) d.order.erase(n->second.cookie);
+  n->second = Entry{ino, 0};
+  // Its place in the listing (cookie) is the server's: readdir asks again.
+  d.ordered = false;
+}
+
+void LeaseCache::NameRemoved(uint64_t dir, const std::string& name) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, dir, false);
+  attrs_.erase(dir);
+  Note(Kind::kDir, dir, false);
+  pending_.erase(dir);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end()) return;
+  Dir& d = it->second;
+  auto n = d.names.find(name);
+  if (n != d.names.end() && n->second.cookie != 0) d.order.erase(n->second.cookie);
+  if (d.all_names) {
+    if (n != d.names.end()) {
+      d.names.erase(n);
+      --names_;
+    }
+  } else if (n != d.names.end()) {
+    n->second = Entry{0, 0};
+  } else {
+    d.names[name] = Entry{0, 0};
+    ++names_;
+  }
+}
+
+void LeaseCache::DirChanged(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, dir, false);
+  attrs_.erase(dir);
+  Note(Kind::kDir, dir, false);
+  DropDir(dir);
+}
+
+LeaseCache::Stats LeaseCache::stats() {
+  absl::MutexLock l(&mu_);
+  Stats s = stats_;
+  s.attrs = attrs_.size();
+  s.names = names_;
+  return s;
+}
+
+}  // namespace grantfs

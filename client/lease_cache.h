@@ -1,0 +1,198 @@
+// What the mount may answer without asking the server: attributes and
+// names under metadata leases (server/lease_table.h, docs/architecture.md
+// "Metadata leases").
+//
+// Two kinds, as on the server. Attributes of an inode. The names of a
+// directory: single names looked up (there, or "not there"), and the whole
+// listing once every page of a readdir was leased. Everything here is
+// valid while the session's leases are: until `end` (counted from the
+// heartbeat or subscription the mount sent last that the server renewed),
+// and only for what was granted after `mark` (the last time the mount
+// dropped everything: a stream that broke, a renewal refused).
+//
+// A lease comes with a reply. Whether it may be kept depends on what
+// happened while the request was out: a Ticket is taken before the request
+// is sent; a recall or an own change of the same key since then, or a drop
+// of everything, and the reply's lease is not kept (the last change of each
+// key is remembered by number).
+//
+// Own changes: the server keeps this mount's leases on what it changed
+// itself (it is not recalled from the origin), so the mount applies its own
+// changes here: a name added or removed in a directory it holds, attributes
+// that changed dropped.
+//
+// Memory: at most `max_attrs` attributes and `max_names` names; past that,
+// the oldest directory or inode is dropped (the server's recall of it then
+// costs an ack). Thread-safe; mu_ is a leaf.
+#ifndef GRANTFS_CLIENT_LEASE_CACHE_H_
+#define GRANTFS_CLIENT_LEASE_CACHE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+struct LeaseCacheOptions {
+  Clock* clock = Clock::Monotonic();
+  size_t max_attrs = 1u << 20;
+  size_t max_names = 4u << 20;
+  // Keys whose last change is remembered; past it, every ticket in flight
+  // is refused once.
+  size_t max_changed = 1u << 20;
+};
+
+class LeaseCache {
+ public:
+  explicit LeaseCache(const LeaseCacheOptions& options = {});
+
+  enum class Kind : uint8_t { kAttr, kDir };
+  struct Key {
+    Kind kind;
+    uint64_t ino;
+  };
+  struct Ticket {
+    uint64_t seq = 0;  // changes numbered so far
+  };
+  // Taken just before a request whose reply may carry a lease.
+  Ticket Take() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- the session -----------------------------------------------------
+  // How long a renewal lasts, as the server counts it, less a margin for
+  // the two clocks' rates.
+  void SetTerm(absl::Duration term) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server renewed the leases at a heartbeat (or subscription) sent at
+  // `sent`.
+  void Renewed(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new recall stream is up (its first batch arrived): leases of requests
+  // sent from now on are recalled on it. `sent`: when the subscription was
+  // sent (it renews the leases).
+  void Subscribed(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // Everything is dropped: the stream broke (`stream_down`: no lease is
+  // taken until Subscribed), or a renewal was refused. Returns the inodes
+  // whose attributes were cached (the kernel's copies go too).
+  std::vector<uint64_t> DropAll(bool stream_down) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- answers -----------------------------------------------------------
+  // Cached attributes of `ino`; `left` gets how long they stay valid.
+  std::optional<proto::Attr> Attr(uint64_t ino, absl::Duration* left = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the attributes of `ino` are leased and were not changed or
+  // recalled since `t` (what a reply to a request sent after `t` said of
+  // the inode may be kept as long as they are).
+  bool Holds(const Ticket& t, uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  enum class Name { kUnknown, kAbsent, kPresent };
+  // `name` in `dir`: kPresent sets `*ino`.
+  Name Lookup(uint64_t dir, const std::string& name, uint64_t* ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The complete listing of `dir` after `cookie` (at most `max` entries,
+  // "." and ".." first as the server lists them), with the attributes of
+  // every entry; false when it is not all cached.
+  bool List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- replies -----------------------------------------------------------
+  // Each keeps what a reply leased, unless the ticket says it may be stale.
+  // `own`: the reply to this mount's own change of it (own changes since
+  // the ticket do not count).
+  void PutAttr(const Ticket& t, const proto::Attr& attr, bool own = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // `ino` 0: the name is not there.
+  void PutName(const Ticket& t, uint64_t dir, const std::string& name, uint64_t ino)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A new directory this mount made in `parent`: it holds no names.
+  void PutEmptyDir(const Ticket& t, uint64_t dir, uint64_t parent) ABSL_LOCKS_EXCLUDED(mu_);
+  // One page of a listing read from cookie 0 on with ticket `t` (the first
+  // page's): when the last page came and every page was leased, the
+  // listing is complete.
+  void PutPage(const Ticket& t, uint64_t dir, uint64_t cookie, const proto::ReadDirReply& page)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- recalls and own changes --------------------------------------------
+  // The server recalled `key`: dropped, and no reply in flight keeps it.
+  void Recall(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // This mount changed the attributes of `ino`.
+  void AttrChanged(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // This mount added or removed `name` in `dir` (the directory's attributes
+  // changed too).
+  void NameAdded(uint64_t dir, const std::string& name, uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  void NameRemoved(uint64_t dir, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Anything else that changed `dir`'s names: the listing is dropped.
+  void DirChanged(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Stats {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t recalls = 0;
+    uint64_t refused = 0;  // leases of replies not kept (a change overtook them)
+    size_t attrs = 0;
+    size_t names = 0;
+  };
+  Stats stats() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    uint64_t ino = 0;     // 0: not there
+    uint64_t cookie = 0;  // 0: not known (looked up, or added here)
+  };
+  struct Dir {
+    absl::flat_hash_map<std::string, Entry> names;
+    // `names` has every name of the directory (a name not in it is not
+    // there).
+    bool all_names = false;
+    // `order` has every entry by cookie, "." and ".." too: readdir is
+    // answered from it. (name, inode)
+    bool ordered = false;
+    std::map<uint64_t, std::pair<std::string, uint64_t>> order;
+  };
+  struct Pending {  // a listing being read page by page
+    Ticket ticket;
+    uint64_t next_cookie = 0;
+    bool leased = true;
+    std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>>
+        entries;  // name, cookie, ino
+  };
+  using KeyId = std::pair<uint64_t, uint8_t>;  // ino, kind
+
+  bool Valid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a reply's lease on the key may be kept.
+  bool Keeps(const Ticket& t, Kind kind, uint64_t ino, bool own) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A change of the key: numbered; `foreign`: a recall.
+  void Note(Kind kind, uint64_t ino, bool foreign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropDir(uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the cache within its bounds.
+  void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const LeaseCacheOptions options_;
+  absl::Mutex mu_;
+  absl::Duration term_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Time end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 1;
+  // Tickets below it are refused (everything was dropped at it).
+  uint64_t mark_ ABSL_GUARDED_BY(mu_) = 1;
+  // Last change of each key (all; and recalls only); a key not in them
+  // changed at most at floor_.
+  absl::flat_hash_map<KeyId, uint64_t> changed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<KeyId, uint64_t> recalled_ ABSL_GUARDED_BY(mu_);
+  uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, proto::Attr> attrs_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> attr_order_ ABSL_GUARDED_BY(mu_);  // for Trim, oldest first
+  absl::flat_hash_map<uint64_t, Dir> dirs_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> dir_order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  size_t names_ ABSL_GUARDED_BY(mu_) = 0;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_LEASE_CACHE_H_

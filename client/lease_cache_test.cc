@@ -1,0 +1,151 @@
+#include "client/lease_cache.h"
+
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+proto::Attr AttrOf(uint64_t ino, uint32_t mode) {
+  proto::Attr a;
+  a.set_ino(ino);
+  a.set_mode(mode);
+  return a;
+}
+
+class LeaseCacheTest : public ::testing::Test {
+ protected:
+  LeaseCacheTest() : cache_(LeaseCacheOptions{.clock = &clock_}) {
+    cache_.SetTerm(absl::Seconds(3));
+    cache_.Subscribed(clock_.Now());
+  }
+  FakeClock clock_;
+  LeaseCache cache_;
+};
+
+TEST_F(LeaseCacheTest, NothingIsLeasedBeforeTheStreamIsUp) {
+  LeaseCache fresh(LeaseCacheOptions{.clock = &clock_});
+  fresh.SetTerm(absl::Seconds(3));
+  fresh.Renewed(clock_.Now());
+  const LeaseCache::Ticket t = fresh.Take();
+  fresh.PutAttr(t, AttrOf(5, 0100644));
+  EXPECT_FALSE(fresh.Attr(5).has_value());
+}
+
+TEST_F(LeaseCacheTest, AttributesLastUntilTheLeaseEnds) {
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  absl::Duration left;
+  ASSERT_TRUE(cache_.Attr(5, &left).has_value());
+  EXPECT_GT(left, absl::Seconds(2));
+  EXPECT_LE(left, absl::Seconds(3));
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_FALSE(cache_.Attr(5).has_value()) << "served past its lease";
+  // A renewal from before the end keeps them: the server renewed too.
+  cache_.Renewed(clock_.Now());
+  EXPECT_TRUE(cache_.Attr(5).has_value());
+}
+
+TEST_F(LeaseCacheTest, AReplyOvertakenByARecallIsNotKept) {
+  const LeaseCache::Ticket t = cache_.Take();
+  cache_.Recall({LeaseCache::Kind::kAttr, 5});  // arrived before the reply
+  cache_.PutAttr(t, AttrOf(5, 0100644));
+  EXPECT_FALSE(cache_.Attr(5).has_value());
+  cache_.PutAttr(t, AttrOf(6, 0100644));  // another inode: kept
+  EXPECT_TRUE(cache_.Attr(6).has_value());
+}
+
+TEST_F(LeaseCacheTest, OwnChangesDoNotRefuseTheirOwnReply) {
+  const LeaseCache::Ticket t = cache_.Take();
+  cache_.AttrChanged(5);
+  cache_.PutAttr(t, AttrOf(5, 0100600), /*own=*/true);
+  ASSERT_TRUE(cache_.Attr(5).has_value());
+  EXPECT_EQ(cache_.Attr(5)->mode(), 0100600u);
+  // ...but a reader's reply from before the change is refused.
+  cache_.AttrChanged(5);
+  cache_.PutAttr(t, AttrOf(5, 0100644));
+  EXPECT_FALSE(cache_.Attr(5).has_value());
+}
+
+TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {
+  const LeaseCache::Ticket t = cache_.Take();
+  proto::ReadDirReply page;
+  page.set_leased(true);
+  page.set_eof(true);
+  const std::vector<std::pair<std::string, uint64_t>> names = {
+      {".", 2}, {"..", 1}, {"a", 10}, {"b", 11}};
+  uint64_t cookie = 0;
+  for (const auto& [name, ino] : names) {
+    proto::DirEntry* e = page.add_entries();
+    e->set_name(name);
+    e->set_cookie(++cookie);
+    *e->mutable_attr() = AttrOf(ino, 0100644);
+    cache_.PutAttr(t, e->attr());
+  }
+  cache_.PutPage(t, 2, 0, page);
+  uint64_t ino = 0;
+  EXPECT_EQ(cache_.Lookup(2, "a", &ino), LeaseCache::Name::kPresent);
+  EXPECT_EQ(ino, 10u);
+  EXPECT_EQ(cache_.Lookup(2, "zzz", &ino), LeaseCache::Name::kAbsent);
+  proto::ReadDirReply out;
+  ASSERT_TRUE(cache_.List(2, 2, 100, &out));  // after ".."
+  ASSERT_EQ(out.entries_size(), 2);
+  EXPECT_EQ(out.entries(0).name(), "a");
+  EXPECT_TRUE(out.eof());
+  // An own create keeps the names, not the order (its cookie is the
+  // server's): readdir asks again, a lookup does not.
+  cache_.NameAdded(2, "c", 12);
+  EXPECT_EQ(cache_.Lookup(2, "c", &ino), LeaseCache::Name::kPresent);
+  EXPECT_EQ(cache_.Lookup(2, "d", &ino), LeaseCache::Name::kAbsent);
+  EXPECT_FALSE(cache_.List(2, 0, 100, &out));
+  // An own removal.
+  cache_.NameRemoved(2, "a");
+  EXPECT_EQ(cache_.Lookup(2, "a", &ino), LeaseCache::Name::kAbsent);
+  // A recall drops it all.
+  cache_.Recall({LeaseCache::Kind::kDir, 2});
+  EXPECT_EQ(cache_.Lookup(2, "b", &ino), LeaseCache::Name::kUnknown);
+}
+
+TEST_F(LeaseCacheTest, AListingRecalledBetweenPagesIsNotKept) {
+  const LeaseCache::Ticket t = cache_.Take();
+  proto::ReadDirReply first;
+  first.set_leased(true);
+  proto::DirEntry* e = first.add_entries();
+  e->set_name("a");
+  e->set_cookie(3);
+  cache_.PutPage(t, 2, 0, first);
+  cache_.Recall({LeaseCache::Kind::kDir, 2});
+  proto::ReadDirReply last;
+  last.set_leased(true);
+  last.set_eof(true);
+  cache_.PutPage(cache_.Take(), 2, 3, last);
+  uint64_t ino;
+  EXPECT_EQ(cache_.Lookup(2, "zzz", &ino), LeaseCache::Name::kUnknown);
+}
+
+TEST_F(LeaseCacheTest, DroppingEverythingRefusesRepliesInFlight) {
+  const LeaseCache::Ticket t = cache_.Take();
+  cache_.PutAttr(t, AttrOf(7, 0100644));
+  std::vector<uint64_t> dropped = cache_.DropAll(/*stream_down=*/true);
+  EXPECT_EQ(dropped, std::vector<uint64_t>{7});
+  cache_.PutAttr(t, AttrOf(8, 0100644));
+  EXPECT_FALSE(cache_.Attr(8).has_value());
+  // Nothing is kept until the new stream is up, then only newer replies.
+  cache_.PutAttr(cache_.Take(), AttrOf(8, 0100644));
+  EXPECT_FALSE(cache_.Attr(8).has_value());
+  cache_.Subscribed(clock_.Now());
+  cache_.PutAttr(t, AttrOf(8, 0100644));
+  EXPECT_FALSE(cache_.Attr(8).has_value());
+  cache_.PutAttr(cache_.Take(), AttrOf(8, 0100644));
+  EXPECT_TRUE(cache_.Attr(8).has_value());
+}
+
+TEST_F(LeaseCacheTest, MemoryIsBounded) {
+  LeaseCache small(LeaseCacheOptions{.clock = &clock_, .max_attrs = 100});
+  small.SetTerm(absl::Seconds(3));
+  small.Subscribed(clock_.Now());
+  for (uint64_t i = 1; i <= 1000; ++i) small.PutAttr(small.Take(), AttrOf(i, 0100644));
+  EXPECT_LE(small.stats().attrs, 100u);
+  EXPECT_TRUE(small.Attr(1000).has_value());
+}
+
+}  // namespace
+}  // namespace grantfs
