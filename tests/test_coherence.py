@@ -1,0 +1,319 @@
+"""Coherence between nodes with metadata leases (issue 16).
+
+With leases (the mount's default), a change that returned through one mount
+is what every other mount's next stat, lookup, readdir or open shows,
+exactly: no 1 s window in which another node answers from its caches. A
+mount that does not answer a recall (stopped) delays a change by at most the
+server's session lease (--lease_ms) + 1 s; then its session ends, and when
+it comes back it shows no old state. `grantfs-mount --leases=false` keeps
+the old behaviour (invalidations pushed asynchronously, 1 s kernel caches).
+
+- test_every_node_sees_each_change_at_once: the randomized checker
+  (tests/coherence.py) against its model, two or three mounts, leases on;
+- test_without_leases_the_checker_finds_a_stale_read: the same checker with
+  --leases=false must find a stale read (the checker can fail);
+- test_local_disk_is_the_reference: the checker on one local directory
+  given three times (a failure there is the checker's);
+- test_a_stopped_node_delays_a_change_by_at_most_its_lease: SIGSTOP of a
+  mount holding a lease;
+- test_two_nodes_alternating_in_one_directory: creates and removes
+  alternating between two mounts in one directory (recall ping-pong).
+
+Seeds: 1 and 2 and one from the clock (printed, and in the test id;
+COHERENCE_SEED=S replaces it, COHERENCE_ROUNDS=N the round count, with no
+time limit). Short mode: 500 rounds a seed, stopped after 45 s (the report
+says how many ran; at least 100 must). GRANTFS_LONG=1: 10,000 rounds a
+seed, no time limit; the ping-pong 3,000 rounds instead of 300.
+
+    GRANTFS_BUILD=$PWD/build python3 -m pytest -q tests/test_coherence.py
+
+Must run as root (FUSE, chown). Every mount is unmounted, every stopped
+mount continued and every process stopped at teardown, also on a failure.
+"""
+
+import errno
+import os
+import signal
+import stat
+import threading
+import time
+
+import pytest
+
+import coherence
+from kit.topology import Standalone
+
+LONG = os.environ.get("GRANTFS_LONG") == "1"
+ROUNDS = int(os.environ.get("COHERENCE_ROUNDS") or (10_000 if LONG else 500))
+# Short mode: each checker run stops after the round that ends past this
+# (the same seed draws the same rounds, so a slow machine runs a prefix).
+TIME_LIMIT = None if LONG or os.environ.get("COHERENCE_ROUNDS") else 45.0
+# Rounds that must fit in TIME_LIMIT: a round takes milliseconds (about
+# 200 ms on a loaded 2-core machine with the kernel caches off), a change
+# that waits for a lease to run out seconds; a run of a handful of rounds
+# would pass without checking much.
+MIN_ROUNDS = 100
+TIME_SEED = int(os.environ.get("COHERENCE_SEED") or time.time()) % 1_000_000
+CASES = [pytest.param(1, 3, id="seed=1-nodes=3"), pytest.param(2, 2, id="seed=2-nodes=2"),
+         pytest.param(TIME_SEED, 3, id=f"seed={TIME_SEED}-nodes=3")]
+
+LEASES_OFF = ["--leases=false"]  # the mount without leases: 1 s caches as before
+# Rounds the checker gets to find a stale read without leases (it took at
+# most 45 on 31 seeds with the 1 s caches).
+DETECT_ROUNDS = 300
+
+LEASE_MS = 3000  # the server's session lease for the SIGSTOP test
+# A change waits for a mount that does not answer at most lease + 1 s (the
+# stated promise); 1 s more for a loaded machine.
+STOPPED_BOUND = LEASE_MS / 1000 + 2.0
+RESUME_TIMEOUT = 15.0  # seconds a resumed mount may answer with errors
+# What a resumed mount may answer while it opens a new session. Never the
+# old state.
+RESUME_ERRNOS = {errno.EIO, errno.ENOTCONN, errno.ESTALE, errno.EAGAIN, errno.ETIMEDOUT,
+                 errno.EINTR}
+
+PINGPONG_ROUNDS = 3000 if LONG else 300
+
+
+@pytest.fixture
+def start(tmp_base):
+    """start(**kwargs): a started Standalone(tmp_base, **kwargs); every one is
+    stopped at teardown (its mounts continued first, in case a test left
+    one stopped), also when the test or the start failed."""
+    started = []
+
+    def start(**kwargs):
+        c = Standalone(tmp_base, **kwargs)
+        started.append(c)
+        c.start()
+        return c
+
+    yield start
+    for c in started:
+        for m in c.mounts:
+            if m.proc is not None and m.proc.poll() is None:
+                os.kill(m.proc.pid, signal.SIGCONT)
+        c.stop()
+
+
+def logs(c):
+    """The ends of a Standalone's server and mount logs, for a failure."""
+    out = [f"--- server log\n{c.server.log()[-3000:]}"]
+    out += [f"--- {m.path} log\n{m.log()[-2000:]}" for m in c.mounts]
+    return "\n".join(out)
+
+
+# --- the randomized checker ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed,nodes", CASES)
+def test_every_node_sees_each_change_at_once(start, seed, nodes):
+    """Leases on (the default). Each round one node makes one random change
+    (create, write+close, truncate, unlink, rename over a name and to a new
+    one, mkdir, rmdir, chmod, chown, set/remove xattr, hard link, symlink)
+    after every node cached the old state; at once, with no sleep, every
+    other node's lstat, listdir, read, readlink and getxattr of what it
+    touched must match the model exactly."""
+    c = start(nodes=nodes)
+    print(f"coherence checker, seed {seed}, {nodes} nodes, leases on")
+    r = coherence.run([m.path for m in c.mounts], seed, ROUNDS, time_limit=TIME_LIMIT)
+    print(r.report())
+    assert r.ok, f"{r.report()}\n{logs(c)}"
+    assert r.rounds >= min(MIN_ROUNDS, ROUNDS), (
+        f"only {r.rounds} rounds in {r.elapsed:.0f} s: do changes wait for something (a "
+        f"recall nobody answers)?\n{r.report()}\n{logs(c)}")
+
+
+def test_without_leases_the_checker_finds_a_stale_read(start):
+    """With --leases=false (invalidations pushed asynchronously, the kernel
+    caching for 1 s) the same checker must find a node showing the old
+    state after a change returned: proof that it can fail. The first
+    mismatch must be a stale read (what that node saw before the change),
+    not any other failure."""
+    c = start(nodes=3, mount_extra=LEASES_OFF)
+    r = coherence.run([m.path for m in c.mounts], 1, DETECT_ROUNDS)
+    print(r.report())
+    assert r.mismatch is not None, (
+        f"the checker could not detect staleness: no stale read in {DETECT_ROUNDS} rounds "
+        f"with {' '.join(LEASES_OFF)} (1 s kernel caches)\n{r.report()}")
+    assert r.mismatch.stale, f"the first mismatch is not a stale read:\n{r.report()}"
+
+
+def test_local_disk_is_the_reference(tmp_base):
+    """The checker on one local directory given as three nodes: it must
+    pass, or the checker (its model) is wrong, not GrantFS."""
+    d = os.path.join(tmp_base, "local")
+    os.mkdir(d)
+    r = coherence.run([d] * 3, TIME_SEED, 3000)
+    print(r.report())
+    assert r.ok, r.report()
+
+
+# --- a stopped node ---------------------------------------------------------------------
+
+
+def test_a_stopped_node_delays_a_change_by_at_most_its_lease(start):
+    """Node B holds a lease on a file (it stat'ed it) and is stopped
+    (SIGSTOP of its grantfs-mount): A's chmod of the file must return, and
+    within --lease_ms + 2 s (the promise is lease + 1 s: then the server
+    ends B's session). Once B is continued, its next stat must show the new
+    mode: errors are allowed while it opens a new session (for up to 15 s),
+    the old mode never."""
+    c = start(nodes=2, lease_ms=LEASE_MS)
+    a, b = c.mounts
+    pa, pb = os.path.join(a.path, "f"), os.path.join(b.path, "f")
+    fd = os.open(pa, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, b"content\n")
+    os.close(fd)
+    os.chmod(pa, 0o644)  # whatever the umask
+    assert stat.S_IMODE(os.lstat(pb).st_mode) == 0o644
+    with open(pb, "rb") as f:
+        assert f.read() == b"content\n"
+    assert stat.S_IMODE(os.lstat(pb).st_mode) == 0o644  # cached on B again after the open
+
+    done = {}
+
+    def chmod():
+        t0 = time.monotonic()
+        try:
+            os.chmod(pa, 0o600)
+        except OSError as e:
+            done["error"] = e
+        done["elapsed"] = time.monotonic() - t0
+
+    pid = b.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=chmod, daemon=True)
+        t.start()
+        t.join(STOPPED_BOUND + 10)
+        assert not t.is_alive(), (
+            f"A's chmod had not returned {STOPPED_BOUND + 10:.0f} s after it began, with B "
+            f"stopped (bound {STOPPED_BOUND:.0f} s)\n{logs(c)}")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "error" not in done, f"A's chmod failed: {done['error']}\n{logs(c)}"
+    print(f"A's chmod took {done['elapsed']:.2f} s with B stopped (lease {LEASE_MS} ms)")
+    assert done["elapsed"] < STOPPED_BOUND, (
+        f"A's chmod took {done['elapsed']:.2f} s with B stopped: more than --lease_ms "
+        f"{LEASE_MS} + 2 s\n{logs(c)}")
+    mode = stat.S_IMODE(os.lstat(pa).st_mode)
+    assert mode == 0o600, f"A shows mode {oct(mode)} after its own chmod to 0o600"
+
+    # B resumes: errors for a while are fine, the old mode never.
+    deadline = time.monotonic() + RESUME_TIMEOUT
+    errors = []
+    while True:
+        try:
+            mode = stat.S_IMODE(os.lstat(pb).st_mode)
+            break
+        except OSError as e:
+            if e.errno not in RESUME_ERRNOS or time.monotonic() > deadline:
+                raise AssertionError(f"B's stat after it resumed: {e} (earlier: {errors})"
+                                     f"\n{logs(c)}") from e
+            errors.append(errno.errorcode.get(e.errno, e.errno))
+            time.sleep(0.05)
+    assert mode != 0o644, f"B showed the old mode 0o644 after it resumed (a stale read)\n{logs(c)}"
+    assert mode == 0o600, f"B showed mode {oct(mode)} after it resumed, expected 0o600"
+    print(f"B after resuming: mode {oct(mode)}; errors before that: {errors or 'none'}")
+    with open(pb, "rb") as f:
+        data = f.read()
+    assert data == b"content\n", f"B reads {data!r} after it resumed"
+    # B works again: a change through it is seen on A at once.
+    os.chmod(pb, 0o640)
+    mode = stat.S_IMODE(os.lstat(pa).st_mode)
+    assert mode == 0o640, f"A shows mode {oct(mode)} after B's chmod to 0o640\n{logs(c)}"
+
+
+# --- two nodes in one directory ---------------------------------------------------------
+
+
+def test_two_nodes_alternating_in_one_directory(start):
+    """Nodes A and B take turns in one directory, each using at once what
+    the other just did: A creates a-I, removes b-(I-1) and rewrites or
+    chmods the file `turn`; B must see a-I (mode, size, content), no
+    b-(I-1), and `turn` as A left it (mode and size by lstat, then content),
+    and list the directory so; then B takes its turn (b-I, a-(I-1), `turn`)
+    and A checks. Every name was looked up by both nodes before it changed
+    (the new ones as missing), so each step recalls what the other holds."""
+    c = start(nodes=2)
+    roots = [os.path.join(m.path, "pingpong") for m in c.mounts]
+    os.mkdir(roots[0], 0o755)
+    assert os.listdir(roots[1]) == []
+    names = [set(), set()]  # what each node made, still there
+    turn_modes = [0o600, 0o640, 0o644, 0o660]
+    shared = {"mode": 0o644, "data": b""}  # the file `turn`, made below
+
+    def payload(who, i):
+        return f"{who}-{i}\n".encode() * (1 + i % 5)
+
+    def sees(node, name, want, what, mode=0o640):
+        """node's lstat of name, and its read when there, give want (None:
+        missing; else the content of a file of `mode`)."""
+        p = os.path.join(roots[node], name)
+        try:
+            st = os.lstat(p)
+            got = (oct(stat.S_IMODE(st.st_mode)), st.st_size)
+        except FileNotFoundError:
+            got = None
+        exp = None if want is None else (oct(mode), len(want))
+        assert got == exp, (f"node{node + 1}: {name} {what}: lstat expected (mode, size) "
+                            f"{exp}, seen {got}")
+        if want is not None:
+            with open(p, "rb") as f:
+                data = f.read()
+            assert data == want, (f"node{node + 1}: {name} {what}: content expected "
+                                  f"{want!r}, read {coherence.short(data)}")
+            # The open made the mount drop the attributes: cache them again,
+            # so that the next change meets them.
+            st = os.lstat(p)
+            assert (oct(stat.S_IMODE(st.st_mode)), st.st_size) == exp
+
+    def lists(node, what):
+        got = sorted(os.listdir(roots[node]))
+        want = sorted(names[0] | names[1] | {"turn"})
+        assert got == want, f"node{node + 1} lists {got} {what}, expected {want}"
+
+    def turn(me, i):
+        other = 1 - me
+        who, prev_other = "ab"[me], f"{'ab'[other]}-{i - 1}"
+        name = f"{who}-{i}"
+        fd = os.open(os.path.join(roots[me], name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        os.write(fd, payload(who, i))
+        os.close(fd)
+        names[me].add(name)
+        if i > 0:
+            os.unlink(os.path.join(roots[me], prev_other))
+            names[other].discard(prev_other)
+        if (i + me) % 2 == 0:
+            shared["data"] = f"{who} {i}\n".encode() * (1 + (2 * i + me) % 7)
+            with open(os.path.join(roots[me], "turn"), "wb") as f:
+                f.write(shared["data"])
+        else:
+            shared["mode"] = turn_modes[(2 * i + me) % len(turn_modes)]
+            os.chmod(os.path.join(roots[me], "turn"), shared["mode"])
+        # The other node, at once. Each lstat comes before the open of the
+        # same file (an open fetches fresh attributes).
+        sees(other, "turn", shared["data"], f"changed by node{me + 1} in round {i}",
+             shared["mode"])
+        sees(other, name, payload(who, i), f"made by node{me + 1} in round {i}")
+        if i > 0:
+            sees(other, prev_other, None, f"removed by node{me + 1} in round {i}")
+        lists(other, f"after node{me + 1}'s turn in round {i}")
+        sees(me, "turn", shared["data"], f"changed by itself in round {i}", shared["mode"])
+
+    old_umask = os.umask(0)
+    try:
+        with open(os.path.join(roots[0], "turn"), "wb"):
+            pass
+        os.chmod(os.path.join(roots[0], "turn"), shared["mode"])
+        for node in (0, 1):
+            sees(node, "turn", b"", "made before round 0", shared["mode"])
+        for i in range(PINGPONG_ROUNDS):
+            for node in (0, 1):  # both look the new names up: missing
+                for who in "ab":
+                    sees(node, f"{who}-{i}", None, f"before round {i}")
+            turn(0, i)
+            turn(1, i)
+    finally:
+        os.umask(old_umask)
