@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "client/async_invalidator.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -191,6 +192,8 @@ bool Session::Reclaim(uint64_t incarnation) {
 }
 
 void Session::SubscribeLoop(Invalidator* invalidator) {
+  std::unique_ptr<AsyncInvalidator> later;
+  if (leases_ != nullptr) later = std::make_unique<AsyncInvalidator>(invalidator);
   RpcClient& rpc = meta_->rpc();
   // With several servers the stream follows a failover: the new primary is
   // found within a few short waits, while invalidations may be missed.
@@ -216,18 +219,19 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
       if (batch.subscribed() && leases_ != nullptr) leases_->Subscribed(sent);
       // Recalls first: a change on another node waits for their ack.
       Recall(batch, invalidator);
+      // The rest may wait for kernel locks: on their own thread with leases.
+      // (With leases the kernel is told no name for longer than a request,
+      // but its stale entries of a moved directory would still make a
+      // lookup under rename fail with ESTALE: they are dropped too.)
+      Invalidator* slow = later != nullptr ? later.get() : invalidator;
       for (const proto::Invalidation& inv : batch.items()) {
         if (inv.recall() != 0) continue;
-        // With leases the kernel keeps no names (LeaseCache answers), and an
-        // entry invalidation would wait for the directory's lock.
-        if (inv.parent() != 0 && leases_ == nullptr) {
-          invalidator->InvalidateEntry(inv.parent(), inv.name());
-        }
+        if (inv.parent() != 0) slow->InvalidateEntry(inv.parent(), inv.name());
         if (inv.ino() == 0) continue;
         // Read-ahead first: once the kernel drops its pages it may read
         // again at once, and must not get what was fetched before the change.
         if (inv.data_changed() && ra_ != nullptr) ra_->Invalidate(inv.ino());
-        invalidator->InvalidateInode(inv.ino(), inv.data_changed());
+        slow->InvalidateInode(inv.ino(), inv.data_changed());
       }
       if (batch.recall_bytes() > 0 && pool_ != nullptr) {
         // Other mounts need space: give back what cached data does not need.

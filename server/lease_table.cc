@@ -63,8 +63,11 @@ bool LeaseTable::Renew(uint64_t client_id) {
   const absl::Time now = options_.clock->Now();
   if (!h.up) return false;
   if (!h.unacked_sent.empty() && now - h.unacked_sent.front() > options_.ack_wait) return false;
+  // Leases that ran out here may have missed recalls (Recall skips them):
+  // renewed from now on, but the mount is told no, and drops what it has.
+  const bool continuous = h.until > now;
   h.until = std::max(h.until, now + options_.term);
-  return true;
+  return continuous;
 }
 
 void LeaseTable::Forget(uint64_t client_id) {

@@ -107,7 +107,8 @@ class LeaseTable {
   void StreamDown(uint64_t client_id, uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
   // A heartbeat: renews the session's leases for `term` when its stream is
   // up and it has no recall left unanswered for `ack_wait`. Returns whether
-  // it did (the mount counts its leases from the heartbeat it sent).
+  // it did and they had not run out before (the mount counts its leases
+  // from the heartbeat it sent; told false, it drops them all).
   bool Renew(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The session ended (closed or expired): it holds nothing.
   void Forget(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -91,6 +91,20 @@ TEST_F(LeaseTableTest, AHolderThatDoesNotAnswerIsWaitedForUntilItsLeaseRunsOut) 
   EXPECT_FALSE(table_.Renew(2));
 }
 
+TEST_F(LeaseTableTest, LeasesThatRanOutAreNotRenewedAsIfTheyHadNot) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::Attr(9), table_.Epoch()));
+  EXPECT_TRUE(table_.Renew(2));
+  clock_.Advance(absl::Seconds(4));       // no heartbeat for longer than the term
+  table_.Recall(1, {LeaseKey::Attr(9)});  // skips it: its leases ran out
+  EXPECT_TRUE(Pushed().empty());
+  // Its next heartbeat renews from now on, but says no: the mount drops
+  // what it has (the recall above never reached it).
+  EXPECT_FALSE(table_.Renew(2));
+  EXPECT_TRUE(table_.Renew(2));
+}
+
 TEST_F(LeaseTableTest, ANewStreamEndsTheWait) {
   table_.StreamUp(1, true);
   table_.StreamUp(2, true);
@@ -123,7 +137,7 @@ TEST_F(LeaseTableTest, AnObjectRecalledTooOftenIsNotLeasedForAWhile) {
   }
   EXPECT_FALSE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
   EXPECT_EQ(table_.Stats().refused_hot, 1u);
-  clock_.Advance(absl::Seconds(3));
+  clock_.Advance(absl::Seconds(2));
   EXPECT_TRUE(table_.Renew(2));
   EXPECT_TRUE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
 }

@@ -1,0 +1,59 @@
+#include "client/async_invalidator.h"
+
+#include <utility>
+
+namespace grantfs {
+
+AsyncInvalidator::AsyncInvalidator(Invalidator* target, size_t max_queued)
+    : target_(target), max_queued_(max_queued), thread_([this] { Loop(); }) {}
+
+AsyncInvalidator::~AsyncInvalidator() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void AsyncInvalidator::InvalidateInode(uint64_t ino, bool data) {
+  Push(Item{ino, data, false, {}});
+}
+
+void AsyncInvalidator::InvalidateEntry(uint64_t parent, const std::string& name) {
+  Push(Item{parent, false, true, name});
+}
+
+void AsyncInvalidator::Push(Item item) {
+  absl::MutexLock l(&mu_);
+  if (queue_.size() >= max_queued_) {
+    queue_.pop_front();
+    ++dropped_;
+  }
+  queue_.push_back(std::move(item));
+}
+
+uint64_t AsyncInvalidator::dropped() {
+  absl::MutexLock l(&mu_);
+  return dropped_;
+}
+
+void AsyncInvalidator::Loop() {
+  absl::MutexLock l(&mu_);
+  for (;;) {
+    auto ready = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+    mu_.Await(absl::Condition(&ready));
+    if (stopping_) return;
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    mu_.Unlock();
+    if (item.entry) {
+      target_->InvalidateEntry(item.ino, item.name);
+    } else {
+      target_->InvalidateInode(item.ino, item.data);
+    }
+    mu_.Lock();
+  }
+}
+
+}  // namespace grantfs
