@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -572,6 +573,36 @@ def test_a_file_open_on_node1_and_unlinked_on_node2_after_a_failover_stays_reada
         if holder.poll() is None:
             holder.kill()
         holder.wait(timeout=30)
+
+
+def test_no_node_reads_the_old_state_after_a_failover(trio):
+    """Metadata leases at a failover (docs/architecture.md, "Consistency
+    between nodes"): node2 holds leases on a file's attributes and on a
+    directory's names (it stat'ed and listed them) when the primary is
+    killed. Through the new primary, node1 changes both; node2's next stat
+    and listing, right after node1's calls returned, show the new state:
+    the new primary counts node2 as a holder until its mount subscribed to
+    it (dropping all it had) or the metadata lease passed."""
+    t = trio
+    f1, f2 = os.path.join(t.n1, "f"), os.path.join(t.n2, "f")
+    d1, d2 = os.path.join(t.n1, "d"), os.path.join(t.n2, "d")
+    with open(f1, "wb") as f:
+        f.write(b"x" * 100)
+    os.chmod(f1, 0o644)
+    os.mkdir(d1)
+    open(os.path.join(d1, "old"), "wb").close()
+    for _ in range(2):  # the second answer comes from node2's leases
+        assert stat.S_IMODE(os.lstat(f2).st_mode) == 0o644
+        assert os.listdir(d2) == ["old"]
+    k = kill_primary_and_wait(t)
+    t0 = time.monotonic()
+    os.chmod(f1, 0o600)
+    os.rename(os.path.join(d1, "old"), os.path.join(d1, "new"))
+    took = time.monotonic() - t0
+    assert stat.S_IMODE(os.lstat(f2).st_mode) == 0o600, "node2 read the mode from before"
+    assert os.listdir(d2) == ["new"], "node2 listed the directory from before"
+    assert os.path.exists(os.path.join(d2, "new")) and not os.path.exists(os.path.join(d2, "old"))
+    figures("leases_failover", heir=k.heir, changes_after_kill_s=f"{took:.2f}")
 
 
 # --- c. three failovers in a row -------------------------------------------------------------
