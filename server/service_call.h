@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/errno_status.h"
@@ -24,6 +25,23 @@
 
 namespace grantfs {
 namespace service_call {
+
+// The metadata leases a change of this kind may have touched, from its
+// request alone (for a retry: Volume recalls the exact ones on the first
+// attempt). One for each request ServeOnce serves (service_fs.cc).
+std::vector<LeaseKey> ChangedKeys(const proto::SetAttrRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::MkNodRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::SymlinkRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::LinkRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::RemoveRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::RenameRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::OpenRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::WriteRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::FallocateRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::SetXattrRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::RemoveXattrRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::LockRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::GrantRequest& r);
 
 // Sets reply->err from `s`. Outcomes that are part of normal use (ENOENT of
 // a lookup, EEXIST of O_EXCL, ...) are not logged; anything that points at
@@ -162,6 +180,11 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
     RequestContext tagged = rc;
     tagged.tag = once->tag();
     const proto::DedupeRecord* record = once->prior() ? &*once->prior() : nullptr;
+    // A retry of a change that was applied (its first reply was lost, or
+    // its replication was not confirmed then): the other nodes' leases on
+    // what it changed are recalled before this answer, as the first attempt
+    // may not have got to it.
+    if (record != nullptr) volume_->Recall(tagged, service_call::ChangedKeys(*req));
     if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
       if (record != nullptr) return prior(*record, tagged);
     }

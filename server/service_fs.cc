@@ -61,6 +61,54 @@ void LeaseCreated(Volume* volume, const RequestContext& rc, uint64_t epoch,
 
 }  // namespace
 
+namespace service_call {
+std::vector<LeaseKey> ChangedKeys(const proto::SetAttrRequest& r) {
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::MkNodRequest& r) {
+  return {LeaseKey::Dir(r.parent()), LeaseKey::Attr(r.parent())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::SymlinkRequest& r) {
+  return {LeaseKey::Dir(r.parent()), LeaseKey::Attr(r.parent())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::LinkRequest& r) {
+  return {LeaseKey::Dir(r.new_parent()), LeaseKey::Attr(r.new_parent()), LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::RemoveRequest& r) {
+  // The removed inode: the one the mount meant (0 when it did not say).
+  return {LeaseKey::Dir(r.parent()), LeaseKey::Attr(r.parent()), LeaseKey::Attr(r.expected_ino()),
+          LeaseKey::Dir(r.is_dir() ? r.expected_ino() : 0)};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::RenameRequest& r) {
+  return {LeaseKey::Dir(r.parent()),
+          LeaseKey::Attr(r.parent()),
+          LeaseKey::Dir(r.new_parent()),
+          LeaseKey::Attr(r.new_parent()),
+          LeaseKey::Attr(r.expected_ino()),
+          LeaseKey::Dir(r.expected_ino()),
+          LeaseKey::Attr(r.expected_new_ino()),
+          LeaseKey::Dir(r.expected_new_ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::OpenRequest& r) {
+  if (!(r.flags() & O_TRUNC)) return {};
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::WriteRequest& r) {
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::FallocateRequest& r) {
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::SetXattrRequest& r) {
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::RemoveXattrRequest& r) {
+  return {LeaseKey::Attr(r.ino())};
+}
+std::vector<LeaseKey> ChangedKeys(const proto::LockRequest&) { return {}; }
+std::vector<LeaseKey> ChangedKeys(const proto::GrantRequest&) { return {}; }
+}  // namespace service_call
+
 grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
                                     proto::AttrReply* reply) {
   return Serve("Lookup", ctx, req, reply, {req->parent()}, [&](const RequestContext& rc) {

@@ -275,7 +275,7 @@ void Volume::Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent,
   sessions_.Publish(ctx.client_id, inv);
 }
 
-void Volume::Recall(const RequestContext& ctx, std::initializer_list<LeaseKey> keys) {
+void Volume::Recall(const RequestContext& ctx, absl::Span<const LeaseKey> keys) {
   absl::InlinedVector<LeaseKey, 8> live;
   for (const LeaseKey& k : keys) {
     if (k.ino != 0) live.push_back(k);
@@ -307,28 +307,38 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
   // Truncation: no data I/O on this inode meanwhile. The chunk files are cut
   // before the size shrinks, so a crash in between leaves zeros in the file,
   // never stale bytes past the end that a later extension would uncover.
-  absl::WriterMutexLock l(&DataLock(req.ino()));
-  // ftruncate: write access was checked when the handle was opened (the
-  // kernel allows ftruncate only on a descriptor open for writing).
-  const bool opened =
-      req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
-  ASSIGN_OR_RETURN(proto::InodeRecord rec,
-                   meta_->inodes().CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
-  if (req.size() < rec.size()) {
-    RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
-  } else {
-    RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
+  // The other nodes' leases are recalled after the lock, and whenever the
+  // new size was committed (also when the clean-up after it failed).
+  bool committed = false;
+  auto locked = [&]() -> absl::StatusOr<proto::Attr> {
+    absl::WriterMutexLock l(&DataLock(req.ino()));
+    // ftruncate: write access was checked when the handle was opened (the
+    // kernel allows ftruncate only on a descriptor open for writing).
+    const bool opened =
+        req.handle() != 0 && sessions_.HoldsOpen(ctx.client_id, req.ino(), req.handle());
+    ASSIGN_OR_RETURN(proto::InodeRecord rec,
+                     meta_->inodes().CheckTruncate(ctx.caller, req.ino(), req.size(), opened));
+    if (req.size() < rec.size()) {
+      RETURN_IF_ERROR(chunks_->Truncate(req.ino(), req.size(), rec.size()));
+    } else {
+      RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
+    }
+    ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
+    committed = true;
+    if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
+      // The cut chunk may have lost its last allocated block (its record is
+      // gone): then its file goes too (grantfsctl fsck found it left behind).
+      const uint64_t index = req.size() / chunks_->chunk_size();
+      ASSIGN_OR_RETURN(bool recorded, meta_->space().HasChunk(req.ino(), index));
+      if (!recorded) RETURN_IF_ERROR(chunks_->RemoveChunk(req.ino(), index));
+    }
+    return attr;
+  };
+  absl::StatusOr<proto::Attr> attr = locked();
+  if (committed) {
+    Recall(ctx, {LeaseKey::Attr(req.ino())});
+    Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
   }
-  ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
-  if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
-    // The cut chunk may have lost its last allocated block (its record is
-    // gone): then its file goes too (grantfsctl fsck found it left behind).
-    const uint64_t index = req.size() / chunks_->chunk_size();
-    ASSIGN_OR_RETURN(bool recorded, meta_->space().HasChunk(req.ino(), index));
-    if (!recorded) RETURN_IF_ERROR(chunks_->RemoveChunk(req.ino(), index));
-  }
-  Recall(ctx, {LeaseKey::Attr(req.ino())});
-  Publish(ctx, req.ino(), 0, "", /*data_changed=*/true);
   return attr;
 }
 

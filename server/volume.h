@@ -126,6 +126,9 @@ class Volume {
 
   SessionTable& sessions() { return sessions_; }
   LeaseTable& leases() { return leases_; }
+  // After a change: the other mounts' leases on `keys` are recalled
+  // (LeaseTable::Recall; keys of inode 0 are skipped).
+  void Recall(const RequestContext& ctx, absl::Span<const LeaseKey> keys);
   absl::Duration meta_lease() const { return options_.meta_lease; }
   const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
@@ -266,9 +269,7 @@ class Volume {
   void ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>& open_files);
   void Publish(const RequestContext& ctx, uint64_t ino, uint64_t parent, const std::string& name,
                bool data_changed = false);
-  // After a change: the other mounts' leases on `keys` are recalled
-  // (LeaseTable::Recall; keys of inode 0 are skipped).
-  void Recall(const RequestContext& ctx, std::initializer_list<LeaseKey> keys);
+
   void BackgroundLoop();
   // Asks every other session holding a grant to give back what it does not
   // need (at most every 200 ms). Returns whether any other session holds one.

@@ -143,44 +143,49 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
       if (offset > now.size()) RETURN_IF_ERROR(ZeroTail(ino, now.size(), offset));
     }
   }
-  absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
-  if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
-  if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
-  // Reserve first so that ENOSPC is decided before any byte lands; the data
-  // is on disk (fdatasync'd, here and on the replica, unless both `sync`
-  // and options.sync_data are off) before the metadata that makes it part
-  // of the file is committed.
-  const uint64_t grant_client = from_grant ? ctx.client_id : 0;
-  ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
-  if (grant_used != nullptr) *grant_used = SpaceLedger::Bytes(r.from_grant);
-  // A retry of this write answers with the grant it used (server/dedupe.h).
-  if (ctx.tag != nullptr) ctx.tag->value = SpaceLedger::Bytes(r.from_grant);
-  sync = sync || options_.sync_data;
-  absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
-  // Space promised in a grant is held on the disk (server/space_hold.h):
-  // if another program filled the disk meanwhile, the write borrows it.
-  uint64_t lent = 0;
-  for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && r.from_grant > 0 && attempt < 3;
-       ++attempt) {
-    const uint64_t got = hold_->Lend(SpaceLedger::Bytes(r.blocks) + kWriteRoomMarginBytes);
-    if (got == 0) break;
-    lent += got;
-    LOG_EVERY_N(WARNING, 100) << "the data disk is full: a write of inode " << ino
-                              << " promised in a grant borrows " << got
-                              << " bytes of the space hold";
-    st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
-  }
-  if (!st.ok()) {
+  // Under the inode's data lock; the recall of other nodes' leases after it
+  // (it may wait for a node that stopped answering).
+  auto locked = [&]() -> absl::StatusOr<proto::Attr> {
+    absl::ReaderMutexLock l(&DataLock(ino));
+    ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
+    if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
+    if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
+    // Reserve first so that ENOSPC is decided before any byte lands; the data
+    // is on disk (fdatasync'd, here and on the replica, unless both `sync`
+    // and options.sync_data are off) before the metadata that makes it part
+    // of the file is committed.
+    const uint64_t grant_client = from_grant ? ctx.client_id : 0;
+    ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, data.size(), grant_client));
+    if (grant_used != nullptr) *grant_used = SpaceLedger::Bytes(r.from_grant);
+    // A retry of this write answers with the grant it used (server/dedupe.h).
+    if (ctx.tag != nullptr) ctx.tag->value = SpaceLedger::Bytes(r.from_grant);
+    sync = sync || options_.sync_data;
+    absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+    // Space promised in a grant is held on the disk (server/space_hold.h):
+    // if another program filled the disk meanwhile, the write borrows it.
+    uint64_t lent = 0;
+    for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && r.from_grant > 0 && attempt < 3;
+         ++attempt) {
+      const uint64_t got = hold_->Lend(SpaceLedger::Bytes(r.blocks) + kWriteRoomMarginBytes);
+      if (got == 0) break;
+      lent += got;
+      LOG_EVERY_N(WARNING, 100) << "the data disk is full: a write of inode " << ino
+                                << " promised in a grant borrows " << got
+                                << " bytes of the space hold";
+      st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+    }
+    if (!st.ok()) {
+      hold_->Repay(lent);
+      meta_->space().Unreserve(r);  // the grant's part goes back to the grant
+      if (grant_used != nullptr) *grant_used = 0;
+      return st;
+    }
+    absl::StatusOr<proto::Attr> committed =
+        meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
     hold_->Repay(lent);
-    meta_->space().Unreserve(r);  // the grant's part goes back to the grant
-    if (grant_used != nullptr) *grant_used = 0;
-    return st;
-  }
-  absl::StatusOr<proto::Attr> committed =
-      meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
-  hold_->Repay(lent);
-  ASSIGN_OR_RETURN(proto::Attr attr, std::move(committed));
+    return committed;
+  };
+  ASSIGN_OR_RETURN(proto::Attr attr, locked());
   Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "", /*data_changed=*/true);
   return attr;
@@ -273,18 +278,20 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
   if (mode != 0) return ErrnoStatus(EOPNOTSUPP, "fallocate mode");
   if (length == 0) return ErrnoStatus(EINVAL, "fallocate length 0");
   RETURN_IF_ERROR(ValidateRange(offset, length));
-  absl::ReaderMutexLock l(&DataLock(ino));
-  ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
-  if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
-  if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
-  ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, length, 0));
-  absl::Status st = chunks_->Allocate(ino, offset, length);
-  if (!st.ok()) {
-    meta_->space().Unreserve(r);
-    return st;
-  }
-  ASSIGN_OR_RETURN(proto::Attr attr,
-                   meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag));
+  auto locked = [&]() -> absl::StatusOr<proto::Attr> {  // as in Write
+    absl::ReaderMutexLock l(&DataLock(ino));
+    ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
+    if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "fallocate");
+    if (!S_ISREG(rec.mode())) return ErrnoStatus(ENODEV, "fallocate of a non-file");
+    ASSIGN_OR_RETURN(Reservation r, ReserveForWrite(ctx, ino, offset, length, 0));
+    absl::Status st = chunks_->Allocate(ino, offset, length);
+    if (!st.ok()) {
+      meta_->space().Unreserve(r);
+      return st;
+    }
+    return meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag);
+  };
+  ASSIGN_OR_RETURN(proto::Attr attr, locked());
   Recall(ctx, {LeaseKey::Attr(ino)});
   Publish(ctx, ino, 0, "");
   return attr;
