@@ -82,6 +82,12 @@ void FileSystem::Stop() {
     for (grpc::ClientContext* ctx : prefetch_ctx_) ctx->TryCancel();
   }
   session_->BeginStop();
+  if (leases_) {
+    const LeaseCache::Stats st = leases_->stats();
+    LOG(INFO) << "metadata leases: " << st.hits << " answers from leases, " << st.misses
+              << " asked the server, " << st.recalls << " recalls, " << st.refused
+              << " leases of replies not kept (a change overtook them)";
+  }
   if (ra_) {
     ra_->Stop();
     const ReadAhead::Stats st = ra_->stats();

@@ -139,6 +139,12 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
   printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
          (unsigned long long)st.write_backlog_bytes(), (unsigned long long)st.write_budget_bytes());
+  printf(
+      "metadata leases: %llu held; %llu granted, %llu recalls (%llu changes waited, %llu ran "
+      "out), %llu refused (recalled too often)\n",
+      (unsigned long long)st.leases_held(), (unsigned long long)st.leases_granted(),
+      (unsigned long long)st.lease_recalls(), (unsigned long long)st.lease_recall_waits(),
+      (unsigned long long)st.lease_lapsed(), (unsigned long long)st.leases_refused_hot());
   int reclaiming = 0;
   for (const auto& ses : st.sessions()) reclaiming += ses.reclaiming() ? 1 : 0;
   printf("sessions:        %d", st.sessions_size());

@@ -54,6 +54,12 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "pending_deletes", st.pending_deletes());
   SetNumber(out, "write_backlog_bytes", st.write_backlog_bytes());
   SetNumber(out, "write_budget_bytes", st.write_budget_bytes());
+  SetNumber(out, "leases_held", st.leases_held());
+  SetNumber(out, "leases_granted", st.leases_granted());
+  SetNumber(out, "lease_recalls", st.lease_recalls());
+  SetNumber(out, "lease_recall_waits", st.lease_recall_waits());
+  SetNumber(out, "lease_lapsed", st.lease_lapsed());
+  SetNumber(out, "leases_refused_hot", st.leases_refused_hot());
   int reclaiming = 0;
   auto* sessions = f["sessions"].mutable_list_value();
   for (const proto::SessionInfo& ses : st.sessions()) {

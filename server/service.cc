@@ -138,6 +138,13 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_ledger_ok(s.ledger_ok);
   reply->set_write_backlog_bytes(volume_->flow().backlog_bytes());
   reply->set_write_budget_bytes(volume_->flow().budget());
+  const LeaseStats leases = volume_->leases().Stats();
+  reply->set_leases_held(leases.held);
+  reply->set_leases_granted(leases.granted);
+  reply->set_lease_recalls(leases.recalls);
+  reply->set_lease_recall_waits(leases.recall_waits);
+  reply->set_lease_lapsed(leases.lapsed);
+  reply->set_leases_refused_hot(leases.refused_hot);
   for (auto& info : volume_->sessions().List()) {
     info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));

@@ -321,3 +321,11 @@ def test_two_nodes_alternating_in_one_directory(start):
             turn(1, i)
     finally:
         os.umask(old_umask)
+    # The answers above were exact because leases were recalled, not because
+    # there were none: the server granted and recalled them.
+    st = c.server.status()
+    assert st is not None, "the server does not answer status"
+    assert st.get("leases_granted", 0) > 0 and st.get("lease_recalls", 0) > 0, (
+        f"no metadata lease was granted or recalled: {st}")
+    print(f"leases granted {st['leases_granted']}, recalls {st['lease_recalls']}, "
+          f"refused as hot {st.get('leases_refused_hot', 0)}")
