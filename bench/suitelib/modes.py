@@ -13,7 +13,8 @@ full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       (extrapolated from quick mode on a loaded machine: making the tree
       through GrantFS ~100 s, each GrantFS ls -lR 10-15 s, a ping-pong run
       ~20 s, a leases-off meta run ~1 min); not yet measured in full mode.
-quick: the same sections, small sizes; under 3 minutes (section 5 about 100 s).
+quick: the same sections, small sizes; about 4 minutes (section 5 took 128 s at
+       load 3-4 on 2 cores, ~75 s of it the lease measurements).
 smoke: the smallest run that still exercises every section (the e2e test).
 """
 
