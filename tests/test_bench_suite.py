@@ -29,8 +29,8 @@ SECTIONS = {
     5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server thread scaling",
     8: "Failover drill",
 }
-CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench", "rpc",
-        "rpc_rate", "thread_scaling", "runs"]
+CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench",
+        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "runs"]
 PNGS = ["time_split", "latency_sweep", "thread_scaling"]
 
 
@@ -130,6 +130,9 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     for fact in ("| date |", "| CPU |", "| cores |", "| kernel |", "| disk under the work"):
         assert fact in md
     assert "**Failed" not in md
+    # Section 5: leases on and off side by side, and the tree walks and ping-pong tables.
+    assert "| GrantFS (leases off) |" in md
+    assert "### Tree walks" in md and "### Two nodes alternating" in md
     # Section 8: the failover drill ran against a real witness, primary and replica.
     assert "| kill to first served op |" in md
     bytes_lost = [line for line in md.splitlines() if line.startswith("| bytes lost |")]
@@ -146,6 +149,7 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
         assert any(float(row[value_cols[0]]) > 0 for row in rows), name
     # The figures every comparison rests on are positive.
     for name, metric in (("mkfile_dd", "MB/s incl. fsync"), ("metadata", "create/s"),
+                         ("tree_walk", "wall"), ("pingpong", "ops/s"),
                          ("dbench", "throughput"), ("parallel_build", "wall"),
                          ("rpc", "median"), ("latency_sweep", "write() MB/s")):
         rows = [row for row in _numbers(os.path.join(out, "bench", f"{name}.csv"))
@@ -207,3 +211,5 @@ def test_every_mode_sets_every_size():
     assert modes.MODES["full"]["runs"] >= 3  # a median with min and max
     assert modes.MODES["full"]["dd_mib"] == 2048 and modes.MODES["full"]["meta_files"] == 10000
     assert modes.MODES["full"]["dbench_secs"] == 30
+    assert modes.MODES["full"]["tree_files"] == 20000
+    assert modes.MODES["full"]["pingpong_rounds"] == 2000 and modes.MODES["full"]["lease_runs"] >= 3

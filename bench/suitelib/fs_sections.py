@@ -7,13 +7,14 @@ import os
 import re
 import time
 
-from . import ctree
+from . import ctree, meta_leases
 from .context import Section
 from .harness import BenchError
 from .report import num, quote
 from .stats import fmt_ratio, fmt_summary, scaled
 
 GFS = "GrantFS"
+GFS_OFF = meta_leases.GFS_OFF  # a grantfs-mount --leases=off (section 5)
 PT = "FUSE passthrough"
 TMPFS = "tmpfs"
 LOCAL = "local disk"
@@ -342,8 +343,10 @@ def metadata_and_dbench(ctx):
     n, secs, clients = cfg["meta_files"], cfg["dbench_secs"], cfg["dbench_clients"]
     server = ctx.main_server()
     targets = [(GFS, h.mount_grantfs("gfs-meta", server.addr)),
+               (GFS_OFF, h.mount_grantfs("gfs-meta-off", server.addr, leases="off")),
                (PT, h.mount_passthrough("pt-meta")), (TMPFS, h.mount_tmpfs("tmpfs-meta")),
                (LOCAL, h.local_dir("local-meta"))]
+    dbench_targets = [(name, d) for name, d in targets if name != GFS_OFF]
     ops = ("create", "stat", "rename", "unlink")
     try:
         for run in range(ctx.runs):
@@ -357,7 +360,7 @@ def metadata_and_dbench(ctx):
                     res.record("metadata", (("target", name),), f"{op}/s", "ops/s", vals[op])
                 ctx.progress.done(", ".join(f"{op} {vals[op]:.0f}/s" for op in ops))
         for run in range(ctx.runs):
-            for name, d in targets:
+            for name, d in dbench_targets:
                 ctx.progress.step(f"§5 dbench {clients} clients {secs} s on {name}, "
                                   f"run {run + 1}/{ctx.runs}")
                 out = h.run(["dbench", "-c", DBENCH_LOAD, "-D", d, "-t", str(secs), str(clients)],
@@ -369,24 +372,29 @@ def metadata_and_dbench(ctx):
                 res.record("dbench", (("target", name),), "max latency", "ms", float(m.group(3)))
                 ctx.progress.done(f"{float(m.group(1)):.1f} MB/s, max latency {m.group(3)} ms")
     finally:
-        for _, d in targets[:3]:
+        for _, d in targets[:4]:
             h.unmount(d)
+    tree_targets = meta_leases.tree_walks(ctx, server)
+    meta_leases.ping_pong(ctx, server)
 
     sec = Section(ctx, 5, "metadata", "Metadata and dbench (Tux3 vs tmpfs vs ext4)")
     sec.text(f"""
 `grantfs-bench meta`: {n:,} empty files in one directory, created (open O_CREAT|O_EXCL + close),
 stat'ed, renamed (same directory) and unlinked, one process; operations per second, median
-(min–max) of {ctx.runs} run(s).
+(min–max) of {ctx.runs} run(s). **GrantFS** is a mount with metadata leases (the
+default: names and attributes answered by the mount while the server leases them);
+**{GFS_OFF}** a `grantfs-mount --leases=off` of the same server (every lookup and
+getattr an RPC, cached by the kernel for 1 s). dbench runs on the mount with leases.
 """)
     rows = [[name] + [fmt_summary(res.get("metadata", (("target", name),), f"{op}/s"))
                       for op in ops] for name, _ in targets]
     sec.table(["target"] + [f"{op}/s" for op in ops], rows)
     rows = []
-    for other in (PT, TMPFS, LOCAL):
+    for other in (GFS_OFF, PT, TMPFS, LOCAL):
         rows.append([other] + [fmt_ratio(res.get("metadata", (("target", GFS),), f"{op}/s"),
                                          res.get("metadata", (("target", other),), f"{op}/s"))
                                for op in ops])
-    sec.text("GrantFS rate as a fraction of:")
+    sec.text("GrantFS (leases on) rate as a fraction of:")
     sec.table(["target"] + [f"{op}" for op in ops], rows)
     sec.csv("metadata")
     sec.text(f"""
@@ -397,12 +405,14 @@ run(s).
 """)
     gt = res.get("dbench", (("target", GFS),), "throughput")
     rows = []
-    for name, _ in targets:
+    for name, _ in dbench_targets:
         t = res.get("dbench", (("target", name),), "throughput")
         rows.append([name, fmt_summary(t),
                      fmt_summary(res.get("dbench", (("target", name),), "max latency")),
                      fmt_ratio(gt, t) if name != GFS else "-"])
     sec.table(["target", "throughput MB/s", "max latency ms", "GrantFS throughput vs this"], rows)
     sec.csv("dbench")
+    meta_leases.tree_walk_text(sec, ctx, tree_targets)
+    meta_leases.ping_pong_text(sec, ctx)
     return [sec]
 

@@ -132,10 +132,13 @@ class Harness:
         wait_mounted(p.popen, path, p.log_path, timeout, name)
         return path
 
-    def mount_grantfs(self, name, server_addr, write_mode="fastwrite"):
+    def mount_grantfs(self, name, server_addr, write_mode="fastwrite", leases="on"):
+        """A grantfs-mount of the server's root at NAME. leases="off" mounts
+        without metadata leases (every lookup, getattr and readdir an RPC,
+        cached by the kernel for 1 s)."""
         path = self.path(name)
         return self._fuse(name, [self.bin("client/grantfs-mount"), f"{server_addr}:/", path, "-f",
-                                 f"--write_mode={write_mode}"], path)
+                                 f"--write_mode={write_mode}", f"--leases={leases}"], path)
 
     def mount_passthrough(self, name):
         """grantfs-passthrough of a fresh local directory; returns the mount."""

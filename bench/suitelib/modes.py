@@ -8,7 +8,13 @@ full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       The latency sweep writes 1 GiB per dd, not section 1's 2 GiB: writethrough
       at 5 ms runs at ~37 MB/s, and 2 GiB there (3 runs, 3 delays, 2 modes) would
       add ~5 minutes and bring the full run to the 30-minute limit.
-quick: the same sections, small sizes; under 3 minutes.
+      Section 5's lease measurements (the leases-off meta column, tree walks
+      over 20,000 files, 2,000 ping-pong rounds) add an estimated 8-10 minutes
+      (extrapolated from quick mode on a loaded machine: making the tree
+      through GrantFS ~100 s, each GrantFS ls -lR 10-15 s, a ping-pong run
+      ~20 s, a leases-off meta run ~1 min); not yet measured in full mode.
+quick: the same sections, small sizes; about 4 minutes (section 5 took 128 s at
+       load 3-4 on 2 cores, ~75 s of it the lease measurements).
 smoke: the smallest run that still exercises every section (the e2e test).
 """
 
@@ -23,6 +29,9 @@ MODES = {
         build_files=200,        # 4: generated C tree
         build_jobs=(1, 4, 24),
         meta_files=10000,       # 5
+        tree_files=20000,       # 5: find and ls -lR over a tree of this many files
+        pingpong_rounds=2000,   # 5: two nodes alternating in one directory
+        lease_runs=3,           # 5: runs of the tree walks and the ping-pong
         dbench_secs=30,
         dbench_clients=4,
         rpc_secs=1.0,           # 6: seconds per payload size and mode
@@ -46,6 +55,9 @@ MODES = {
         build_files=40,
         build_jobs=(1, 4, 24),
         meta_files=1000,
+        tree_files=2000,
+        pingpong_rounds=300,
+        lease_runs=3,           # cheap at these sizes: a median with min and max even here
         dbench_secs=8,
         dbench_clients=4,
         rpc_secs=0.3,
@@ -69,6 +81,9 @@ MODES = {
         build_files=6,
         build_jobs=(1, 4, 24),
         meta_files=100,
+        tree_files=60,
+        pingpong_rounds=10,
+        lease_runs=1,
         dbench_secs=2,
         dbench_clients=2,
         rpc_secs=0.05,
