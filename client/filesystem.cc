@@ -528,22 +528,24 @@ absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::strin
                                   const std::string& value, uint32_t flags) {
   ForgetXattrs(ino);
   absl::Status s = meta_.SetXattr(c, ino, name, value, flags);
-  if (leases_) leases_->AttrChanged(ino);  // ctime
+  if (leases_) leases_->XattrsChanged(ino);  // and ctime
   return s;
 }
 
 absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
-  // With leases, what is remembered holds only while the attribute lease
-  // does (a change of an xattr elsewhere recalls it, and drops this).
-  const bool leased = !leases_ || leases_->Attr(ino).has_value();
-  if (leased && xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");
-  LeaseCache::Ticket t;
-  if (leases_) t = leases_->Take();
-  absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
-  if (ToErrno(value.status()) == ENODATA && (!leases_ || leases_->Holds(t, ino))) {
-    xattrs_.NoteAbsent(ino, name);
+  if (leases_) {
+    // Known absent under the attribute lease: the kernel asks for
+    // security.capability before every write, `ls -l` for ACLs and labels.
+    if (leases_->XattrAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (leased)");
+    const LeaseCache::Ticket t = leases_->Take();
+    absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
+    if (ToErrno(value.status()) == ENODATA) leases_->PutXattrAbsent(t, ino, name);
+    return value;
   }
+  if (xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");
+  absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
+  if (ToErrno(value.status()) == ENODATA) xattrs_.NoteAbsent(ino, name);
   return value;
 }
 
@@ -554,7 +556,7 @@ absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, u
 absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
   ForgetXattrs(ino);
   absl::Status s = meta_.RemoveXattr(c, ino, name);
-  if (leases_) leases_->AttrChanged(ino);  // ctime
+  if (leases_) leases_->XattrsChanged(ino);  // and ctime
   return s;
 }
 

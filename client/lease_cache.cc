@@ -4,6 +4,9 @@
 #include <utility>
 
 namespace grantfs {
+namespace {
+constexpr size_t kMaxAbsentXattrs = 8;
+}  // namespace
 
 LeaseCache::LeaseCache(const LeaseCacheOptions& options) : options_(options) {}
 
@@ -36,6 +39,8 @@ std::vector<uint64_t> LeaseCache::DropAll(bool stream_down) {
   inos.reserve(attrs_.size());
   for (const auto& [ino, attr] : attrs_) inos.push_back(ino);
   attrs_.clear();
+  held_.clear();
+  no_xattr_.clear();
   attr_order_.clear();
   dirs_.clear();
   dir_order_.clear();
@@ -84,7 +89,13 @@ void LeaseCache::DropDir(uint64_t dir) {
 void LeaseCache::Trim() {
   while (attrs_.size() > options_.max_attrs && !attr_order_.empty()) {
     attrs_.erase(attr_order_.front());
+    held_.erase(attr_order_.front());
+    no_xattr_.erase(attr_order_.front());
     attr_order_.pop_front();
+  }
+  if (held_.size() > 2 * options_.max_attrs) {  // own changes dropped their attributes
+    held_.clear();
+    no_xattr_.clear();
   }
   if (attr_order_.size() > 2 * options_.max_attrs + 16) {
     attr_order_.clear();
@@ -110,11 +121,6 @@ std::optional<proto::Attr> LeaseCache::Attr(uint64_t ino, absl::Duration* left) 
   ++stats_.hits;
   if (left != nullptr) *left = end_ - options_.clock->Now();
   return it->second;
-}
-
-bool LeaseCache::Holds(const Ticket& t, uint64_t ino) {
-  absl::MutexLock l(&mu_);
-  return attrs_.contains(ino) && Keeps(t, Kind::kAttr, ino, /*own=*/false);
 }
 
 LeaseCache::Name LeaseCache::Lookup(uint64_t dir, const std::string& name, uint64_t* ino) {
@@ -171,7 +177,35 @@ void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
   if (!Keeps(t, Kind::kAttr, attr.ino(), own)) return;
   auto [it, added] = attrs_.insert_or_assign(attr.ino(), attr);
   if (added) attr_order_.push_back(attr.ino());
+  held_.insert(attr.ino());
   Trim();
+}
+
+bool LeaseCache::XattrAbsent(uint64_t ino, const std::string& name) {
+  absl::MutexLock l(&mu_);
+  if (!Valid()) return false;
+  auto it = no_xattr_.find(ino);
+  if (it == no_xattr_.end()) return false;
+  for (const std::string& n : it->second) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+void LeaseCache::PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name) {
+  absl::MutexLock l(&mu_);
+  // Own writes since the ticket change no xattr: only recalls count.
+  if (!held_.contains(ino) || !Keeps(t, Kind::kAttr, ino, /*own=*/true)) return;
+  std::vector<std::string>& names = no_xattr_[ino];
+  if (names.size() >= kMaxAbsentXattrs) names.erase(names.begin());
+  names.push_back(name);
+}
+
+void LeaseCache::XattrsChanged(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, ino, /*foreign=*/false);
+  attrs_.erase(ino);
+  no_xattr_.erase(ino);
 }
 
 void LeaseCache::PutName(const Ticket& t, uint64_t dir, const std::string& name, uint64_t ino) {
@@ -249,6 +283,8 @@ void LeaseCache::Recall(const Key& key) {
   Note(key.kind, key.ino, /*foreign=*/true);
   if (key.kind == Kind::kAttr) {
     attrs_.erase(key.ino);
+    held_.erase(key.ino);
+    no_xattr_.erase(key.ino);
   } else {
     DropDir(key.ino);
   }

@@ -36,6 +36,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -87,10 +88,15 @@ class LeaseCache {
   // Cached attributes of `ino`; `left` gets how long they stay valid.
   std::optional<proto::Attr> Attr(uint64_t ino, absl::Duration* left = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether the attributes of `ino` are leased and were not changed or
-  // recalled since `t` (what a reply to a request sent after `t` said of
-  // the inode may be kept as long as they are).
-  bool Holds(const Ticket& t, uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `ino` is known to have no xattr `name`: remembered under its
+  // attribute lease (a change of its xattrs anywhere recalls that), and kept
+  // across this mount's own writes (which change no xattr).
+  bool XattrAbsent(uint64_t ino, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server said `ino` has no xattr `name` to a request sent after `t`.
+  void PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // This mount changed the xattrs of `ino`.
+  void XattrsChanged(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   enum class Name { kUnknown, kAbsent, kPresent };
   // `name` in `dir`: kPresent sets `*ino`.
   Name Lookup(uint64_t dir, const std::string& name, uint64_t* ino) ABSL_LOCKS_EXCLUDED(mu_);
@@ -185,6 +191,11 @@ class LeaseCache {
   absl::flat_hash_map<KeyId, uint64_t> recalled_ ABSL_GUARDED_BY(mu_);
   uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, proto::Attr> attrs_ ABSL_GUARDED_BY(mu_);
+  // Inodes whose attribute lease the server lists this mount for (their
+  // attributes may be dropped here by an own change; the lease is not).
+  absl::flat_hash_set<uint64_t> held_ ABSL_GUARDED_BY(mu_);
+  // Xattr names known absent, per inode (at most kMaxAbsentXattrs each).
+  absl::flat_hash_map<uint64_t, std::vector<std::string>> no_xattr_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> attr_order_ ABSL_GUARDED_BY(mu_);  // for Trim, oldest first
   absl::flat_hash_map<uint64_t, Dir> dirs_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> dir_order_ ABSL_GUARDED_BY(mu_);

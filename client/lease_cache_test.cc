@@ -138,6 +138,30 @@ TEST_F(LeaseCacheTest, DroppingEverythingRefusesRepliesInFlight) {
   EXPECT_TRUE(cache_.Attr(8).has_value());
 }
 
+TEST_F(LeaseCacheTest, AbsentXattrsLastUnderTheAttributeLeaseAcrossOwnWrites) {
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  LeaseCache::Ticket t = cache_.Take();
+  cache_.PutXattrAbsent(t, 5, "security.capability");
+  cache_.PutXattrAbsent(t, 6, "security.capability");  // no lease on 6: not kept
+  EXPECT_TRUE(cache_.XattrAbsent(5, "security.capability"));
+  EXPECT_FALSE(cache_.XattrAbsent(5, "user.a"));
+  EXPECT_FALSE(cache_.XattrAbsent(6, "security.capability"));
+  cache_.AttrChanged(5);  // an own write: size and mtime, no xattr
+  EXPECT_TRUE(cache_.XattrAbsent(5, "security.capability"));
+  // A reply that a recall overtook is not kept.
+  t = cache_.Take();
+  cache_.Recall({LeaseCache::Kind::kAttr, 5});
+  EXPECT_FALSE(cache_.XattrAbsent(5, "security.capability"));
+  cache_.PutXattrAbsent(t, 5, "security.capability");
+  EXPECT_FALSE(cache_.XattrAbsent(5, "security.capability"));
+  // An own setxattr drops them too.
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  cache_.PutXattrAbsent(cache_.Take(), 5, "user.a");
+  EXPECT_TRUE(cache_.XattrAbsent(5, "user.a"));
+  cache_.XattrsChanged(5);
+  EXPECT_FALSE(cache_.XattrAbsent(5, "user.a"));
+}
+
 TEST_F(LeaseCacheTest, MemoryIsBounded) {
   LeaseCache small(LeaseCacheOptions{.clock = &clock_, .max_attrs = 100});
   small.SetTerm(absl::Seconds(3));
