@@ -124,11 +124,14 @@ void FileSystem::KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFet
   if (leases_ && fetch.Clean(attr.ino())) leases_->PutAttr(t, attr, own);
 }
 
-double FileSystem::AttrTimeout(uint64_t ino) {
+double FileSystem::AttrTimeout(const proto::Attr& attr) {
   if (!leases_) return -1;
-  if (cache_ && cache_->extent_count(ino) > 0) return 0;
+  if (cache_ && cache_->extent_count(attr.ino()) > 0) return 0;
   absl::Duration left;
-  if (!leases_->Attr(ino, &left).has_value()) return 0;
+  std::optional<proto::Attr> leased = leases_->Attr(attr.ino(), &left);
+  // Only the very attributes the lease covers (a recall drops them and the
+  // kernel's copy together).
+  if (!leased.has_value() || leased->SerializeAsString() != attr.SerializeAsString()) return 0;
   return std::max(0.0, absl::ToDoubleSeconds(left));
 }
 
@@ -234,8 +237,10 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
   ASSIGN_OR_RETURN(proto::AttrReply reply, std::move(r));
   if (created != nullptr) *created = reply.created();
   names_.Set(parent, name, reply.attr().ino());
-  if (leases_) {
-    if (reply.created()) leases_->NameAdded(parent, name, reply.attr().ino());
+  if (leases_ && reply.created()) {
+    // (A name that was there: its attributes may be changing on this node
+    // meanwhile, e.g. appends; they are not kept.)
+    leases_->NameAdded(parent, name, reply.attr().ino());
     if (reply.leased()) leases_->PutAttr(t, reply.attr(), /*own=*/true);
     if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
   }
@@ -538,9 +543,12 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
     // Known absent under the attribute lease: the kernel asks for
     // security.capability before every write, `ls -l` for ACLs and labels.
     if (leases_->XattrAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (leased)");
+    // Remembered only if the attribute lease was held before the request
+    // went out (a change of the xattr elsewhere is then recalled here).
+    const bool held = leases_->HoldsAttrLease(ino);
     const LeaseCache::Ticket t = leases_->Take();
     absl::StatusOr<std::string> value = meta_.GetXattr(c, ino, name);
-    if (ToErrno(value.status()) == ENODATA) leases_->PutXattrAbsent(t, ino, name);
+    if (held && ToErrno(value.status()) == ENODATA) leases_->PutXattrAbsent(t, ino, name);
     return value;
   }
   if (xattrs_.KnownAbsent(ino, name)) return ErrnoStatus(ENODATA, name + " (cached)");

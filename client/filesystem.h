@@ -84,10 +84,11 @@ class FileSystem {
   ReadAhead* read_ahead() { return ra_.get(); }
   // Null when leases are off.
   LeaseCache* leases() { return leases_.get(); }
-  // How long the kernel may keep the attributes of `ino` it is handed now:
-  // what is left of their lease (0 without one). Leases off: -1 (the
+  // How long the kernel may keep `attr`, which it is handed now: what is
+  // left of its lease when these are the leased attributes (0 otherwise:
+  // an older copy may have come back after a change). Leases off: -1 (the
   // mount's own timeout applies).
-  double AttrTimeout(uint64_t ino);
+  double AttrTimeout(const proto::Attr& attr);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);

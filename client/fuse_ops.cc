@@ -77,8 +77,8 @@ struct stat ToStat(const proto::Attr& a) {
 
 // How long the kernel may keep the attributes of `ino`: with leases, what
 // is left of their lease (0 without one), else the mount's timeout.
-double AttrTimeout(FuseAdapter* a, uint64_t ino) {
-  const double leased = a->fs()->AttrTimeout(ino);
+double AttrTimeout(FuseAdapter* a, const proto::Attr& attr) {
+  const double leased = a->fs()->AttrTimeout(attr);
   return leased >= 0 ? leased : a->options().attr_timeout_s;
 }
 
@@ -97,9 +97,10 @@ void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();
   e.attr = ToStat(attr);
-  e.attr_timeout = AttrTimeout(a, attr.ino());
-  e.entry_timeout = EntryTimeout(a);
+  // Counted first: a recall from now on reaches the kernel's copy.
   a->fs()->inodes().Ref(attr.ino());
+  e.attr_timeout = AttrTimeout(a, attr);
+  e.entry_timeout = EntryTimeout(a);
   if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
 
@@ -114,7 +115,7 @@ void ReplyEntryOr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
 void ReplyAttr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
   if (!r.ok()) return ReplyError(req, r.status());
   struct stat st = ToStat(*r);
-  fuse_reply_attr(req, &st, AttrTimeout(Adapter(req), r->ino()));
+  fuse_reply_attr(req, &st, AttrTimeout(Adapter(req), *r));
 }
 
 void ReplyStatus(fuse_req_t req, const absl::Status& s) {
@@ -246,11 +247,15 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       memset(&ep, 0, sizeof(ep));
       ep.ino = dots ? 0 : e.attr().ino();
       ep.attr = st;
-      ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr().ino());
+      // Counted first: a recall from now on reaches the kernel's copy.
+      if (!dots) a->fs()->inodes().Ref(e.attr().ino());
+      ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr());
       ep.entry_timeout = EntryTimeout(a);
       n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
-      if (n > size - used) break;
-      if (!dots) a->fs()->inodes().Ref(e.attr().ino());
+      if (n > size - used) {
+        if (!dots) a->fs()->Forget(e.attr().ino(), 1);  // not handed to the kernel
+        break;
+      }
     } else {
       n = fuse_add_direntry(req, &buf[used], size - used, e.name().c_str(), &st, e.cookie());
       if (n > size - used) break;
@@ -302,11 +307,11 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   memset(&e, 0, sizeof(e));
   e.ino = attr.ino();
   e.attr = ToStat(attr);
-  e.attr_timeout = AttrTimeout(a, attr.ino());
+  a->fs()->inodes().Ref(attr.ino());  // first: a recall from now on reaches the kernel's copy
+  e.attr_timeout = AttrTimeout(a, attr);
   e.entry_timeout = EntryTimeout(a);
   fi->keep_cache = 0;
   fi->fh = handle;
-  a->fs()->inodes().Ref(attr.ino());
   if (fuse_reply_create(req, &e, fi) != 0) {
     a->fs()->Forget(attr.ino(), 1);
     (void)a->fs()->Release(attr.ino(), handle);

@@ -192,10 +192,16 @@ bool LeaseCache::XattrAbsent(uint64_t ino, const std::string& name) {
   return false;
 }
 
+bool LeaseCache::HoldsAttrLease(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return Valid() && held_.contains(ino);
+}
+
 void LeaseCache::PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name) {
   absl::MutexLock l(&mu_);
-  // Own writes since the ticket change no xattr: only recalls count.
-  if (!held_.contains(ino) || !Keeps(t, Kind::kAttr, ino, /*own=*/true)) return;
+  // Any change of the inode since the ticket (an own write too) and the
+  // answer is not kept: an own setxattr may have raced it.
+  if (!held_.contains(ino) || !Keeps(t, Kind::kAttr, ino, /*own=*/false)) return;
   std::vector<std::string>& names = no_xattr_[ino];
   if (names.size() >= kMaxAbsentXattrs) names.erase(names.begin());
   names.push_back(name);
@@ -241,6 +247,9 @@ void LeaseCache::PutPage(const Ticket& t, uint64_t dir, uint64_t cookie,
                          const proto::ReadDirReply& page) {
   absl::MutexLock l(&mu_);
   if (cookie == 0) {
+    if (pending_.size() >= options_.max_pending && !pending_.contains(dir)) {
+      pending_.erase(pending_.begin());  // bounded: some listing is given up
+    }
     pending_[dir] = Pending{t, 0, true, {}};
   }
   auto it = pending_.find(dir);

@@ -51,6 +51,9 @@ struct LeaseCacheOptions {
   // Keys whose last change is remembered; past it, every ticket in flight
   // is refused once.
   size_t max_changed = 1u << 20;
+  // Listings being read page by page at once; past it the oldest is given
+  // up.
+  size_t max_pending = 64;
 };
 
 class LeaseCache {
@@ -92,7 +95,11 @@ class LeaseCache {
   // attribute lease (a change of its xattrs anywhere recalls that), and kept
   // across this mount's own writes (which change no xattr).
   bool XattrAbsent(uint64_t ino, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
-  // The server said `ino` has no xattr `name` to a request sent after `t`.
+  // Whether the server lists this mount as holding the attribute lease of
+  // `ino` (its attributes may have been dropped here by an own change).
+  bool HoldsAttrLease(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server said `ino` has no xattr `name` to a request sent after `t`,
+  // while HoldsAttrLease.
   void PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name)
       ABSL_LOCKS_EXCLUDED(mu_);
   // This mount changed the xattrs of `ino`.

@@ -30,10 +30,9 @@ uint64_t LeaseTable::StreamUp(uint64_t client_id, bool leases) {
     return 0;
   }
   Holder& h = holders_[client_id];
-  // What it held before stays listed: a lease granted while the last
-  // stream was going down may be one the mount has not dropped (it drops
-  // what was granted before it received this stream's first batch). The
-  // recalls of those cost an ack.
+  // The mount keeps only leases of requests it sent after it received this
+  // stream's first batch, sent after this: registered after this.
+  DropKeys(h, client_id);
   h.up = true;
   h.token = ++next_token_;
   ++h.streams;
@@ -148,6 +147,7 @@ bool LeaseTable::Done(const Wait& w, absl::Time now) {
 }
 
 void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
+  if (keys.empty()) return;
   absl::MutexLock l(&mu_);
   const absl::Time now = options_.clock->Now();
   const uint64_t epoch = epoch_++;

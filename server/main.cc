@@ -187,7 +187,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   vo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  vo.meta_lease = absl::Milliseconds(std::max(absl::GetFlag(FLAGS_meta_lease_ms), 300));
+  // A session that expires holds no lease: the metadata lease is at most the
+  // session's.
+  vo.meta_lease =
+      std::min(absl::Milliseconds(std::max(absl::GetFlag(FLAGS_meta_lease_ms), 300)), vo.lease);
   if (absl::GetFlag(FLAGS_write_backlog_mb) < 1 || absl::GetFlag(FLAGS_recall_wait_ms) < 0) {
     LOG(ERROR) << "--write_backlog_mb must be >= 1 and --recall_wait_ms >= 0";
     return 2;

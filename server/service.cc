@@ -94,6 +94,9 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   // Holds one server thread per mount for the life of the stream; ends when
   // the client goes away or its session ends.
   LeaseTable& leases = volume_->leases();
+  // This stream takes over the session's queue from any older one (which
+  // may not have noticed yet that its mount went away).
+  const uint64_t stream = volume_->sessions().NewStream(rc.client_id);
   const uint64_t token = leases.StreamUp(rc.client_id, req->leases());
   absl::Cleanup down = [&] { leases.StreamDown(rc.client_id, token); };
   proto::InvalidationBatch first;
@@ -101,8 +104,9 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   if (!writer->Write(first)) return grpc::Status::OK;
   while (!ctx->IsCancelled()) {
     proto::InvalidationBatch batch;
-    if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch)) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended or its queue overflowed");
+    if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch, stream)) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "session ended, its queue overflowed, or a newer stream took it");
     }
     if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !writer->Write(batch)) break;
   }

@@ -188,7 +188,14 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
     if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
       if (record != nullptr) return prior(*record, tagged);
     }
-    return body(tagged, record);
+    absl::Status done = body(tagged, record);
+    // Applied here, not known to be replicated: the change returned before
+    // its own recall, and the client retries (or gives up); other nodes'
+    // leases on it go now.
+    if (absl::IsUnavailable(done) && !HasErrno(done)) {
+      volume_->Recall(tagged, service_call::ChangedKeys(*req));
+    }
+    return done;
   });
   return busy.ok() ? st : busy;
 }

@@ -228,7 +228,11 @@ void SessionTable::Publish(uint64_t origin, const proto::Invalidation& inv) {
   for (auto& [id, s] : sessions_) {
     if (id == origin) continue;
     s.queue.push_back(inv);
-    if (s.queue.size() > max_queued_) s.queue.pop_front();
+    if (s.queue.size() > max_queued_) {
+      // A recall is never dropped: the stream is ended instead.
+      if (s.queue.front().recall() != 0) s.overflowed = true;
+      s.queue.pop_front();
+    }
   }
 }
 
@@ -247,17 +251,28 @@ bool SessionTable::PushRecall(uint64_t client_id, const proto::Invalidation& inv
   return true;
 }
 
-bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout,
-                         proto::InvalidationBatch* out) {
+uint64_t SessionTable::NewStream(uint64_t client_id) {
   absl::MutexLock l(&mu_);
-  auto ready = [this, client_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return 0;
+  return ++it->second.stream;
+}
+
+bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout, proto::InvalidationBatch* out,
+                         uint64_t stream) {
+  absl::MutexLock l(&mu_);
+  auto stale = [this, client_id, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = sessions_.find(client_id);
+    return stream != 0 && it != sessions_.end() && it->second.stream != stream;
+  };
+  auto ready = [this, client_id, &stale]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(client_id);
     return shutting_down_ || it == sessions_.end() || !it->second.queue.empty() ||
-           it->second.recall_bytes > 0 || it->second.overflowed;
+           it->second.recall_bytes > 0 || it->second.overflowed || stale();
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   auto it = sessions_.find(client_id);
-  if (shutting_down_ || it == sessions_.end()) return false;
+  if (shutting_down_ || it == sessions_.end() || stale()) return false;
   if (it->second.overflowed) {
     // The mount re-subscribes and drops every lease: what is queued is moot.
     it->second.overflowed = false;

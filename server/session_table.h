@@ -116,10 +116,16 @@ class SessionTable {
   // Asks `client_id` to give back unused grant (the Subscribe stream carries
   // it as recall_bytes). Returns false when there is no such session.
   bool Recall(uint64_t client_id, uint64_t bytes);
+  // A new Subscribe stream of `client_id`: returns its number (Drain). An
+  // older stream of the session drains nothing from then on, so that what
+  // is queued goes to the stream the mount reads.
+  uint64_t NewStream(uint64_t client_id);
   // Waits up to `timeout` for invalidations or a recall for `client_id` and
-  // moves them into `out`. Returns false when the session no longer exists or the
-  // table is shutting down.
-  bool Drain(uint64_t client_id, absl::Duration timeout, proto::InvalidationBatch* out);
+  // moves them into `out`. Returns false when the session no longer exists,
+  // the table is shutting down, `stream` is not the session's latest
+  // (0: any), or a recall did not fit in its queue.
+  bool Drain(uint64_t client_id, absl::Duration timeout, proto::InvalidationBatch* out,
+             uint64_t stream = 0);
 
   std::vector<proto::SessionInfo> List();
 
@@ -134,7 +140,8 @@ class SessionTable {
     absl::Time expires;
     std::map<uint64_t, std::vector<uint64_t>> open;  // ino -> handles, one per open
     std::deque<proto::Invalidation> queue;
-    bool overflowed = false;  // a recall did not fit: end the stream
+    bool overflowed = false;    // a recall did not fit: end the stream
+    uint64_t stream = 0;        // the latest Subscribe stream (NewStream)
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()

@@ -471,3 +471,45 @@ TEST(SessionTableShutdown, DrainReturnsFalseOnceShuttingDown) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+TEST(SessionTableStreams, ANewerStreamTakesTheQueueFromAnOlderOne) {
+  FakeClock clock;
+  SessionTable table(&clock, absl::Seconds(10));
+  const uint64_t id = table.Open("m");
+  const uint64_t old_stream = table.NewStream(id);
+  const uint64_t new_stream = table.NewStream(id);
+  proto::Invalidation recall;
+  recall.set_recall(1);
+  recall.set_ino(5);
+  ASSERT_TRUE(table.PushRecall(id, recall));
+  proto::InvalidationBatch batch;
+  // The older stream (its mount may be gone) takes nothing.
+  EXPECT_FALSE(table.Drain(id, absl::ZeroDuration(), &batch, old_stream));
+  EXPECT_EQ(batch.items_size(), 0);
+  ASSERT_TRUE(table.Drain(id, absl::ZeroDuration(), &batch, new_stream));
+  ASSERT_EQ(batch.items_size(), 1);
+  EXPECT_EQ(batch.items(0).recall(), 1u);
+}
+
+TEST(SessionTableStreams, ARecallIsNeverDroppedFromAFullQueue) {
+  FakeClock clock;
+  SessionTable table(&clock, absl::Seconds(10), /*max_queued=*/2);
+  const uint64_t id = table.Open("m");
+  proto::Invalidation recall;
+  recall.set_recall(1);
+  recall.set_ino(5);
+  ASSERT_TRUE(table.PushRecall(id, recall));
+  proto::Invalidation inv;
+  inv.set_ino(6);
+  table.Publish(/*origin=*/0, inv);
+  table.Publish(/*origin=*/0, inv);  // would push the recall out
+  proto::InvalidationBatch batch;
+  // The stream ends instead (its mount re-subscribes and drops everything).
+  EXPECT_FALSE(table.Drain(id, absl::ZeroDuration(), &batch));
+}
+
+}  // namespace
+}  // namespace grantfs
