@@ -305,15 +305,20 @@ void LeaseCache::AttrChanged(uint64_t ino) {
   attrs_.erase(ino);
 }
 
-void LeaseCache::NameAdded(uint64_t dir, const std::string& name, uint64_t ino) {
-  absl::MutexLock l(&mu_);
-  Note(Kind::kAttr, dir, false);
+LeaseCache::Dir* LeaseCache::OwnNameChange(uint64_t dir) {
+  Note(Kind::kAttr, dir, false);  // its mtime, ctime, size (and nlink)
   attrs_.erase(dir);
   Note(Kind::kDir, dir, false);
   pending_.erase(dir);
   auto it = dirs_.find(dir);
-  if (it == dirs_.end()) return;
-  Dir& d = it->second;
+  return it == dirs_.end() ? nullptr : &it->second;
+}
+
+void LeaseCache::NameAdded(uint64_t dir, const std::string& name, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Dir* cached = OwnNameChange(dir);
+  if (cached == nullptr) return;
+  Dir& d = *cached;
   auto [n, fresh] = d.names.try_emplace(name);
   if (fresh) ++names_;
   if (n->second.cookie != 0) d.order.erase(n->second.cookie);
@@ -324,13 +329,9 @@ void LeaseCache::NameAdded(uint64_t dir, const std::string& name, uint64_t ino) 
 
 void LeaseCache::NameRemoved(uint64_t dir, const std::string& name) {
   absl::MutexLock l(&mu_);
-  Note(Kind::kAttr, dir, false);
-  attrs_.erase(dir);
-  Note(Kind::kDir, dir, false);
-  pending_.erase(dir);
-  auto it = dirs_.find(dir);
-  if (it == dirs_.end()) return;
-  Dir& d = it->second;
+  Dir* cached = OwnNameChange(dir);
+  if (cached == nullptr) return;
+  Dir& d = *cached;
   auto n = d.names.find(name);
   if (n != d.names.end() && n->second.cookie != 0) d.order.erase(n->second.cookie);
   if (d.all_names) {

@@ -181,6 +181,9 @@ class LeaseCache {
   // A change of the key: numbered; `foreign`: a recall.
   void Note(Kind kind, uint64_t ino, bool foreign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropDir(uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An own change of the names of `dir`: its attributes dropped, replies in
+  // flight refused; returns its cached names, if any, to update.
+  Dir* OwnNameChange(uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the cache within its bounds.
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
