@@ -43,6 +43,8 @@ import stat
 import sys
 import time
 
+from nscheck_fs import read_file
+
 REG, DIR, LNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 TYPE_NAMES = {REG: "file", DIR: "dir", LNK: "symlink"}
 
@@ -175,19 +177,6 @@ def _err(e):
     return errno.errorcode.get(e.errno, str(e.errno))
 
 
-def _read(path):
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
-    finally:
-        os.close(fd)
-
-
 def observe(root, paths, xattr=None, listxattr=False):
     """What the mount at root shows of paths ({path: {key: value}}, keys as
     Model.expect). Every lstat comes first, then every listdir, then contents,
@@ -219,7 +208,7 @@ def observe(root, paths, xattr=None, listxattr=False):
         kind = o.get("type")
         if kind == "file":
             try:
-                o["content"] = _read(full[p])
+                o["content"] = read_file(full[p])
             except OSError as e:
                 o["content"] = _err(e)
         elif kind == "symlink":

@@ -99,6 +99,20 @@ def user_xattrs(path):
     return out
 
 
+def read_file(path):
+    """The whole contents of the regular file `path` (not followed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    finally:
+        os.close(fd)
+
+
 def observe(path):
     """What the checker compares about one path (not followed); raises
     OSError. The same keys as Model.entry()."""
@@ -107,17 +121,7 @@ def observe(path):
     e = {"type": kind, "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid,
          "nlink": st.st_nlink, "ino": st.st_ino}
     if kind == REG:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            chunks = []
-            while True:
-                b = os.read(fd, 1 << 16)
-                if not b:
-                    break
-                chunks.append(b)
-        finally:
-            os.close(fd)
-        e["data"] = b"".join(chunks)
+        e["data"] = read_file(path)
         e["size"] = st.st_size
         e["xattrs"] = user_xattrs(path)
     elif kind == LNK:
