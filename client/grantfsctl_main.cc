@@ -145,6 +145,12 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
       (unsigned long long)st.leases_held(), (unsigned long long)st.leases_granted(),
       (unsigned long long)st.lease_recalls(), (unsigned long long)st.lease_recall_waits(),
       (unsigned long long)st.lease_lapsed(), (unsigned long long)st.leases_refused_hot());
+  printf(
+      "calls:           %llu waiting, %llu running; %llu admitted, %llu refused (server busy, "
+      "retried by clients), at most %llu waited at once\n",
+      (unsigned long long)st.calls_queued(), (unsigned long long)st.calls_running(),
+      (unsigned long long)st.calls_admitted(), (unsigned long long)st.calls_refused(),
+      (unsigned long long)st.calls_peak_queued());
   int reclaiming = 0;
   for (const auto& ses : st.sessions()) reclaiming += ses.reclaiming() ? 1 : 0;
   printf("sessions:        %d", st.sessions_size());

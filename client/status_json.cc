@@ -60,6 +60,11 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "lease_recall_waits", st.lease_recall_waits());
   SetNumber(out, "lease_lapsed", st.lease_lapsed());
   SetNumber(out, "leases_refused_hot", st.leases_refused_hot());
+  SetNumber(out, "calls_queued", st.calls_queued());
+  SetNumber(out, "calls_running", st.calls_running());
+  SetNumber(out, "calls_admitted", st.calls_admitted());
+  SetNumber(out, "calls_refused", st.calls_refused());
+  SetNumber(out, "calls_peak_queued", st.calls_peak_queued());
   int reclaiming = 0;
   auto* sessions = f["sessions"].mutable_list_value();
   for (const proto::SessionInfo& ses : st.sessions()) {

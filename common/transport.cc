@@ -106,7 +106,7 @@ CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown) 
   return p;
 }
 
-CallerPolicy Transport::PolicyOf(const grpc::ServerContext& ctx) const {
+CallerPolicy Transport::PolicyOf(const grpc::ServerContextBase& ctx) const {
   CallerPolicy trusted;
   trusted.root = true;
   if (!secure()) return trusted;
@@ -165,7 +165,7 @@ void Transport::AddTo(grpc::ClientContext* ctx) const {
   if (!secret_.empty()) ctx->AddMetadata("x-grantfs-secret", secret_);
 }
 
-std::string Transport::PeerName(const grpc::ServerContext& ctx) const {
+std::string Transport::PeerName(const grpc::ServerContextBase& ctx) const {
   if (!secure()) return "";
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth == nullptr) return "";
@@ -173,7 +173,7 @@ std::string Transport::PeerName(const grpc::ServerContext& ctx) const {
   return cn.empty() ? "" : std::string(cn[0].data(), cn[0].size());
 }
 
-grpc::Status Transport::Authorize(const grpc::ServerContext& ctx, int allowed_kinds,
+grpc::Status Transport::Authorize(const grpc::ServerContextBase& ctx, int allowed_kinds,
                                   const char* who) const {
   if (!secret_.empty()) {
     auto it = ctx.client_metadata().find("x-grantfs-secret");

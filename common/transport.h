@@ -83,14 +83,15 @@ class Transport {
   // and, when secure, its caller's kind is in `allowed_kinds`. Otherwise
   // UNAUTHENTICATED (no or bad secret) or PERMISSION_DENIED (wrong kind),
   // logged with `who`, the method and the caller.
-  grpc::Status Authorize(const grpc::ServerContext& ctx, int allowed_kinds, const char* who) const;
+  grpc::Status Authorize(const grpc::ServerContextBase& ctx, int allowed_kinds,
+                         const char* who) const;
 
   // The caller's certificate common name; "" when this transport is
   // insecure (then nothing is looked up: it is on every call's path).
-  std::string PeerName(const grpc::ServerContext& ctx) const;
+  std::string PeerName(const grpc::ServerContextBase& ctx) const;
 
   // What the caller of `ctx` may do (call after Authorize).
-  CallerPolicy PolicyOf(const grpc::ServerContext& ctx) const;
+  CallerPolicy PolicyOf(const grpc::ServerContextBase& ctx) const;
 
  private:
   // Policies by certificate (the PEM text), parsed once.

@@ -52,9 +52,15 @@ ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
 ABSL_FLAG(int, meta_lease_ms, 3000,
           "metadata leases: a mount's heartbeat renews its cached names and attributes for this "
           "long; a change waits at most this plus 1 s for a mount that does not answer a recall");
-ABSL_FLAG(int, threads, 256,
-          "maximum gRPC server threads; each mount's invalidation stream holds one, and a "
-          "call that finds none free is refused (clients retry it)");
+ABSL_FLAG(int, threads, 64,
+          "worker threads that run the file system's calls; calls wait for one in a bounded "
+          "queue where sessions take turns");
+ABSL_FLAG(int, max_queued_calls, 8192,
+          "calls that may wait for a worker; past it (or past --max_queued_calls_per_session "
+          "of one session) a call is refused with RESOURCE_EXHAUSTED and the client retries it "
+          "with a backoff");
+ABSL_FLAG(int, max_queued_calls_per_session, 1024,
+          "calls of one mount's session that may wait for a worker");
 ABSL_FLAG(int, write_backlog_mb, 64,
           "flow control: MiB of client writes the server lets be in flight at once");
 ABSL_FLAG(bool, sync_data, true,
@@ -150,7 +156,10 @@ int main(int argc, char** argv) {
   config.peer = peer;
   config.witness = witness;
   config.transport = *std::move(transport);
-  config.threads = absl::GetFlag(FLAGS_threads);
+  config.queue.workers = absl::GetFlag(FLAGS_threads);
+  config.queue.max_queued = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_queued_calls)));
+  config.queue.max_queued_per_source =
+      static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_queued_calls_per_session)));
   config.handover_on_stop = absl::GetFlag(FLAGS_handover_on_stop);
   if (role == "witness") {
     config.witness_dir = absl::GetFlag(FLAGS_data_dir);

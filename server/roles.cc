@@ -18,6 +18,7 @@
 #include "server/data_dir.h"
 #include "server/keys.h"
 #include "server/service.h"
+#include "server/service_endpoint.h"
 
 namespace grantfs {
 
@@ -63,7 +64,15 @@ void ConfigureBuilder(const ServerConfig& config, grpc::ServerBuilder* builder,
   // Clients and the primary ping every second to notice a server that is cut
   // off; answering those pings must not count as abuse.
   AllowClientKeepalive(builder);
-  quota->SetMaxThreads(config.threads);
+  // Per-connection admission, at the HTTP/2 level: a client (one channel
+  // per mount) has at most this many calls open here; its further calls
+  // wait in the client, not in this server's memory. Well above what a
+  // mount runs at once (FUSE threads, flushers, read-ahead, its stream).
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.queue.max_streams);
+  // The synchronous services (the replica's stream, the witness) run on
+  // gRPC's own thread manager, capped here; the file system's calls use the
+  // callback API and the request queue (server/service_endpoint.h).
+  quota->SetMaxThreads(256);
   builder->SetResourceQuota(*quota);
 }
 
@@ -252,7 +261,11 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   so.transport = config.transport;
   so.server_role = replica->get();
   GrantFsService service(nullptr, so);
-  builder.RegisterService(&service);
+  // A replica answers Status alone: a small queue.
+  RequestQueueOptions qo = config.queue;
+  qo.workers = 2;
+  GrantFsEndpoint endpoint(&service, qo);
+  builder.RegisterService(&endpoint);
   builder.RegisterService(replica->get());
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) return std::nullopt;
@@ -316,7 +329,8 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
   grpc::ResourceQuota quota("grantfs");
   ConfigureBuilder(config, &builder, &quota);
   GrantFsService service(volume->get(), so);
-  builder.RegisterService(&service);
+  GrantFsEndpoint endpoint(&service, config.queue);
+  builder.RegisterService(&endpoint);
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) {
     if (replicator) replicator->Stop();

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/transport.h"
+#include "server/request_queue.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -32,9 +33,9 @@ struct ServerConfig {
   Transport transport;                      // TLS, who may call, the cluster secret
   absl::Duration lease = absl::Seconds(1);  // the primary's lease
   bool handover_on_stop = true;
-  int threads = 256;        // gRPC server threads
-  std::string witness_dir;  // --role=witness: its state
-  VolumeOptions volume;     // the primary's volume (dir is the data directory)
+  RequestQueueOptions queue;  // the primary's request path (server/request_queue.h)
+  std::string witness_dir;    // --role=witness: its state
+  VolumeOptions volume;       // the primary's volume (dir is the data directory)
 };
 
 // What ends a role.

@@ -83,7 +83,7 @@ grpc::Status GrantFsService::CloseSession(Ctx* ctx, const proto::CloseSessionReq
 }
 
 grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* req,
-                                       grpc::ServerWriter<proto::InvalidationBatch>* writer) {
+                                       const BatchWriter& write) {
   // A stream, not a unary call: Serve's reply does not apply.
   if (grpc::Status gate = Gate(); !gate.ok()) return gate;
   RequestContext rc;
@@ -91,8 +91,7 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   if (rc.client_id == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "subscribe needs a session");
   }
-  // Holds one server thread per mount for the life of the stream; ends when
-  // the client goes away or its session ends.
+  // Ends when the client goes away or its session ends.
   LeaseTable& leases = volume_->leases();
   // This stream takes over the session's queue from any older one (which
   // may not have noticed yet that its mount went away).
@@ -101,14 +100,14 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   absl::Cleanup down = [&] { leases.StreamDown(rc.client_id, token); };
   proto::InvalidationBatch first;
   first.set_subscribed(true);
-  if (!writer->Write(first)) return grpc::Status::OK;
+  if (!write(first)) return grpc::Status::OK;
   while (!ctx->IsCancelled()) {
     proto::InvalidationBatch batch;
     if (!volume_->sessions().Drain(rc.client_id, absl::Milliseconds(500), &batch, stream)) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "session ended, its queue overflowed, or a newer stream took it");
     }
-    if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !writer->Write(batch)) break;
+    if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !write(batch)) break;
   }
   return grpc::Status::OK;
 }

@@ -7,6 +7,7 @@
 #ifndef GRANTFS_SERVER_SERVICE_H_
 #define GRANTFS_SERVER_SERVICE_H_
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -29,50 +30,54 @@ struct ServiceOptions {
   ServerRole* server_role = nullptr;
 };
 
-class GrantFsService final : public proto::GrantFs::Service {
+class GrantFsService final {
  public:
   // `volume` must outlive the service. A replica has no volume (nullptr):
   // it answers every call but Status with UNAVAILABLE "not the primary".
   GrantFsService(Volume* volume, const ServiceOptions& options);
 
-  using Ctx = grpc::ServerContext;
-  grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*,
-                           proto::OpenSessionReply*) override;
-  grpc::Status Heartbeat(Ctx*, const proto::HeartbeatRequest*, proto::HeartbeatReply*) override;
-  grpc::Status Reclaim(Ctx*, const proto::ReclaimRequest*, proto::ReclaimReply*) override;
-  grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*,
-                            proto::CloseSessionReply*) override;
-  grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*,
-                         grpc::ServerWriter<proto::InvalidationBatch>*) override;
-  grpc::Status AckRecall(Ctx*, const proto::AckRecallRequest*, proto::ErrReply*) override;
-  grpc::Status Lookup(Ctx*, const proto::LookupRequest*, proto::AttrReply*) override;
-  grpc::Status GetAttr(Ctx*, const proto::GetAttrRequest*, proto::AttrReply*) override;
-  grpc::Status SetAttr(Ctx*, const proto::SetAttrRequest*, proto::AttrReply*) override;
-  grpc::Status MkNod(Ctx*, const proto::MkNodRequest*, proto::AttrReply*) override;
-  grpc::Status Symlink(Ctx*, const proto::SymlinkRequest*, proto::AttrReply*) override;
-  grpc::Status Link(Ctx*, const proto::LinkRequest*, proto::AttrReply*) override;
-  grpc::Status Remove(Ctx*, const proto::RemoveRequest*, proto::ErrReply*) override;
-  grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::ErrReply*) override;
-  grpc::Status ReadLink(Ctx*, const proto::ReadLinkRequest*, proto::ReadLinkReply*) override;
-  grpc::Status ReadDir(Ctx*, const proto::ReadDirRequest*, proto::ReadDirReply*) override;
-  grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*) override;
-  grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*) override;
-  grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*) override;
-  grpc::Status Write(Ctx*, const proto::WriteRequest*, proto::WriteReply*) override;
-  grpc::Status Grant(Ctx*, const proto::GrantRequest*, proto::GrantReply*) override;
-  grpc::Status Fsync(Ctx*, const proto::FsyncRequest*, proto::ErrReply*) override;
-  grpc::Status Fallocate(Ctx*, const proto::FallocateRequest*, proto::AttrReply*) override;
-  grpc::Status StatFs(Ctx*, const proto::StatFsRequest*, proto::StatFsReply*) override;
-  grpc::Status SetXattr(Ctx*, const proto::SetXattrRequest*, proto::ErrReply*) override;
-  grpc::Status GetXattr(Ctx*, const proto::GetXattrRequest*, proto::GetXattrReply*) override;
-  grpc::Status ListXattr(Ctx*, const proto::ListXattrRequest*, proto::ListXattrReply*) override;
-  grpc::Status RemoveXattr(Ctx*, const proto::RemoveXattrRequest*, proto::ErrReply*) override;
-  grpc::Status GetLock(Ctx*, const proto::LockRequest*, proto::GetLockReply*) override;
-  grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*) override;
-  grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*) override;
-  grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*) override;
-  grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*) override;
-  grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*) override;
+  using Ctx = grpc::ServerContextBase;
+  grpc::Status OpenSession(Ctx*, const proto::OpenSessionRequest*, proto::OpenSessionReply*);
+  grpc::Status Heartbeat(Ctx*, const proto::HeartbeatRequest*, proto::HeartbeatReply*);
+  grpc::Status Reclaim(Ctx*, const proto::ReclaimRequest*, proto::ReclaimReply*);
+  grpc::Status CloseSession(Ctx*, const proto::CloseSessionRequest*, proto::CloseSessionReply*);
+  // The invalidation stream: sends each batch with `write` (false: the
+  // stream broke) until the caller goes away or its session ends. Blocks
+  // for the life of the stream.
+  using BatchWriter = std::function<bool(const proto::InvalidationBatch&)>;
+  grpc::Status Subscribe(Ctx*, const proto::SubscribeRequest*, const BatchWriter& write);
+  grpc::Status AckRecall(Ctx*, const proto::AckRecallRequest*, proto::ErrReply*);
+  grpc::Status Lookup(Ctx*, const proto::LookupRequest*, proto::AttrReply*);
+  grpc::Status GetAttr(Ctx*, const proto::GetAttrRequest*, proto::AttrReply*);
+  grpc::Status SetAttr(Ctx*, const proto::SetAttrRequest*, proto::AttrReply*);
+  grpc::Status MkNod(Ctx*, const proto::MkNodRequest*, proto::AttrReply*);
+  grpc::Status Symlink(Ctx*, const proto::SymlinkRequest*, proto::AttrReply*);
+  grpc::Status Link(Ctx*, const proto::LinkRequest*, proto::AttrReply*);
+  grpc::Status Remove(Ctx*, const proto::RemoveRequest*, proto::ErrReply*);
+  grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::ErrReply*);
+  grpc::Status ReadLink(Ctx*, const proto::ReadLinkRequest*, proto::ReadLinkReply*);
+  grpc::Status ReadDir(Ctx*, const proto::ReadDirRequest*, proto::ReadDirReply*);
+  grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*);
+  grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*);
+  grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*);
+  grpc::Status Write(Ctx*, const proto::WriteRequest*, proto::WriteReply*);
+  grpc::Status Grant(Ctx*, const proto::GrantRequest*, proto::GrantReply*);
+  grpc::Status Fsync(Ctx*, const proto::FsyncRequest*, proto::ErrReply*);
+  grpc::Status Fallocate(Ctx*, const proto::FallocateRequest*, proto::AttrReply*);
+  grpc::Status StatFs(Ctx*, const proto::StatFsRequest*, proto::StatFsReply*);
+  grpc::Status SetXattr(Ctx*, const proto::SetXattrRequest*, proto::ErrReply*);
+  grpc::Status GetXattr(Ctx*, const proto::GetXattrRequest*, proto::GetXattrReply*);
+  grpc::Status ListXattr(Ctx*, const proto::ListXattrRequest*, proto::ListXattrReply*);
+  grpc::Status RemoveXattr(Ctx*, const proto::RemoveXattrRequest*, proto::ErrReply*);
+  grpc::Status GetLock(Ctx*, const proto::LockRequest*, proto::GetLockReply*);
+  grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*);
+  grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*);
+  grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*);
+  grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*);
+  grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*);
+
+  // The caller's certificate name ("" when insecure).
+  std::string PeerName(const Ctx& ctx) const { return options_.transport.PeerName(ctx); }
 
  private:
   // UNAVAILABLE unless this server is the serving primary.

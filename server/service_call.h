@@ -131,7 +131,7 @@ absl::Status PriorOk(const proto::DedupeRecord&, const RequestContext&);
 // backlog).
 class CreditOnReply {
  public:
-  CreditOnReply(grpc::ServerContext* ctx, FlowControl* flow) : ctx_(ctx), flow_(flow) {}
+  CreditOnReply(grpc::ServerContextBase* ctx, FlowControl* flow) : ctx_(ctx), flow_(flow) {}
   ~CreditOnReply() {
     if (client_id_ != 0) {
       ctx_->AddTrailingMetadata("x-grantfs-credit", std::to_string(flow_->Credit(client_id_)));
@@ -140,7 +140,7 @@ class CreditOnReply {
   void set_client_id(uint64_t id) { client_id_ = id; }
 
  private:
-  grpc::ServerContext* const ctx_;
+  grpc::ServerContextBase* const ctx_;
   FlowControl* const flow_;
   uint64_t client_id_ = 0;
 };

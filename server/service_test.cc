@@ -12,6 +12,7 @@
 #include "common/pki.h"
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
+#include "server/service_endpoint.h"
 
 namespace grantfs {
 namespace {
@@ -41,7 +42,8 @@ class ServiceTest : public ::testing::Test {
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(service_.get());
+    endpoint_ = std::make_unique<GrantFsEndpoint>(service_.get(), RequestQueueOptions());
+    b.RegisterService(endpoint_.get());
     b.SetMaxReceiveMessageSize(16 << 20);
     server_ = b.BuildAndStart();
     ASSERT_NE(port, 0);
@@ -77,6 +79,7 @@ class ServiceTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<Volume> volume_;
   std::unique_ptr<GrantFsService> service_;
+  std::unique_ptr<GrantFsEndpoint> endpoint_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<proto::GrantFs::Stub> stub_;
   uint64_t last_ino_ = 0;
@@ -105,7 +108,8 @@ class ServiceTlsTest : public ::testing::Test {
     service_ = std::make_unique<GrantFsService>(volume_.get(), so);
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", so.transport.ServerCredentials(), &port_);
-    b.RegisterService(service_.get());
+    endpoint_ = std::make_unique<GrantFsEndpoint>(service_.get(), RequestQueueOptions());
+    b.RegisterService(endpoint_.get());
     server_ = b.BuildAndStart();
     ASSERT_NE(port_, 0);
   }
@@ -140,6 +144,7 @@ class ServiceTlsTest : public ::testing::Test {
   std::unique_ptr<Volume> volume_;
   CertAndKey ca_;
   std::unique_ptr<GrantFsService> service_;
+  std::unique_ptr<GrantFsEndpoint> endpoint_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

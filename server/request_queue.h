@@ -1,0 +1,121 @@
+// The server's request queue: the place between gRPC and the handlers where
+// calls wait for a thread. gRPC's callback API hands each call over on one of
+// its own threads, which must never block; the call is queued here and run
+// by one of a fixed set of worker threads, which may block (a RocksDB WAL
+// fsync, the replica's acknowledgement, a lease recall).
+//
+// Past saturation the queue keeps the workers busy with the calls that are
+// already waiting and refuses the excess at once (Submit returns false: the
+// caller answers RESOURCE_EXHAUSTED, which clients retry with a backoff),
+// instead of letting every call slow down together. Two bounds decide:
+// calls waiting in all, and calls waiting from one source (a mount's
+// session), so one flooding client fills its own share, not the queue.
+// Sources take turns: a worker takes the oldest call of the next source in
+// a round robin, so a source with one call waiting is served before the
+// thousandth call of another.
+//
+// Calls that keep the cluster alive (heartbeats, recall acknowledgements,
+// sessions opening and closing, status) go to a separate lane with its own
+// threads: they are never stuck behind ordinary calls, and a handler
+// blocked in a recall waits for an acknowledgement that can still arrive.
+//
+// Thread-safe.
+#ifndef GRANTFS_SERVER_REQUEST_QUEUE_H_
+#define GRANTFS_SERVER_REQUEST_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+
+namespace grantfs {
+
+struct RequestQueueOptions {
+  // Threads that run ordinary calls (the file system's operations); >= 1.
+  int workers = 64;
+  // Threads that run the control lane; >= 1.
+  int control_workers = 4;
+  // Calls waiting (not yet running) in a lane, all sources together; a call
+  // past it is refused.
+  size_t max_queued = 8192;
+  // Calls of one source waiting in a lane; a call past it is refused.
+  size_t max_queued_per_source = 1024;
+  // Not the queue's own: the calls one client connection may have open at
+  // once (HTTP/2 MAX_CONCURRENT_STREAMS, set by the server, server/roles.cc);
+  // the client holds back the rest.
+  int max_streams = 256;
+};
+
+enum class Lane { kWork, kControl };
+
+struct RequestQueueStats {
+  uint64_t admitted = 0;     // calls queued since start
+  uint64_t refused = 0;      // calls refused since start (a bound was reached)
+  uint64_t queued = 0;       // calls waiting now
+  uint64_t running = 0;      // calls on a worker now
+  uint64_t peak_queued = 0;  // the most calls that waited at once
+  uint64_t sources = 0;      // sources with calls waiting now
+};
+
+class RequestQueue {
+ public:
+  using Task = absl::AnyInvocable<void() &&>;
+
+  // Starts the workers.
+  explicit RequestQueue(const RequestQueueOptions& options);
+  // Stop().
+  ~RequestQueue();
+  RequestQueue(const RequestQueue&) = delete;
+  RequestQueue& operator=(const RequestQueue&) = delete;
+
+  // Queues `task` to run once on a worker of `lane`, as a call of `source`
+  // (any number that tells callers apart). False when a bound is reached
+  // or the queue is stopping: `task` is dropped without running, and the
+  // caller answers the call itself.
+  bool Submit(Lane lane, uint64_t source, Task task);
+
+  // Refuses new calls, runs every call already queued, then ends the
+  // workers. Idempotent.
+  void Stop();
+
+  RequestQueueStats Stats() const;
+
+ private:
+  struct Source {
+    std::deque<Task> tasks;
+  };
+  // One lane's calls, threads and counters.
+  struct LaneState {
+    size_t max_per_source = 0;
+    absl::flat_hash_map<uint64_t, Source> sources ABSL_GUARDED_BY(mu);
+    // Sources with calls waiting, each once, in the order they are served.
+    std::deque<uint64_t> ring ABSL_GUARDED_BY(mu);
+    size_t queued ABSL_GUARDED_BY(mu) = 0;
+    size_t running ABSL_GUARDED_BY(mu) = 0;
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    uint64_t admitted ABSL_GUARDED_BY(mu) = 0;
+    uint64_t refused ABSL_GUARDED_BY(mu) = 0;
+    uint64_t peak_queued ABSL_GUARDED_BY(mu) = 0;
+    mutable absl::Mutex mu;
+    absl::CondVar work;
+    std::vector<std::thread> threads;  // started by the constructor, joined by Stop
+  };
+
+  void Work(LaneState* lane);
+  LaneState& lane(Lane l) { return l == Lane::kControl ? control_ : work_; }
+
+  // Constant after construction.
+  const RequestQueueOptions options_;
+  LaneState work_;
+  LaneState control_;
+  absl::Mutex stop_mu_;  // serializes Stop
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_REQUEST_QUEUE_H_
