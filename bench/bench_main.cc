@@ -21,7 +21,7 @@
 //       --callers concurrent callers.
 //       CSV,rpc,oneway|reqreply,BYTES,CALLS,MEDIAN_US,P99_US,MIN_US,MB_S
 //       CSV,rpcrate,BYTES,CALLERS,CALLS,MSGS_S,FAILED
-//   grantfs-bench load  --server=H:P --rate=R [--secs=5] [--op=getattr|echo]
+//   grantfs-bench load  --server=H:P --rate=R [--secs=5] [--op=getattr|setattr|echo]
 //       open-loop offered load; achieved ops/s and response times.
 //       CSV,load,OP,RATE,SECS,OFFERED,DROPPED,OK,FAILED,ACHIEVED,MEAN_MS,P50_MS,P99_MS,
 //           MAX_MS,MAX_SEND_LAG_MS,FAILURES (CODE:N;...)
@@ -65,7 +65,7 @@ ABSL_FLAG(std::string, server, "", "rpc/load: grantfs-server address HOST:PORT")
 ABSL_FLAG(std::string, sizes, "0,4096,8192,65536,1048576", "rpc: payload sizes in bytes");
 ABSL_FLAG(double, secs, 0, "rpc: seconds per measurement (default 1); load: seconds (default 5)");
 ABSL_FLAG(int, callers, 8, "rpc: concurrent callers for messages/s");
-ABSL_FLAG(std::string, op, "getattr", "load: getattr or echo");
+ABSL_FLAG(std::string, op, "getattr", "load: getattr, setattr or echo");
 ABSL_FLAG(double, rate, 0, "load: offered calls per second");
 ABSL_FLAG(int, timeout_ms, 5000, "load: deadline of each call");
 ABSL_FLAG(int, max_outstanding, 20000, "load: calls in flight past which offers are dropped");
@@ -245,7 +245,9 @@ int RunLoadCmd() {
   o.duration = absl::Seconds(absl::GetFlag(FLAGS_secs) > 0 ? absl::GetFlag(FLAGS_secs) : 5);
   o.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   o.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
-  if (o.op != "getattr" && o.op != "echo") return Usage("--op must be getattr or echo");
+  if (o.op != "getattr" && o.op != "setattr" && o.op != "echo") {
+    return Usage("--op must be getattr, setattr or echo");
+  }
   if (!(o.rate > 0)) return Usage("--rate (calls per second) must be given and positive");
   if (absl::GetFlag(FLAGS_timeout_ms) < 1) return Usage("--timeout_ms must be positive");
   if (o.max_outstanding < 1) return Usage("--max_outstanding must be positive");

@@ -99,8 +99,8 @@ void Finish(const std::shared_ptr<Tally>& tally, size_t i, Clock::time_point due
 }  // namespace
 
 absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
-  if (o.op != "getattr" && o.op != "echo") {
-    return absl::InvalidArgumentError("op must be getattr or echo, not '" + o.op + "'");
+  if (o.op != "getattr" && o.op != "setattr" && o.op != "echo") {
+    return absl::InvalidArgumentError("op must be getattr, setattr or echo, not '" + o.op + "'");
   }
   if (!(o.rate > 0) || o.duration <= absl::ZeroDuration() || o.max_outstanding < 1) {
     return absl::InvalidArgumentError("rate, duration and max_outstanding must be positive");
@@ -139,6 +139,17 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
       rpc->PrepareContext(&c->ctx, o.call_timeout);
       c->req.set_ino(1);
       rpc->stub()->async()->GetAttr(&c->ctx, &c->req, &c->reply,
+                                    [c, tally, i, due](grpc::Status s) {
+                                      const int err = c->reply.err();
+                                      delete c;  // before the count-down lets RunLoad return
+                                      Finish(tally, i, due, s, err);
+                                    });
+    } else if (o.op == "setattr") {
+      auto* c = new Call<proto::SetAttrRequest, proto::AttrReply>;
+      rpc->PrepareContext(&c->ctx, o.call_timeout);
+      c->req.set_ino(1);
+      c->req.set_valid(proto::SetAttrRequest::MTIME_NOW);
+      rpc->stub()->async()->SetAttr(&c->ctx, &c->req, &c->reply,
                                     [c, tally, i, due](grpc::Status s) {
                                       const int err = c->reply.err();
                                       delete c;  // before the count-down lets RunLoad return

@@ -19,7 +19,9 @@ namespace bench {
 
 struct LoadOptions {
   // The call offered: "getattr" (GetAttr of the root inode: a metadata read
-  // from RocksDB) or "echo" (Echo with no payload: the RPC path alone).
+  // from RocksDB), "setattr" (SetAttr of the root's mtime to now: a
+  // metadata change, committed to the WAL and, with a replica, replicated
+  // before the answer) or "echo" (Echo with no payload: the RPC path alone).
   std::string op = "getattr";
   // Calls offered per second, evenly spaced; > 0.
   double rate = 1000;

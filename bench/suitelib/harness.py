@@ -87,8 +87,7 @@ class Harness:
 
     def start_server(self, name, capacity, threads=None, timeout=30):
         """A fresh grantfs-server (own data directory); returns once it
-        accepts connections. Readiness is the listening port, not a call:
-        a server with one thread refuses every call."""
+        accepts connections. Readiness is the listening port, not a call."""
         port = free_port()
         data = self.path(name)
         os.makedirs(data, exist_ok=True)  # the server refuses a missing data directory
