@@ -131,8 +131,23 @@ double FileSystem::AttrTimeout(const proto::Attr& attr) {
   std::optional<proto::Attr> leased = leases_->Attr(attr.ino(), &left);
   // Only the very attributes the lease covers (a recall drops them and the
   // kernel's copy together).
-  if (!leased.has_value() || leased->SerializeAsString() != attr.SerializeAsString()) return 0;
+  if (!leased.has_value() || leased->SerializeAsString() != attr.SerializeAsString()) {
+    // Recalled too often: cached by the kernel as without leases.
+    return leases_->FallingBack({LeaseCache::Kind::kAttr, attr.ino()}) ? -1 : 0;
+  }
   return std::max(0.0, absl::ToDoubleSeconds(left));
+}
+
+bool FileSystem::KernelKeepsName(uint64_t parent, uint64_t ino) {
+  if (!leases_) return true;
+  return leases_->FallingBack({LeaseCache::Kind::kDir, parent}) ||
+         (ino != 0 && leases_->FallingBack({LeaseCache::Kind::kAttr, ino}));
+}
+
+void FileSystem::NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino) {
+  if (!leases_) return;
+  if (bits.dir_hot && parent != 0) leases_->FallBack({LeaseCache::Kind::kDir, parent});
+  if (bits.attr_hot && ino != 0) leases_->FallBack({LeaseCache::Kind::kAttr, ino});
 }
 
 absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
@@ -157,6 +172,7 @@ absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
   WriteCache::AttrFetch fetch(cache_.get());
   LeaseBits bits;
   absl::StatusOr<proto::Attr> r = meta_.Lookup(c, parent, name, &bits);
+  NoteHot(bits, parent, r.ok() ? r->ino() : 0);
   if (leases_ && bits.dir && (r.ok() || ToErrno(r.status()) == ENOENT)) {
     leases_->PutName(t, parent, name, r.ok() ? r->ino() : 0);
   }
@@ -174,6 +190,7 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   WriteCache::AttrFetch fetch(cache_.get());
   LeaseBits bits;
   absl::StatusOr<proto::Attr> attr = meta_.GetAttr(c, ino, &bits);
+  NoteHot(bits, 0, ino);
   // The kernel asks only about inodes it holds: one that no longer exists
   // (removed on another node) is a stale reference, and ESTALE makes the
   // kernel look its path up again (an open(O_CREAT) checking permission

@@ -86,9 +86,15 @@ class FileSystem {
   LeaseCache* leases() { return leases_.get(); }
   // How long the kernel may keep `attr`, which it is handed now: what is
   // left of its lease when these are the leased attributes (0 otherwise:
-  // an older copy may have come back after a change). Leases off: -1 (the
-  // mount's own timeout applies).
+  // an older copy may have come back after a change). Leases off, or the
+  // inode recalled too often (LeaseCache::FallBack): -1 (the mount's own
+  // timeout applies).
   double AttrTimeout(const proto::Attr& attr);
+  // Whether the kernel may cache the name of `ino` (0: not there) in
+  // `parent` for the mount's entry timeout: always without leases; with
+  // leases only while the directory or the inode is recalled too often
+  // (LeaseCache::FallBack), else the mount answers every lookup itself.
+  bool KernelKeepsName(uint64_t parent, uint64_t ino);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
@@ -171,6 +177,9 @@ class FileSystem {
   std::optional<proto::Attr> CachedAttr(uint64_t ino);
   // Keeps the attributes a reply leased (LeaseCache::PutAttr) when no flush
   // of the file was acknowledged while it was out (`fetch`).
+  // Remembers what a reply said was not leased for being recalled too
+  // often (LeaseCache::FallBack); 0: none.
+  void NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino);
   void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                 const proto::Attr& attr, bool own = false);
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,

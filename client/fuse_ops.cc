@@ -82,16 +82,18 @@ double AttrTimeout(FuseAdapter* a, const proto::Attr& attr) {
   return leased >= 0 ? leased : a->options().attr_timeout_s;
 }
 
-// How long the kernel may keep a name: with leases, not at all (the mount
-// answers from its leases: a kernel entry could only be dropped under the
-// directory's lock, which a change in flight on this node may hold while
-// it waits for another node), else the mount's timeout.
-double EntryTimeout(FuseAdapter* a) {
-  return a->fs()->leases() != nullptr ? 0 : a->options().entry_timeout_s;
+// How long the kernel may keep the name of `ino` (0: not there) in
+// `parent`: with leases, not at all (the mount answers from its leases: a
+// kernel entry could only be dropped under the directory's lock, which a
+// change in flight on this node may hold while it waits for another node),
+// unless the directory or the inode is recalled too often and falls back
+// to the mount's timeout; without leases the mount's timeout.
+double EntryTimeout(FuseAdapter* a, uint64_t parent, uint64_t ino) {
+  return a->fs()->KernelKeepsName(parent, ino) ? a->options().entry_timeout_s : 0;
 }
 
 // Replies with an entry; the kernel now holds one more lookup of it.
-void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
+void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr) {
   FuseAdapter* a = Adapter(req);
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
@@ -100,13 +102,13 @@ void ReplyEntry(fuse_req_t req, const proto::Attr& attr) {
   // Counted first: a recall from now on reaches the kernel's copy.
   a->fs()->inodes().Ref(attr.ino());
   e.attr_timeout = AttrTimeout(a, attr);
-  e.entry_timeout = EntryTimeout(a);
+  e.entry_timeout = EntryTimeout(a, parent, attr.ino());
   if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
 
-void ReplyEntryOr(fuse_req_t req, const absl::StatusOr<proto::Attr>& r) {
+void ReplyEntryOr(fuse_req_t req, uint64_t parent, const absl::StatusOr<proto::Attr>& r) {
   if (r.ok()) {
-    ReplyEntry(req, *r);
+    ReplyEntry(req, parent, *r);
   } else {
     ReplyError(req, r.status());
   }
@@ -135,11 +137,11 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // pushed as invalidations); with leases the mount answers it.
     fuse_entry_param e;
     memset(&e, 0, sizeof(e));
-    e.entry_timeout = EntryTimeout(Adapter(req));
+    e.entry_timeout = EntryTimeout(Adapter(req), parent, 0);
     fuse_reply_entry(req, &e);
     return;
   }
-  ReplyEntryOr(req, r);
+  ReplyEntryOr(req, parent, r);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -184,13 +186,15 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
-  ReplyEntryOr(req, Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, mode, rdev,
-                                              fuse_req_ctx(req)->umask, true));
+  ReplyEntryOr(req, parent,
+               Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, mode, rdev,
+                                         fuse_req_ctx(req)->umask, true));
 }
 
 void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  ReplyEntryOr(req, Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, S_IFDIR | mode, 0,
-                                              fuse_req_ctx(req)->umask, true));
+  ReplyEntryOr(req, parent,
+               Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, S_IFDIR | mode, 0,
+                                         fuse_req_ctx(req)->umask, true));
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -202,7 +206,7 @@ void OpRmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
-  ReplyEntryOr(req, Adapter(req)->fs()->Symlink(CredsOf(req), parent, name, link));
+  ReplyEntryOr(req, parent, Adapter(req)->fs()->Symlink(CredsOf(req), parent, name, link));
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
@@ -212,7 +216,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
-  ReplyEntryOr(req, Adapter(req)->fs()->Link(CredsOf(req), ino, newparent, newname));
+  ReplyEntryOr(req, newparent, Adapter(req)->fs()->Link(CredsOf(req), ino, newparent, newname));
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
@@ -250,7 +254,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       // Counted first: a recall from now on reaches the kernel's copy.
       if (!dots) a->fs()->inodes().Ref(e.attr().ino());
       ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr());
-      ep.entry_timeout = EntryTimeout(a);
+      ep.entry_timeout = dots ? 0 : EntryTimeout(a, ino, e.attr().ino());
       n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
       if (n > size - used) {
         if (!dots) a->fs()->Forget(e.attr().ino(), 1);  // not handed to the kernel
@@ -309,7 +313,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   e.attr = ToStat(attr);
   a->fs()->inodes().Ref(attr.ino());  // first: a recall from now on reaches the kernel's copy
   e.attr_timeout = AttrTimeout(a, attr);
-  e.entry_timeout = EntryTimeout(a);
+  e.entry_timeout = EntryTimeout(a, parent, attr.ino());
   fi->keep_cache = 0;
   fi->fh = handle;
   if (fuse_reply_create(req, &e, fi) != 0) {

@@ -355,6 +355,23 @@ void LeaseCache::DirChanged(uint64_t dir) {
   DropDir(dir);
 }
 
+void LeaseCache::FallBack(const Key& key) {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = options_.clock->Now();
+  if (fall_back_.size() >= 4096) {
+    absl::erase_if(fall_back_, [now](const auto& kv) { return kv.second <= now; });
+  }
+  if (fall_back_.size() < 4096) {
+    fall_back_[KeyId(key.ino, static_cast<uint8_t>(key.kind))] = now + kFallBack;
+  }
+}
+
+bool LeaseCache::FallingBack(const Key& key) {
+  absl::MutexLock l(&mu_);
+  auto it = fall_back_.find(KeyId(key.ino, static_cast<uint8_t>(key.kind)));
+  return it != fall_back_.end() && it->second > options_.clock->Now();
+}
+
 LeaseCache::Stats LeaseCache::stats() {
   absl::MutexLock l(&mu_);
   Stats s = stats_;

@@ -141,6 +141,16 @@ class LeaseCache {
   // Anything else that changed `dir`'s names: the listing is dropped.
   void DirChanged(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- objects recalled too often ----------------------------------------
+  // The server declined a lease on `key` because it is recalled too often
+  // (AttrReply.hot, dir_hot: it stops granting it for a while). For the
+  // next kFallBack the mount treats it as with leases off: the kernel may
+  // cache it for the mount's timeouts, and other nodes' changes reach it as
+  // pushed invalidations, not recalls (docs/architecture.md).
+  static constexpr absl::Duration kFallBack = absl::Seconds(2);
+  void FallBack(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
+  bool FallingBack(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
+
   struct Stats {
     uint64_t hits = 0;
     uint64_t misses = 0;
@@ -212,6 +222,8 @@ class LeaseCache {
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   size_t names_ ABSL_GUARDED_BY(mu_) = 0;
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // FallBack: until when each key is treated as unleased.
+  absl::flat_hash_map<KeyId, absl::Time> fall_back_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace grantfs

@@ -31,6 +31,27 @@ TEST_F(LeaseCacheTest, NothingIsLeasedBeforeTheStreamIsUp) {
   EXPECT_FALSE(fresh.Attr(5).has_value());
 }
 
+TEST_F(LeaseCacheTest, AnObjectRecalledTooOftenFallsBackForAWhile) {
+  using K = LeaseCache::Kind;
+  EXPECT_FALSE(cache_.FallingBack({K::kDir, 7}));
+  cache_.FallBack({K::kDir, 7});
+  EXPECT_TRUE(cache_.FallingBack({K::kDir, 7}));
+  // Only that key: not the inode's attributes, not another directory.
+  EXPECT_FALSE(cache_.FallingBack({K::kAttr, 7}));
+  EXPECT_FALSE(cache_.FallingBack({K::kDir, 8}));
+  clock_.Advance(LeaseCache::kFallBack);
+  EXPECT_FALSE(cache_.FallingBack({K::kDir, 7}));
+  // Bounded: past 4096 keys falling back at once, more are not marked (they
+  // stay exact: asked of the server every time).
+  for (uint64_t i = 0; i < 5000; ++i) cache_.FallBack({K::kAttr, 100 + i});
+  EXPECT_TRUE(cache_.FallingBack({K::kAttr, 100}));
+  EXPECT_FALSE(cache_.FallingBack({K::kAttr, 100 + 4999}));
+  // Expired marks make room again.
+  clock_.Advance(LeaseCache::kFallBack);
+  cache_.FallBack({K::kAttr, 1});
+  EXPECT_TRUE(cache_.FallingBack({K::kAttr, 1}));
+}
+
 TEST_F(LeaseCacheTest, AttributesLastUntilTheLeaseEnds) {
   cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
   absl::Duration left;

@@ -115,6 +115,8 @@ void TakeLeaseBits(const proto::AttrReply& reply, LeaseBits* leases) {
   if (leases == nullptr) return;
   leases->attr = reply.err() == 0 && reply.leased();
   leases->dir = reply.dir_leased();
+  leases->attr_hot = reply.err() == 0 && reply.hot();
+  leases->dir_hot = reply.dir_hot();
 }
 }  // namespace
 

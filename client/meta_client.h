@@ -34,6 +34,9 @@ struct Creds {
 struct LeaseBits {
   bool attr = false;
   bool dir = false;
+  // Not leased because the object is recalled too often (LeaseCache::FallBack).
+  bool attr_hot = false;
+  bool dir_hot = false;
 };
 
 class MetaClient {

@@ -120,7 +120,14 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
   return true;
 }
 
+bool LeaseTable::Hot(const LeaseKey& key) {
+  absl::MutexLock l(&mu_);
+  auto heat = heat_.find(key);
+  return heat != heat_.end() && heat->second.hot_until > options_.clock->Now();
+}
+
 void LeaseTable::CountRecall(const LeaseKey& key, absl::Time now) {
+  if (options_.hot_recalls <= 0) return;
   if (heat_.size() > 65536) {
     for (auto it = heat_.begin(); it != heat_.end();) {
       auto cur = it++;

@@ -74,7 +74,7 @@ struct LeaseTableOptions {
   // A mount that leaves a recall unanswered this long is not renewed.
   absl::Duration ack_wait = absl::Seconds(1);
   // Hot objects: this many recalls within `hot_window` stop grants of that
-  // object for `cool_down`.
+  // object for `cool_down` (0: never).
   int hot_recalls = 8;
   absl::Duration hot_window = absl::Seconds(1);
   absl::Duration cool_down = absl::Seconds(2);
@@ -125,6 +125,8 @@ class LeaseTable {
   // (leases off for that mount, its stream down, not renewed, the object
   // hot or recalled since `epoch`, or too many leases).
   bool Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `key` is not leased now for being recalled too often.
+  bool Hot(const LeaseKey& key) ABSL_LOCKS_EXCLUDED(mu_);
   // After a change to what `keys` cover was committed: recalls them from
   // every holder but `origin` and waits until each is gone (bounded:
   // `ack_wait` + `term`). The origin keeps its leases: it applies its own

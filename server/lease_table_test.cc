@@ -137,9 +137,41 @@ TEST_F(LeaseTableTest, AnObjectRecalledTooOftenIsNotLeasedForAWhile) {
   }
   EXPECT_FALSE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
   EXPECT_EQ(table_.Stats().refused_hot, 1u);
+  // The reply says why (the mount falls back to the caches of leases off).
+  EXPECT_TRUE(table_.Hot(LeaseKey::Dir(3)));
+  EXPECT_FALSE(table_.Hot(LeaseKey::Attr(3)));
   clock_.Advance(absl::Seconds(2));
+  EXPECT_FALSE(table_.Hot(LeaseKey::Dir(3)));
   EXPECT_TRUE(table_.Renew(2));
   EXPECT_TRUE(table_.Grant(2, LeaseKey::Dir(3), table_.Epoch()));
+}
+
+TEST(LeaseTableHotTest, WithHotRecallsZeroAnObjectIsAlwaysLeased) {
+  FakeClock clock;
+  std::vector<uint64_t> pushed;
+  absl::Mutex mu;
+  LeaseTable table(LeaseTableOptions{.clock = &clock, .term = absl::Seconds(3), .hot_recalls = 0},
+                   [&](uint64_t, const proto::Invalidation& inv) {
+                     absl::MutexLock l(&mu);
+                     pushed.push_back(inv.recall());
+                     return true;
+                   });
+  table.StreamUp(1, true);
+  table.StreamUp(2, true);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(table.Grant(2, LeaseKey::Dir(3), table.Epoch())) << i;
+    std::thread t([&] { table.Recall(1, {LeaseKey::Dir(3)}); });
+    uint64_t seq = 0;
+    while (seq == 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+      absl::MutexLock l(&mu);
+      if (pushed.size() == static_cast<size_t>(i + 1)) seq = pushed.back();
+    }
+    table.Ack(2, seq);
+    t.join();
+  }
+  EXPECT_FALSE(table.Hot(LeaseKey::Dir(3)));
+  EXPECT_EQ(table.Stats().refused_hot, 0u);
 }
 
 TEST_F(LeaseTableTest, ANewServerWaitsForTheMountsOfTheLastOne) {

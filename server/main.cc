@@ -52,6 +52,10 @@ ABSL_FLAG(int, lease_ms, 10000, "client lease in milliseconds");
 ABSL_FLAG(int, meta_lease_ms, 3000,
           "metadata leases: a mount's heartbeat renews its cached names and attributes for this "
           "long; a change waits at most this plus 1 s for a mount that does not answer a recall");
+ABSL_FLAG(int, lease_hot_recalls, 8,
+          "metadata leases: an object recalled this many times within 1 s is not leased for "
+          "2 s, and mounts cache it as with leases off (kernel timeouts, pushed "
+          "invalidations) meanwhile; 0: always leased (exact, every change waits for recalls)");
 ABSL_FLAG(int, threads, 64,
           "worker threads that run the file system's calls; calls wait for one in a bounded "
           "queue where sessions take turns");
@@ -198,6 +202,7 @@ int main(int argc, char** argv) {
   vo.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   // A session that expires holds no lease: the metadata lease is at most the
   // session's.
+  vo.lease_hot_recalls = std::max(0, absl::GetFlag(FLAGS_lease_hot_recalls));
   vo.meta_lease =
       std::min(absl::Milliseconds(std::max(absl::GetFlag(FLAGS_meta_lease_ms), 300)), vo.lease);
   if (absl::GetFlag(FLAGS_write_backlog_mb) < 1 || absl::GetFlag(FLAGS_recall_wait_ms) < 0) {

@@ -117,11 +117,15 @@ grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
     auto r = volume_->Lookup(rc, req->parent(), req->name());
     // "Not there" is leased too (a negative entry).
     if (r.ok() || ToErrno(r.status()) == ENOENT) {
-      reply->set_dir_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->parent()), epoch));
+      const LeaseKey dir = LeaseKey::Dir(req->parent());
+      reply->set_dir_leased(leases.Grant(rc.client_id, dir, epoch));
+      reply->set_dir_hot(!reply->dir_leased() && leases.Hot(dir));
     }
     if (r.ok()) {
       *reply->mutable_attr() = *r;
-      reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(r->ino()), epoch));
+      const LeaseKey attr = LeaseKey::Attr(r->ino());
+      reply->set_leased(leases.Grant(rc.client_id, attr, epoch));
+      reply->set_hot(!reply->leased() && leases.Hot(attr));
     }
     return r.status();
   });
@@ -134,7 +138,10 @@ grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
     auto r = volume_->GetAttr(rc, req->ino());
     if (r.ok()) {
       *reply->mutable_attr() = *r;
-      reply->set_leased(volume_->leases().Grant(rc.client_id, LeaseKey::Attr(r->ino()), epoch));
+      LeaseTable& leases = volume_->leases();
+      const LeaseKey attr = LeaseKey::Attr(r->ino());
+      reply->set_leased(leases.Grant(rc.client_id, attr, epoch));
+      reply->set_hot(!reply->leased() && leases.Hot(attr));
     }
     return r.status();
   });

@@ -250,7 +250,9 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
       chunks_(std::move(chunks)),
       hold_(std::move(hold)),
       sessions_(options.lease_clock, options.lease),
-      leases_(LeaseTableOptions{.clock = options.lease_clock, .term = options.meta_lease},
+      leases_(LeaseTableOptions{.clock = options.lease_clock,
+                                .term = options.meta_lease,
+                                .hot_recalls = options.lease_hot_recalls},
               [this](uint64_t client_id, const proto::Invalidation& inv) {
                 return sessions_.PushRecall(client_id, inv);
               }),

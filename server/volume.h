@@ -66,6 +66,9 @@ struct VolumeOptions {
   // not answer a recall (plus LeaseTableOptions::ack_wait), and how long a
   // new primary waits for the mounts of the last one to subscribe.
   absl::Duration meta_lease = absl::Seconds(3);
+  // Recalls of one object within 1 s past which it is not leased for 2 s
+  // (mounts treat it as with leases off meanwhile); 0: always leased.
+  int lease_hot_recalls = 8;
   // Largest read or write accepted in one request.
   uint32_t max_io_bytes = 8 << 20;
   // Time source. Default: the real clock. Not owned.

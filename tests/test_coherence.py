@@ -7,7 +7,9 @@ mount that does not answer a recall (stopped) delays a change by at most the
 server's metadata lease (--meta_lease_ms) + 1 s; then its leases have run
 out, and when it comes back it shows no old state. `grantfs-mount
 --leases=off` keeps the old behaviour (invalidations pushed asynchronously,
-1 s kernel caches).
+1 s kernel caches). An object recalled too often (8 times in 1 s) is not
+leased for 2 s and falls back to that behaviour; the exact tests run the
+server with --lease_hot_recalls=0 (always leased).
 
 - test_every_node_sees_each_change_at_once: the randomized checker
   (tests/coherence.py) against its model, two or three mounts, leases on;
@@ -18,7 +20,9 @@ out, and when it comes back it shows no old state. `grantfs-mount
 - test_a_stopped_node_delays_a_change_by_at_most_its_lease: SIGSTOP of a
   mount holding a lease;
 - test_two_nodes_alternating_in_one_directory: creates and removes
-  alternating between two mounts in one directory (recall ping-pong).
+  alternating between two mounts in one directory (recall ping-pong);
+- test_a_hot_directory_falls_back_to_the_one_second_caches: the same with
+  the default server: a node lags by at most the 1 s caches.
 
 Seeds: 1 and 2 and one from the clock (printed, and in the test id;
 COHERENCE_SEED=S replaces it, COHERENCE_ROUNDS=N the round count, with no
@@ -59,6 +63,10 @@ CASES = [pytest.param(1, 3, id="seed=1-nodes=3"), pytest.param(2, 2, id="seed=2-
          pytest.param(TIME_SEED, 3, id=f"seed={TIME_SEED}-nodes=3")]
 
 LEASES_OFF = ["--leases=off"]  # the mount without leases: 1 s caches as before
+# The server never stops leasing an object recalled often (by default it
+# does for 2 s, and mounts fall back to the 1 s caches for it: see
+# test_a_hot_directory_falls_back_to_the_one_second_caches).
+EXACT = ["--lease_hot_recalls=0"]
 # Rounds the checker gets to find a stale read without leases (it took at
 # most 45 on 31 seeds with the 1 s caches).
 DETECT_ROUNDS = 300
@@ -117,7 +125,7 @@ def test_every_node_sees_each_change_at_once(start, seed, nodes):
     after every node cached the old state; at once, with no sleep, every
     other node's lstat, listdir, read, readlink and getxattr of what it
     touched must match the model exactly."""
-    c = start(nodes=nodes)
+    c = start(nodes=nodes, server_extra=EXACT)
     print(f"coherence checker, seed {seed}, {nodes} nodes, leases on")
     r = coherence.run([m.path for m in c.mounts], seed, ROUNDS, time_limit=TIME_LIMIT)
     print(r.report())
@@ -240,7 +248,7 @@ def test_two_nodes_alternating_in_one_directory(start):
     and list the directory so; then B takes its turn (b-I, a-(I-1), `turn`)
     and A checks. Every name was looked up by both nodes before it changed
     (the new ones as missing), so each step recalls what the other holds."""
-    c = start(nodes=2)
+    c = start(nodes=2, server_extra=EXACT)
     roots = [os.path.join(m.path, "pingpong") for m in c.mounts]
     os.mkdir(roots[0], 0o755)
     assert os.listdir(roots[1]) == []
@@ -329,3 +337,56 @@ def test_two_nodes_alternating_in_one_directory(start):
         f"no metadata lease was granted or recalled: {st}")
     print(f"leases granted {st['leases_granted']}, recalls {st['lease_recalls']}, "
           f"refused as hot {st.get('leases_refused_hot', 0)}")
+
+
+# --- a hot directory ---------------------------------------------------------------------
+
+# A node that falls back to the caches of leases off sees another node's
+# change within those caches' 1 s (--entry_timeout, --attr_timeout), and
+# usually at once (the change is pushed to it); 1 s more for a loaded machine.
+FALLBACK_BOUND = 2.0
+HOT_ROUNDS = 1000 if LONG else 150
+
+
+def test_a_hot_directory_falls_back_to_the_one_second_caches(start):
+    """The default server (--lease_hot_recalls=8): nodes A and B take turns
+    creating files in one directory, and each first looks up the name the
+    other will create (as missing). The directory is recalled at every
+    step, so the server stops leasing it for a while and the mounts cache it
+    as with leases off (docs/architecture.md, "Recall storms"): the kernel
+    for 1 s, changes pushed as invalidations. Then a node may lag, but by at
+    most those caches: each node must see the other's new file within
+    FALLBACK_BOUND, and the server must have refused leases as hot."""
+    c = start(nodes=2)
+    roots = [os.path.join(m.path, "hot") for m in c.mounts]
+    os.mkdir(roots[0])
+    assert os.listdir(roots[1]) == []
+    worst, lagged = 0.0, 0
+    for i in range(HOT_ROUNDS):
+        for me in (0, 1):
+            other = 1 - me
+            name = f"{'ab'[me]}{i}"
+            with pytest.raises(FileNotFoundError):
+                os.lstat(os.path.join(roots[other], name))
+            os.close(os.open(os.path.join(roots[me], name),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            t0 = time.monotonic()
+            seen_at_once = True
+            while True:
+                try:
+                    os.lstat(os.path.join(roots[other], name))
+                    break
+                except FileNotFoundError:
+                    seen_at_once = False
+                    waited = time.monotonic() - t0
+                    assert waited <= FALLBACK_BOUND, (
+                        f"node{other + 1} still does not see {name}, made by node{me + 1} "
+                        f"{waited:.2f} s ago\n{logs(c)}")
+                    time.sleep(0.005)
+            lagged += 0 if seen_at_once else 1
+            worst = max(worst, time.monotonic() - t0)
+    st = c.server.status()
+    assert st is not None, "the server does not answer status"
+    assert st.get("leases_refused_hot", 0) > 0, f"the directory never became hot: {st}"
+    print(f"{2 * HOT_ROUNDS} creates; the other node lagged {lagged} times, at worst "
+          f"{worst * 1000:.0f} ms; leases refused as hot {st['leases_refused_hot']}")

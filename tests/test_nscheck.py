@@ -77,7 +77,9 @@ def passthrough_mounts(tmp_base):
 @pytest.fixture
 def grantfs_mounts(tmp_base):
     """One server, three mounts standing for three nodes."""
-    c = Standalone(tmp_base, nodes=3)
+    # Exact leases: no object falls back to the 1 s caches for being
+    # recalled too often (workers switch nodes at every step).
+    c = Standalone(tmp_base, nodes=3, server_extra=["--lease_hot_recalls=0"])
     try:
         c.start()
         yield [m.path for m in c.mounts]
