@@ -97,6 +97,22 @@ struct ReplicatorOptions {
   absl::Time granted_at = Clock::Monotonic()->Now();
 };
 
+// What the replication stream did since Start, to see how many records one
+// replica round trip carries (Status reports it).
+struct ReplicatorStats {
+  // Records appended to the log: metadata batches, chunk changes, marks.
+  uint64_t records = 0;
+  // Messages of the stream that carried records (a message carries every
+  // record appended while the previous one was being written, up to
+  // max_message_bytes; heartbeats are not counted).
+  uint64_t messages = 0;
+  // Round trips: acknowledgements from the replica that advanced the acked
+  // seq. Each one releases every writer waiting for a record up to it, so
+  // this is how many rounds of waiting for the replica the records needed
+  // (heartbeat answers, which advance nothing, are not counted).
+  uint64_t round_trips = 0;
+};
+
 class Replicator : public ChangeSink, public ServerRole {
  public:
   explicit Replicator(const ReplicatorOptions& options);
@@ -121,6 +137,7 @@ class Replicator : public ChangeSink, public ServerRole {
   // For tests and status.
   std::string ReplicaState();
   uint64_t AckedSeq();
+  ReplicatorStats Stats();
 
  private:
   enum class State { kConnecting, kSyncing, kInSync, kDegraded };
@@ -181,6 +198,7 @@ class Replicator : public ChangeSink, public ServerRole {
   bool handing_over_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  ReplicatorStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread stream_thread_;
   std::thread witness_thread_;

@@ -201,6 +201,7 @@ absl::Status Replicator::RunStream() {
     next += batch.size();
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
+    if (!batch.empty()) ++stats_.messages;
   }
   ctx.TryCancel();
   acks.join();
@@ -260,7 +261,10 @@ void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
     if (ack.echo_sent_ns() != 0) {
       lease_replica_ = std::max(lease_replica_, absl::FromUnixNanos(ack.echo_sent_ns()));
     }
-    if (ack.applied_seq() > acked_) acked_ = ack.applied_seq();
+    if (ack.applied_seq() > acked_) {
+      acked_ = ack.applied_seq();
+      ++stats_.round_trips;
+    }
     if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
       // Caught up: from the next change on, writers wait for the replica.
       // The witness hears "in sync" once everything up to here is acked.
