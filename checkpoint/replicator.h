@@ -90,6 +90,13 @@ struct ReplicatorOptions {
   uint64_t retain_bytes = 256ull << 20;
   // Largest message on the stream.
   uint64_t max_message_bytes = 4ull << 20;
+  // Group commit of the stream: while the replica is in sync and a message
+  // of records is not yet acknowledged, the records appended meanwhile wait
+  // for that acknowledgement and then go together in one message (one
+  // replica apply, WAL fsync and acknowledgement for all of them), unless
+  // they reach this many bytes first (large data records stream on without
+  // waiting). 0: every record is sent as soon as it is appended.
+  uint64_t group_bytes = 256 << 10;
   // Time of the lease and of every timeout: monotonic, so that a step of
   // the wall clock neither stretches nor cuts the lease. Not owned.
   Clock* clock = Clock::Monotonic();
@@ -147,6 +154,7 @@ class Replicator : public ChangeSink, public ServerRole {
     // Append and sent by reference (common/wire.h).
     std::shared_ptr<const std::string> wire;
     uint64_t bytes;
+    uint64_t end_bytes;  // appended_bytes_ once this record was appended
   };
   // The stream's writes are hand-built ByteBuffers (records by reference).
   using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, proto::ReplAck>;
@@ -167,6 +175,9 @@ class Replicator : public ChangeSink, public ServerRole {
   bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the log the replica has not acknowledged.
   uint64_t LagBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the records from `next` on wait for the acknowledgement of the
+  // message in flight (ReplicatorOptions::group_bytes).
+  bool HoldForGroup(uint64_t next) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Serving() under mu_.
   bool ServingLocked(std::string* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const char* StateName(State s);
@@ -178,6 +189,7 @@ class Replicator : public ChangeSink, public ServerRole {
   absl::Mutex mu_;
   std::deque<Entry> log_ ABSL_GUARDED_BY(mu_);
   uint64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of every record appended
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // replica durable up to here
   uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;   // shipped on the current stream

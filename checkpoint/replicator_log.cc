@@ -37,7 +37,8 @@ uint64_t Replicator::Append(proto::ReplRecord record) {
   absl::MutexLock l(&mu_);
   const uint64_t seq = ++head_;
   AppendVarintField(proto::ReplRecord::kSeqFieldNumber, seq, wire.get());
-  log_.push_back(Entry{seq, std::move(wire), bytes});
+  appended_bytes_ += bytes;
+  log_.push_back(Entry{seq, std::move(wire), bytes, appended_bytes_});
   log_bytes_ += bytes;
   ++stats_.records;
   TrimLog();

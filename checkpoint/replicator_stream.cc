@@ -172,10 +172,12 @@ absl::Status Replicator::RunStream() {
     {
       absl::MutexLock l(&mu_);
       auto ready = [this, next]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || fenced_ || !stream_up_ || head_ >= next;
+        return stopping_ || fenced_ || !stream_up_ || (head_ >= next && !HoldForGroup(next));
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_ || fenced_ || !stream_up_) break;
+      // Still held for the group after 100 ms: a heartbeat only.
+      const bool hold = HoldForGroup(next);
       const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
       if (first_kept > next) {
         result = absl::ResourceExhaustedError("the replica fell behind the kept log");
@@ -184,7 +186,7 @@ absl::Status Replicator::RunStream() {
         break;
       }
       uint64_t bytes = 0;
-      if (!log_.empty()) {
+      if (!log_.empty() && !hold) {
         for (size_t i = next - log_.front().seq; i < log_.size(); ++i) {
           if (bytes > 0 && bytes + log_[i].bytes > options_.max_message_bytes) break;
           bytes += log_[i].bytes;
@@ -240,6 +242,15 @@ bool Replicator::CaughtUp() {
   const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
   if (first_kept > acked_ + 1) return false;
   return LagBytes() <= 16ull << 20;
+}
+
+bool Replicator::HoldForGroup(uint64_t next) const {
+  // Only writers waiting for the replica gain from a group; a replica
+  // catching up takes messages as full as they come.
+  if (options_.group_bytes == 0 || !must_wait_ || acked_ >= sent_) return false;
+  if (log_.empty() || next < log_.front().seq || next > head_) return false;
+  const Entry& first = log_[next - log_.front().seq];
+  return appended_bytes_ - (first.end_bytes - first.bytes) < options_.group_bytes;
 }
 
 uint64_t Replicator::LagBytes() {
