@@ -90,13 +90,16 @@ struct ReplicatorOptions {
   uint64_t retain_bytes = 256ull << 20;
   // Largest message on the stream.
   uint64_t max_message_bytes = 4ull << 20;
-  // Group commit of the stream: while the replica is in sync and a message
-  // of records is not yet acknowledged, the records appended meanwhile wait
-  // for that acknowledgement and then go together in one message (one
-  // replica apply, WAL fsync and acknowledgement for all of them), unless
-  // they reach this many bytes first (large data records stream on without
-  // waiting). 0: every record is sent as soon as it is appended.
+  // Group commit of the stream: while the replica is in sync and
+  // `group_window` messages of records are not yet acknowledged, the records
+  // appended meanwhile wait for an acknowledgement and then go together in
+  // one message (one replica apply, WAL fsync and acknowledgement for all of
+  // them), unless they reach `group_bytes` first (large data records stream
+  // on without waiting). A window of 2 keeps the two records of one request
+  // (a data write and its metadata commit) in one round trip. group_bytes 0:
+  // every record is sent as soon as it is appended.
   uint64_t group_bytes = 256 << 10;
+  int group_window = 2;
   // Time of the lease and of every timeout: monotonic, so that a step of
   // the wall clock neither stretches nor cuts the lease. Not owned.
   Clock* clock = Clock::Monotonic();
@@ -193,6 +196,9 @@ class Replicator : public ChangeSink, public ServerRole {
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // replica durable up to here
   uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;   // shipped on the current stream
+  // The last seq of each message of records sent on the current stream and
+  // perhaps not acknowledged yet, oldest first (HoldForGroup).
+  std::deque<uint64_t> unacked_messages_ ABSL_GUARDED_BY(mu_);
   // Records at or after this seq are needed by the current stream (0: none).
   uint64_t pinned_ ABSL_GUARDED_BY(mu_) = 0;
   State state_ ABSL_GUARDED_BY(mu_) = State::kConnecting;

@@ -161,6 +161,7 @@ absl::Status Replicator::RunStream() {
   {
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
+    unacked_messages_.clear();
   }
 
   std::thread acks([this, s = stream.get(), id] { AckLoop(s, id); });
@@ -203,7 +204,13 @@ absl::Status Replicator::RunStream() {
     next += batch.size();
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
-    if (!batch.empty()) ++stats_.messages;
+    while (!unacked_messages_.empty() && unacked_messages_.front() <= acked_) {
+      unacked_messages_.pop_front();
+    }
+    if (!batch.empty()) {
+      ++stats_.messages;
+      unacked_messages_.push_back(next - 1);
+    }
   }
   ctx.TryCancel();
   acks.join();
@@ -247,7 +254,12 @@ bool Replicator::CaughtUp() {
 bool Replicator::HoldForGroup(uint64_t next) const {
   // Only writers waiting for the replica gain from a group; a replica
   // catching up takes messages as full as they come.
-  if (options_.group_bytes == 0 || !must_wait_ || acked_ >= sent_) return false;
+  if (options_.group_bytes == 0 || !must_wait_) return false;
+  // Fewer than group_window messages unacknowledged: send. (Seqs ascend, so
+  // the window is full when its oldest entry is still above acked_.)
+  const size_t window = static_cast<size_t>(std::max(1, options_.group_window));
+  const size_t n = unacked_messages_.size();
+  if (n < window || unacked_messages_[n - window] <= acked_) return false;
   if (log_.empty() || next < log_.front().seq || next > head_) return false;
   const Entry& first = log_[next - log_.front().seq];
   return appended_bytes_ - (first.end_bytes - first.bytes) < options_.group_bytes;
