@@ -113,8 +113,9 @@ struct ReplicatorStats {
   // Records appended to the log: metadata batches, chunk changes, marks.
   uint64_t records = 0;
   // Messages of the stream that carried records (a message carries every
-  // record appended while the previous one was being written, up to
-  // max_message_bytes; heartbeats are not counted).
+  // record appended while the previous one was being written or while the
+  // group window was full, up to max_message_bytes; heartbeats are not
+  // counted).
   uint64_t messages = 0;
   // Round trips: acknowledgements from the replica that advanced the acked
   // seq. Each one releases every writer waiting for a record up to it, so
@@ -178,8 +179,8 @@ class Replicator : public ChangeSink, public ServerRole {
   bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the log the replica has not acknowledged.
   uint64_t LagBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the records from `next` on wait for the acknowledgement of the
-  // message in flight (ReplicatorOptions::group_bytes).
+  // Whether the records from `next` on wait for an acknowledgement before
+  // they are sent (ReplicatorOptions::group_window and group_bytes).
   bool HoldForGroup(uint64_t next) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Serving() under mu_.
   bool ServingLocked(std::string* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
