@@ -25,7 +25,8 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from suitelib import failover_section, fs_sections, modes, report, rpc_sections  # noqa: E402
+from suitelib import (failover_section, fs_sections, group_commit, modes, report,  # noqa: E402
+                      rpc_sections)
 from suitelib.context import Context, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import Results  # noqa: E402
@@ -42,6 +43,7 @@ GROUPS = [
     ((6,), rpc_sections.rpc_micro),
     ((7,), rpc_sections.thread_scaling),
     ((8,), failover_section.failover_drill),
+    ((9,), group_commit.group_commit),
 ]
 TITLES = {
     1: "mkfile and dd (PxFS)", 2: "Time split (PxFS chunk.py)",
@@ -51,6 +53,7 @@ TITLES = {
     6: "RPC microbenchmarks (GMS/Trapeze table)",
     7: "Server thread scaling (Linux knfsd SFS table)",
     8: "Failover drill (from the checkpoint issue)",
+    9: "Group commit of concurrent metadata changes",
 }
 
 HOWTO = """\
@@ -81,15 +84,15 @@ def parse_args(argv):
     p.add_argument("--insecure", action="store_true",
                    help="run every GrantFS process without TLS (GRANTFS_INSECURE=1), to see "
                         "what TLS costs; the report says so")
-    p.add_argument("--sections", default="1,2,3,4,5,6,7,8",
+    p.add_argument("--sections", default="1,2,3,4,5,6,7,8,9",
                    help="comma-separated section numbers to run (default: all)")
     a = p.parse_args(argv)
     try:
         wanted = {int(x) for x in a.sections.split(",") if x.strip()}
     except ValueError:
-        p.error(f"--sections: expected numbers from 1 to 8, got '{a.sections}'")
+        p.error(f"--sections: expected numbers from 1 to 9, got '{a.sections}'")
     if not wanted or not wanted <= set(TITLES):
-        p.error(f"--sections: expected numbers from 1 to 8, got '{a.sections}'")
+        p.error(f"--sections: expected numbers from 1 to 9, got '{a.sections}'")
     for nums, _ in GROUPS:  # 1 and 2 come from the same runs: either means both
         if set(nums) & wanted:
             wanted |= set(nums)
@@ -133,7 +136,7 @@ def sizes_text(cfg, mode):
             f"({cfg['lease_runs']} run(s)); dbench "
             f"{cfg['dbench_secs']} s; RPC {cfg['rpc_secs']} s per point; load "
             f"{cfg['load_secs']} s per step; failover {cfg['drill_runs']} drill(s) of "
-            f"{cfg['drill_mib']} MiB")
+            f"{cfg['drill_mib']} MiB; group commit {cfg['gc_ops']} mkdirs per point")
 
 
 def write_report(a, cfg, facts, sections, failures, timings, results, started, total_s):

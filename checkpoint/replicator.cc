@@ -110,6 +110,9 @@ void Replicator::FillStatus(proto::StatusReply* reply) {
   reply->set_log_seq(head_);
   reply->set_acked_seq(acked_);
   reply->set_lag_bytes(LagBytes());
+  reply->set_repl_records(stats_.records);
+  reply->set_repl_messages(stats_.messages);
+  reply->set_repl_round_trips(stats_.round_trips);
 }
 
 absl::StatusOr<proto::MetaDigest> Replicator::ReplicaDigest(uint64_t seq) {

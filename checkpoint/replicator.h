@@ -90,11 +90,38 @@ struct ReplicatorOptions {
   uint64_t retain_bytes = 256ull << 20;
   // Largest message on the stream.
   uint64_t max_message_bytes = 4ull << 20;
+  // Group commit of the stream: while the replica is in sync and
+  // `group_window` messages of records are not yet acknowledged, the records
+  // appended meanwhile wait for an acknowledgement and then go together in
+  // one message (one replica apply, WAL fsync and acknowledgement for all of
+  // them), unless they reach `group_bytes` first (large data records stream
+  // on without waiting). A window of 2 keeps the two records of one request
+  // (a data write and its metadata commit) in one round trip. group_bytes 0:
+  // every record is sent as soon as it is appended.
+  uint64_t group_bytes = 256 << 10;
+  int group_window = 2;
   // Time of the lease and of every timeout: monotonic, so that a step of
   // the wall clock neither stretches nor cuts the lease. Not owned.
   Clock* clock = Clock::Monotonic();
   // When the witness granted the epoch (the lease starts there), on `clock`.
   absl::Time granted_at = Clock::Monotonic()->Now();
+};
+
+// What the replication stream did since Start, to see how many records one
+// replica round trip carries (Status reports it).
+struct ReplicatorStats {
+  // Records appended to the log: metadata batches, chunk changes, marks.
+  uint64_t records = 0;
+  // Messages of the stream that carried records (a message carries every
+  // record appended while the previous one was being written or while the
+  // group window was full, up to max_message_bytes; heartbeats are not
+  // counted).
+  uint64_t messages = 0;
+  // Round trips: acknowledgements from the replica that advanced the acked
+  // seq. Each one releases every writer waiting for a record up to it, so
+  // this is how many rounds of waiting for the replica the records needed
+  // (heartbeat answers, which advance nothing, are not counted).
+  uint64_t round_trips = 0;
 };
 
 class Replicator : public ChangeSink, public ServerRole {
@@ -121,6 +148,7 @@ class Replicator : public ChangeSink, public ServerRole {
   // For tests and status.
   std::string ReplicaState();
   uint64_t AckedSeq();
+  ReplicatorStats Stats();
 
  private:
   enum class State { kConnecting, kSyncing, kInSync, kDegraded };
@@ -130,6 +158,7 @@ class Replicator : public ChangeSink, public ServerRole {
     // Append and sent by reference (common/wire.h).
     std::shared_ptr<const std::string> wire;
     uint64_t bytes;
+    uint64_t end_bytes;  // appended_bytes_ once this record was appended
   };
   // The stream's writes are hand-built ByteBuffers (records by reference).
   using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, proto::ReplAck>;
@@ -150,6 +179,9 @@ class Replicator : public ChangeSink, public ServerRole {
   bool CaughtUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes of the log the replica has not acknowledged.
   uint64_t LagBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the records from `next` on wait for an acknowledgement before
+  // they are sent (ReplicatorOptions::group_window and group_bytes).
+  bool HoldForGroup(uint64_t next) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Serving() under mu_.
   bool ServingLocked(std::string* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static const char* StateName(State s);
@@ -161,9 +193,13 @@ class Replicator : public ChangeSink, public ServerRole {
   absl::Mutex mu_;
   std::deque<Entry> log_ ABSL_GUARDED_BY(mu_);
   uint64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of every record appended
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;  // replica durable up to here
   uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;   // shipped on the current stream
+  // The last seq of each message of records sent on the current stream and
+  // perhaps not acknowledged yet, oldest first (HoldForGroup).
+  std::deque<uint64_t> unacked_messages_ ABSL_GUARDED_BY(mu_);
   // Records at or after this seq are needed by the current stream (0: none).
   uint64_t pinned_ ABSL_GUARDED_BY(mu_) = 0;
   State state_ ABSL_GUARDED_BY(mu_) = State::kConnecting;
@@ -181,6 +217,7 @@ class Replicator : public ChangeSink, public ServerRole {
   bool handing_over_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  ReplicatorStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::thread stream_thread_;
   std::thread witness_thread_;

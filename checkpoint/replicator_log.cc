@@ -37,8 +37,10 @@ uint64_t Replicator::Append(proto::ReplRecord record) {
   absl::MutexLock l(&mu_);
   const uint64_t seq = ++head_;
   AppendVarintField(proto::ReplRecord::kSeqFieldNumber, seq, wire.get());
-  log_.push_back(Entry{seq, std::move(wire), bytes});
+  appended_bytes_ += bytes;
+  log_.push_back(Entry{seq, std::move(wire), bytes, appended_bytes_});
   log_bytes_ += bytes;
+  ++stats_.records;
   TrimLog();
   return seq;
 }
@@ -63,6 +65,11 @@ uint64_t Replicator::Head() {
 uint64_t Replicator::AckedSeq() {
   absl::MutexLock l(&mu_);
   return acked_;
+}
+
+ReplicatorStats Replicator::Stats() {
+  absl::MutexLock l(&mu_);
+  return stats_;
 }
 
 absl::Status Replicator::WaitReplicated(uint64_t seq) {

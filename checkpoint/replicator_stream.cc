@@ -161,6 +161,7 @@ absl::Status Replicator::RunStream() {
   {
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
+    unacked_messages_.clear();
   }
 
   std::thread acks([this, s = stream.get(), id] { AckLoop(s, id); });
@@ -172,10 +173,12 @@ absl::Status Replicator::RunStream() {
     {
       absl::MutexLock l(&mu_);
       auto ready = [this, next]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || fenced_ || !stream_up_ || head_ >= next;
+        return stopping_ || fenced_ || !stream_up_ || (head_ >= next && !HoldForGroup(next));
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_ || fenced_ || !stream_up_) break;
+      // Still held for the group after 100 ms: a heartbeat only.
+      const bool hold = HoldForGroup(next);
       const uint64_t first_kept = log_.empty() ? head_ + 1 : log_.front().seq;
       if (first_kept > next) {
         result = absl::ResourceExhaustedError("the replica fell behind the kept log");
@@ -184,7 +187,7 @@ absl::Status Replicator::RunStream() {
         break;
       }
       uint64_t bytes = 0;
-      if (!log_.empty()) {
+      if (!log_.empty() && !hold) {
         for (size_t i = next - log_.front().seq; i < log_.size(); ++i) {
           if (bytes > 0 && bytes + log_[i].bytes > options_.max_message_bytes) break;
           bytes += log_[i].bytes;
@@ -201,6 +204,13 @@ absl::Status Replicator::RunStream() {
     next += batch.size();
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
+    while (!unacked_messages_.empty() && unacked_messages_.front() <= acked_) {
+      unacked_messages_.pop_front();
+    }
+    if (!batch.empty()) {
+      ++stats_.messages;
+      unacked_messages_.push_back(next - 1);
+    }
   }
   ctx.TryCancel();
   acks.join();
@@ -241,6 +251,20 @@ bool Replicator::CaughtUp() {
   return LagBytes() <= 16ull << 20;
 }
 
+bool Replicator::HoldForGroup(uint64_t next) const {
+  // Only writers waiting for the replica gain from a group; a replica
+  // catching up takes messages as full as they come.
+  if (options_.group_bytes == 0 || !must_wait_) return false;
+  // Fewer than group_window messages unacknowledged: send. (Seqs ascend, so
+  // the window is full when its oldest entry is still above acked_.)
+  const size_t window = static_cast<size_t>(std::max(1, options_.group_window));
+  const size_t n = unacked_messages_.size();
+  if (n < window || unacked_messages_[n - window] <= acked_) return false;
+  if (log_.empty() || next < log_.front().seq || next > head_) return false;
+  const Entry& first = log_[next - log_.front().seq];
+  return appended_bytes_ - (first.end_bytes - first.bytes) < options_.group_bytes;
+}
+
 uint64_t Replicator::LagBytes() {
   uint64_t lag = 0;
   for (auto it = log_.rbegin(); it != log_.rend() && it->seq > acked_; ++it) lag += it->bytes;
@@ -260,7 +284,10 @@ void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
     if (ack.echo_sent_ns() != 0) {
       lease_replica_ = std::max(lease_replica_, absl::FromUnixNanos(ack.echo_sent_ns()));
     }
-    if (ack.applied_seq() > acked_) acked_ = ack.applied_seq();
+    if (ack.applied_seq() > acked_) {
+      acked_ = ack.applied_seq();
+      ++stats_.round_trips;
+    }
     if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
       // Caught up: from the next change on, writers wait for the replica.
       // The witness hears "in sync" once everything up to here is acked.

@@ -120,6 +120,14 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
     printf("log seq:         %llu\n", (unsigned long long)st.log_seq());
     printf("acked seq:       %llu\n", (unsigned long long)st.acked_seq());
     printf("lag bytes:       %llu\n", (unsigned long long)st.lag_bytes());
+    if (st.repl_records() > 0) {
+      // How many records one replica round trip carried (the group commit
+      // of the replication stream).
+      printf("replication:     %llu records in %llu messages, %llu round trips (%.2f per record)\n",
+             (unsigned long long)st.repl_records(), (unsigned long long)st.repl_messages(),
+             (unsigned long long)st.repl_round_trips(),
+             static_cast<double>(st.repl_round_trips()) / st.repl_records());
+    }
   }
   // A replica holds a copy, not the volume: its space figures are the
   // primary's business.
@@ -137,6 +145,11 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),
          (unsigned long long)st.next_ino());
   printf("pending deletes: %llu\n", (unsigned long long)st.pending_deletes());
+  // Concurrent changes share WAL fsyncs: fewer syncs than changes.
+  printf(
+      "group commit:    %llu changes, %llu WAL syncs (%.2f per change)\n",
+      (unsigned long long)st.meta_changes(), (unsigned long long)st.meta_wal_syncs(),
+      st.meta_changes() > 0 ? static_cast<double>(st.meta_wal_syncs()) / st.meta_changes() : 0.0);
   printf("write backlog:   %llu of %llu bytes (flow-control budget)\n",
          (unsigned long long)st.write_backlog_bytes(), (unsigned long long)st.write_budget_bytes());
   printf(

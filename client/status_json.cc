@@ -40,6 +40,9 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "log_seq", st.log_seq());
   SetNumber(out, "acked_seq", st.acked_seq());
   SetNumber(out, "lag_bytes", st.lag_bytes());
+  SetNumber(out, "repl_records", st.repl_records());
+  SetNumber(out, "repl_messages", st.repl_messages());
+  SetNumber(out, "repl_round_trips", st.repl_round_trips());
   // A replica holds a copy, not the volume: its space figures are the
   // primary's business, as in the text.
   if (st.role() == "replica" || st.role() == "fenced" || st.role() == "isolated") return out;
@@ -52,6 +55,8 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "inodes", st.inodes());
   SetNumber(out, "next_ino", st.next_ino());
   SetNumber(out, "pending_deletes", st.pending_deletes());
+  SetNumber(out, "meta_changes", st.meta_changes());
+  SetNumber(out, "meta_wal_syncs", st.meta_wal_syncs());
   SetNumber(out, "write_backlog_bytes", st.write_backlog_bytes());
   SetNumber(out, "write_budget_bytes", st.write_budget_bytes());
   SetNumber(out, "leases_held", st.leases_held());

@@ -2,11 +2,13 @@
 //
 // The same facts as the text form (grantfsctl_main.cc PrintStatus), named as
 // in proto StatusReply: role, not_serving, volume_id, data_epoch, epoch, peer,
-// witness, replica_state, log_seq, acked_seq, lag_bytes; for a server that
-// holds the volume (not a replica, fenced or isolated one) also the space
-// ledger (capacity_bytes, used_bytes, granted_bytes, reserved_bytes,
-// available_bytes, ledger_ok), inodes, next_ino, pending_deletes,
-// write_backlog_bytes, write_budget_bytes and the sessions. Numbers are JSON
+// witness, replica_state, log_seq, acked_seq, lag_bytes, repl_records,
+// repl_messages, repl_round_trips; for a server that holds the volume (not a
+// replica, fenced or isolated one) also the space ledger (capacity_bytes,
+// used_bytes, granted_bytes, reserved_bytes, available_bytes, ledger_ok),
+// inodes, next_ino, pending_deletes, meta_changes, meta_wal_syncs,
+// write_backlog_bytes, write_budget_bytes, the lease counters and the
+// sessions. Numbers are JSON
 // numbers (exact up to 2^53); a session's client_id is a 16-digit hex string,
 // as the text prints it. Stateless; safe from any thread.
 #ifndef GRANTFS_CLIENT_STATUS_JSON_H_

@@ -23,6 +23,11 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   st.set_granted_bytes(2 << 20);
   st.set_reserved_bytes(4096);
   st.set_ledger_ok(true);
+  st.set_meta_changes(1000);
+  st.set_meta_wal_syncs(125);
+  st.set_repl_records(1010);
+  st.set_repl_messages(400);
+  st.set_repl_round_trips(390);
   proto::SessionInfo* ses = st.add_sessions();
   ses->set_client_id(0xabcdef0123456789ull);
   ses->set_client_name("node1");
@@ -38,6 +43,11 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   EXPECT_EQ(Field(s, "capacity_bytes").number_value(), 4ull << 30);
   EXPECT_EQ(Field(s, "available_bytes").number_value(), (4ull << 30) - (3 << 20) - 4096);
   EXPECT_TRUE(Field(s, "ledger_ok").bool_value());
+  EXPECT_EQ(Field(s, "meta_changes").number_value(), 1000);
+  EXPECT_EQ(Field(s, "meta_wal_syncs").number_value(), 125);
+  EXPECT_EQ(Field(s, "repl_records").number_value(), 1010);
+  EXPECT_EQ(Field(s, "repl_messages").number_value(), 400);
+  EXPECT_EQ(Field(s, "repl_round_trips").number_value(), 390);
   EXPECT_EQ(Field(s, "sessions_reclaiming").number_value(), 1);
   const auto& sessions = Field(s, "sessions").list_value();
   ASSERT_EQ(sessions.values_size(), 2);
@@ -67,7 +77,9 @@ TEST(StatusJsonTest, AReplicaHasNoSpaceFigures) {
   google::protobuf::Struct s = StatusToStruct("b:7420", st);
   EXPECT_EQ(Field(s, "role").string_value(), "replica");
   EXPECT_TRUE(s.fields().count("epoch"));
+  EXPECT_TRUE(s.fields().count("repl_round_trips"));
   EXPECT_FALSE(s.fields().count("capacity_bytes"));
+  EXPECT_FALSE(s.fields().count("meta_wal_syncs"));
   EXPECT_FALSE(s.fields().count("sessions"));
 }
 

@@ -385,6 +385,7 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
   // The local fsync and the replica's apply run at the same time: the batch
   // is on its way to the replica already.
   RETURN_IF_ERROR(WaitDurable(ticket));
+  changes_durable_.fetch_add(1, std::memory_order_relaxed);
   if (options_.change_sink != nullptr) {
     return options_.change_sink->WaitReplicated(replicated_seq);
   }
@@ -460,12 +461,20 @@ absl::Status MetaStore::WaitDurable(uint64_t ticket) {
     const uint64_t target = applied_ticket_.load();
     sync_mu_.Unlock();
     rocksdb::Status s = db_->SyncWAL();
+    wal_syncs_.fetch_add(1, std::memory_order_relaxed);
     sync_mu_.Lock();
     sync_running_ = false;
     if (!s.ok()) return DbError(s, "wal sync");
     durable_ticket_ = std::max(durable_ticket_, target);
   }
   return absl::OkStatus();
+}
+
+CommitStats MetaStore::Commits() const {
+  CommitStats c;
+  c.changes = changes_durable_.load(std::memory_order_relaxed);
+  c.wal_syncs = wal_syncs_.load(std::memory_order_relaxed);
+  return c;
 }
 
 SpaceInfo MetaStore::Space() {

@@ -91,6 +91,18 @@ struct SpaceInfo {
   uint64_t pending_deletes = 0;
 };
 
+// What the group commit did since the store was opened (for Status and for
+// checking that concurrent changes share fsyncs).
+struct CommitStats {
+  // Changes made by Mutate that became durable (DeleteUnsynced's batches and
+  // the batches written at Open are not counted).
+  uint64_t changes = 0;
+  // WAL fsyncs the group commit ran for them: one covers every change
+  // applied before it started, so under concurrent load this is below
+  // `changes`.
+  uint64_t wal_syncs = 0;
+};
+
 // EIO for a record of `key` that does not parse.
 absl::Status CorruptRecord(absl::string_view key);
 
@@ -176,6 +188,8 @@ class MetaStore {
   uint64_t chunk_size() const { return options_.chunk_size; }
   Clock* clock() const { return options_.clock; }
   SpaceInfo Space();
+  // Totals since Open; cheap (two atomic loads), no lock.
+  CommitStats Commits() const;
 
   // --- changes -------------------------------------------------------------
   // Builds one change with `fn` under mu_, applies it (with the counters and
@@ -268,6 +282,9 @@ class MetaStore {
   absl::Mutex sync_mu_;
   uint64_t durable_ticket_ ABSL_GUARDED_BY(sync_mu_) = 0;
   bool sync_running_ ABSL_GUARDED_BY(sync_mu_) = false;
+  // CommitStats; counted outside the locks.
+  std::atomic<uint64_t> changes_durable_{0};
+  std::atomic<uint64_t> wal_syncs_{0};
 };
 
 template <typename Rec>

@@ -1,6 +1,6 @@
 // The metadata store's engine (server/meta_store.h), through Metadata: a new
 // volume (root, capacity, identity), what survives a reopen, and faults of
-// RocksDB's disk under the write-ahead log.
+// RocksDB's disk under the write-ahead log, and the group commit of its syncs.
 #include "server/meta_store.h"
 
 #include <fcntl.h>
@@ -15,11 +15,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
@@ -199,7 +201,8 @@ TEST_F(MetaStoreTest, EverythingSurvivesAReopen) {
 // --- faults of RocksDB's disk ---------------------------------------------------------
 
 // RocksDB's file system, with the write-ahead log's appends or syncs failing
-// (IOError, or NoSpace for appends) while told to.
+// (IOError, or NoSpace for appends) while told to, or its syncs slowed down
+// (a slow disk, so that concurrent changes surely queue behind a sync).
 class WalFaultFs : public rocksdb::FileSystemWrapper {
  public:
   explicit WalFaultFs(const std::shared_ptr<rocksdb::FileSystem>& base)
@@ -219,6 +222,7 @@ class WalFaultFs : public rocksdb::FileSystemWrapper {
   std::atomic<bool> append_no_space{false};  // NoSpace rather than IOError
   std::atomic<bool> fail_sync{false};
   std::atomic<int> failed{0};
+  std::atomic<int> sync_delay_ms{0};  // each sync of the WAL first sleeps this long
 
  private:
   class WalFile : public rocksdb::FSWritableFileOwnerWrapper {
@@ -238,14 +242,19 @@ class WalFaultFs : public rocksdb::FileSystemWrapper {
     }
     rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
       if (fs_->fail_sync) return Failed(false);
+      Delay();
       return target()->Sync(o, dbg);
     }
     rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
       if (fs_->fail_sync) return Failed(false);
+      Delay();
       return target()->Fsync(o, dbg);
     }
 
    private:
+    void Delay() {
+      if (const int ms = fs_->sync_delay_ms; ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+    }
     rocksdb::IOStatus Failed(bool no_space) {
       ++fs_->failed;
       if (!no_space) return rocksdb::IOStatus::IOError("injected");
@@ -341,6 +350,54 @@ TEST_F(MetaStoreFaultTest, AFullDiskUnderTheWalIsEnospcUnlessRoomIsMade) {
   EXPECT_EQ(asked, 1);
   ASSERT_OK(Create(kRootIno, "c"));
   EXPECT_OK(store_->names().Lookup(kRoot, kRootIno, "b"));
+}
+
+// --- group commit ------------------------------------------------------------------
+
+TEST_F(MetaStoreFaultTest, ConcurrentChangesShareWalSyncsAndAllAreDurable) {
+  // Each WAL sync takes 5 ms: meanwhile the other threads apply their
+  // changes and queue behind it, so the next sync covers all of them.
+  fs_->sync_delay_ms = 5;
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 25;
+  const CommitStats before = store_->store().Commits();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this, t, &failures] {
+      for (int i = 0; i < kPerThread; ++i) {
+        if (!Create(kRootIno, absl::StrFormat("t%d-%d", t, i)).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures, 0);
+  const CommitStats after = store_->store().Commits();
+  const uint64_t changes = after.changes - before.changes;
+  const uint64_t syncs = after.wal_syncs - before.wal_syncs;
+  EXPECT_EQ(changes, static_cast<uint64_t>(kThreads * kPerThread));
+  EXPECT_GE(syncs, 1u);
+  EXPECT_LE(syncs, changes / 2) << changes << " changes needed " << syncs << " WAL syncs";
+
+  // Every change acknowledged is there after a restart.
+  fs_->sync_delay_ms = 0;
+  ReopenFaulty();
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      EXPECT_NE(InoOf(kRootIno, absl::StrFormat("t%d-%d", t, i)), 0u) << t << " " << i;
+    }
+  }
+  EXPECT_EQ(store_->store().Space().inodes, 1u + kThreads * kPerThread);
+}
+
+TEST_F(MetaStoreTest, OneChangeAtATimeIsOneWalSyncEach) {
+  // Without concurrency nothing is shared: the counters count each change
+  // and its own sync.
+  const CommitStats before = store_->store().Commits();
+  for (int i = 0; i < 5; ++i) ASSERT_OK(Create(kRootIno, absl::StrFormat("f%d", i)));
+  const CommitStats after = store_->store().Commits();
+  EXPECT_EQ(after.changes - before.changes, 5u);
+  EXPECT_EQ(after.wal_syncs - before.wal_syncs, 5u);
 }
 
 }  // namespace

@@ -148,6 +148,9 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_lease_recall_waits(leases.recall_waits);
   reply->set_lease_lapsed(leases.lapsed);
   reply->set_leases_refused_hot(leases.refused_hot);
+  const CommitStats commits = volume_->meta().store().Commits();
+  reply->set_meta_changes(commits.changes);
+  reply->set_meta_wal_syncs(commits.wal_syncs);
   for (auto& info : volume_->sessions().List()) {
     info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));

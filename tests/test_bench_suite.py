@@ -27,10 +27,10 @@ SUITE = os.path.join(REPO, "bench", "suite.py")
 SECTIONS = {
     1: "mkfile and dd", 2: "Time split", 3: "Latency sweep", 4: "Parallel build",
     5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server thread scaling",
-    8: "Failover drill",
+    8: "Failover drill", 9: "Group commit",
 }
 CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench",
-        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "runs"]
+        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "group_commit", "runs"]
 PNGS = ["time_split", "latency_sweep", "thread_scaling"]
 
 
@@ -91,8 +91,8 @@ def run_suite(*args, timeout=60):
 
 
 def test_bad_arguments_are_refused_precisely(tmp_path):
-    r = run_suite("--sections", "1,9")
-    assert r.returncode == 2 and "--sections: expected numbers from 1 to 8" in r.stderr
+    r = run_suite("--sections", "1,10")
+    assert r.returncode == 2 and "--sections: expected numbers from 1 to 9" in r.stderr
     r = run_suite("--quick", "--smoke")
     assert r.returncode == 2 and "not allowed with" in r.stderr
     r = run_suite("--smoke", "--build", str(tmp_path / "nobuild"), "--out", str(tmp_path))
@@ -137,6 +137,8 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     assert "| kill to first served op |" in md
     bytes_lost = [line for line in md.splitlines() if line.startswith("| bytes lost |")]
     assert bytes_lost and bytes_lost[0].split("|")[3].strip().startswith("0"), bytes_lost
+    # Section 9: both servers, every number of callers.
+    assert "| standalone | 1 | " in md and "| trio (replica in sync) | 16 | " in md
     assert "sudo bench/run.sh" in md  # how to regenerate it
 
     for name in CSVS:
@@ -149,6 +151,7 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
         assert any(float(row[value_cols[0]]) > 0 for row in rows), name
     # The figures every comparison rests on are positive.
     for name, metric in (("mkfile_dd", "MB/s incl. fsync"), ("metadata", "create/s"),
+                         ("group_commit", "mkdir"),
                          ("tree_walk", "wall"), ("pingpong", "ops/s"),
                          ("dbench", "throughput"), ("parallel_build", "wall"),
                          ("rpc", "median"), ("latency_sweep", "write() MB/s")):

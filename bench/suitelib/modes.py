@@ -44,6 +44,8 @@ MODES = {
         drill_mib=1024,         # 8: MiB written per drill
         drill_cost_mib=512,     # 8: write + fsync, replica in sync vs standalone
         drill_creates=2000,     # 8: creates, the same comparison
+        gc_ops=2000,            # 9: mkdirs per point
+        gc_callers=(1, 4, 16),  # 9: concurrent callers
         capacity="16G",
     ),
     "quick": dict(
@@ -71,6 +73,8 @@ MODES = {
         drill_mib=128,
         drill_cost_mib=64,
         drill_creates=300,
+        gc_ops=400,
+        gc_callers=(1, 4, 16),
         capacity="4G",
     ),
     "smoke": dict(
@@ -98,6 +102,8 @@ MODES = {
         drill_mib=32,
         drill_cost_mib=16,
         drill_creates=50,
+        gc_ops=64,
+        gc_callers=(1, 4, 16),
         capacity="2G",
     ),
 }
