@@ -60,11 +60,13 @@ ABSL_FLAG(int, threads, 64,
           "worker threads that run the file system's calls; calls wait for one in a bounded "
           "queue where sessions take turns");
 ABSL_FLAG(int, max_queued_calls, 8192,
-          "calls that may wait for a worker; past it (or past --max_queued_calls_per_session "
-          "of one session) a call is refused with RESOURCE_EXHAUSTED and the client retries it "
+          "calls that may wait for a worker; past it (or past --max_queued_calls_per_client "
+          "of one client) a call is refused with RESOURCE_EXHAUSTED and the client retries it "
           "with a backoff");
-ABSL_FLAG(int, max_queued_calls_per_session, 1024,
-          "calls of one mount's session that may wait for a worker");
+ABSL_FLAG(int, max_queued_calls_per_client, 128,
+          "calls of one client connection (a mount has one) that may wait for a worker");
+ABSL_FLAG(int, max_running_calls_per_client, 0,
+          "calls of one client connection that may run at once (0: half of --threads)");
 ABSL_FLAG(int, write_backlog_mb, 64,
           "flow control: MiB of client writes the server lets be in flight at once");
 ABSL_FLAG(bool, sync_data, true,
@@ -163,7 +165,9 @@ int main(int argc, char** argv) {
   config.queue.workers = absl::GetFlag(FLAGS_threads);
   config.queue.max_queued = static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_queued_calls)));
   config.queue.max_queued_per_source =
-      static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_queued_calls_per_session)));
+      static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_max_queued_calls_per_client)));
+  config.queue.max_running_per_source =
+      std::max(0, absl::GetFlag(FLAGS_max_running_calls_per_client));
   config.handover_on_stop = absl::GetFlag(FLAGS_handover_on_stop);
   if (role == "witness") {
     config.witness_dir = absl::GetFlag(FLAGS_data_dir);

@@ -8,17 +8,30 @@
 namespace grantfs {
 
 RequestQueue::RequestQueue(const RequestQueueOptions& options) : options_(options) {
-  work_.max_per_source = std::max<size_t>(options_.max_queued_per_source, 1);
-  control_.max_per_source = std::max<size_t>(options_.max_queued_per_source, 1);
-  for (int i = 0; i < std::max(options_.workers, 1); ++i) {
-    work_.threads.emplace_back([this] { Work(&work_); });
-  }
-  for (int i = 0; i < std::max(options_.control_workers, 1); ++i) {
-    control_.threads.emplace_back([this] { Work(&control_); });
+  const int workers = std::max(options_.workers, 1);
+  const int per_source = options_.max_running_per_source > 0 ? options_.max_running_per_source
+                                                             : std::max(workers / 2, 1);
+  const int threads[3] = {workers, std::max(options_.control_workers, 1),
+                          std::max(options_.liveness_workers, 1)};
+  for (int i = 0; i < 3; ++i) {
+    LaneState* l = lanes(i);
+    l->max_per_source = std::max<size_t>(options_.max_queued_per_source, 1);
+    // Only ordinary calls are capped per source: the other lanes' calls are
+    // few and short, and must not wait for each other.
+    l->max_running = static_cast<size_t>(i == 0 ? per_source : threads[i]);
+    for (int t = 0; t < threads[i]; ++t) l->threads.emplace_back([this, l] { Work(l); });
   }
 }
 
 RequestQueue::~RequestQueue() { Stop(); }
+
+void RequestQueue::MaybeRing(LaneState* l, uint64_t id, Source* s) {
+  if (!s->in_ring && !s->tasks.empty() && s->running < l->max_running) {
+    s->in_ring = true;
+    l->ring.push_back(id);
+    l->work.Signal();
+  }
+}
 
 bool RequestQueue::Submit(Lane which, uint64_t source, Task task) {
   LaneState& l = lane(which);
@@ -26,57 +39,68 @@ bool RequestQueue::Submit(Lane which, uint64_t source, Task task) {
   if (l.stopping) return false;
   Source& s = l.sources[source];
   if (l.queued >= options_.max_queued || s.tasks.size() >= l.max_per_source) {
-    if (s.tasks.empty()) l.sources.erase(source);
+    const size_t mine = s.tasks.size();
+    if (s.tasks.empty() && s.running == 0) l.sources.erase(source);
     ++l.refused;
-    // One line per power of two: an overload shows in the log without
+    // At most one line every 10 s: an overload shows in the log without
     // flooding it.
-    if ((l.refused & (l.refused - 1)) == 0) {
-      LOG(WARNING) << "request queue full (" << l.queued << " calls waiting, " << s.tasks.size()
-                   << " of this source): refused a call, " << l.refused
-                   << " refused so far; the client retries";
+    const absl::Time now = absl::Now();
+    if (now - l.last_refusal_log > absl::Seconds(10)) {
+      l.last_refusal_log = now;
+      LOG(WARNING) << "request queue full (" << l.queued << " calls waiting, " << mine
+                   << " of this client): refused a call, " << l.refused
+                   << " refused since start; clients retry";
     }
     return false;
   }
-  if (s.tasks.empty()) l.ring.push_back(source);
   s.tasks.push_back(std::move(task));
   ++l.queued;
   ++l.admitted;
   l.peak_queued = std::max<uint64_t>(l.peak_queued, l.queued);
-  l.work.Signal();
+  MaybeRing(&l, source, &s);
   return true;
 }
 
 void RequestQueue::Work(LaneState* l) {
   for (;;) {
     Task task;
+    uint64_t id = 0;
     {
       absl::MutexLock lock(&l->mu);
       while (l->ring.empty() && !l->stopping) l->work.Wait(&l->mu);
-      if (l->ring.empty()) return;  // stopping, and nothing is left to run
-      const uint64_t id = l->ring.front();
+      // Stopping with nothing left to start: a call still running re-rings
+      // its source, and its worker (still in this loop) runs what is left.
+      if (l->ring.empty()) return;
+      id = l->ring.front();
       l->ring.pop_front();
-      auto it = l->sources.find(id);
-      task = std::move(it->second.tasks.front());
-      it->second.tasks.pop_front();
-      // The source goes to the back of the round: the others' oldest
-      // calls run before its next one.
-      if (it->second.tasks.empty()) {
-        l->sources.erase(it);
-      } else {
-        l->ring.push_back(id);
-      }
+      Source& s = l->sources[id];
+      s.in_ring = false;
+      task = std::move(s.tasks.front());
+      s.tasks.pop_front();
       --l->queued;
       ++l->running;
+      ++s.running;
+      // To the back of the round: the others' oldest calls start before
+      // this source's next one.
+      MaybeRing(l, id, &s);
     }
     std::move(task)();
     absl::MutexLock lock(&l->mu);
     --l->running;
+    auto it = l->sources.find(id);
+    --it->second.running;
+    if (it->second.tasks.empty() && it->second.running == 0) {
+      l->sources.erase(it);
+    } else {
+      MaybeRing(l, id, &it->second);
+    }
   }
 }
 
 void RequestQueue::Stop() {
   absl::MutexLock serial(&stop_mu_);
-  for (LaneState* l : {&work_, &control_}) {
+  for (int i = 0; i < 3; ++i) {
+    LaneState* l = lanes(i);
     {
       absl::MutexLock lock(&l->mu);
       l->stopping = true;
@@ -89,13 +113,14 @@ void RequestQueue::Stop() {
 
 RequestQueueStats RequestQueue::Stats() const {
   RequestQueueStats out;
-  for (const LaneState* l : {&work_, &control_}) {
+  for (int i = 0; i < 3; ++i) {
+    const LaneState* l = lanes(i);
     absl::MutexLock lock(&l->mu);
     out.admitted += l->admitted;
     out.refused += l->refused;
     out.queued += l->queued;
     out.running += l->running;
-    out.peak_queued += l->peak_queued;
+    out.peak_queued = std::max<uint64_t>(out.peak_queued, l->peak_queued);
     out.sources += l->sources.size();
   }
   return out;

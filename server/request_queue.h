@@ -8,16 +8,22 @@
 // already waiting and refuses the excess at once (Submit returns false: the
 // caller answers RESOURCE_EXHAUSTED, which clients retry with a backoff),
 // instead of letting every call slow down together. Two bounds decide:
-// calls waiting in all, and calls waiting from one source (a mount's
-// session), so one flooding client fills its own share, not the queue.
-// Sources take turns: a worker takes the oldest call of the next source in
+// calls waiting in all, and calls waiting from one source (a client's
+// connection: a mount has one), so one flooding client fills its own
+// share, not the queue. Sources take turns: a worker takes the oldest call of the next source in
 // a round robin, so a source with one call waiting is served before the
 // thousandth call of another.
 //
-// Calls that keep the cluster alive (heartbeats, recall acknowledgements,
-// sessions opening and closing, status) go to a separate lane with its own
-// threads: they are never stuck behind ordinary calls, and a handler
-// blocked in a recall waits for an acknowledgement that can still arrive.
+// Calls of one source run on at most `max_running_per_source` workers at
+// once: a client whose calls block (changes waiting for a recall a stopped
+// node does not answer, writes waiting for space) cannot take every worker.
+//
+// Two lanes have threads of their own, so that they never wait behind
+// ordinary calls: heartbeats and recall acknowledgements (kLiveness: a
+// change blocked in a recall waits for an acknowledgement, and a late
+// heartbeat costs the mount its leases), and the calls of sessions,
+// operators and space given back (kControl: opening and closing sessions,
+// Status, Switchover, Check, Grant returning space to other writers).
 //
 // Thread-safe.
 #ifndef GRANTFS_SERVER_REQUEST_QUEUE_H_
@@ -32,33 +38,38 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace grantfs {
 
 struct RequestQueueOptions {
   // Threads that run ordinary calls (the file system's operations); >= 1.
   int workers = 64;
-  // Threads that run the control lane; >= 1.
+  // Threads of the control lane and of the liveness lane; >= 1.
   int control_workers = 4;
+  int liveness_workers = 2;
   // Calls waiting (not yet running) in a lane, all sources together; a call
   // past it is refused.
   size_t max_queued = 8192;
   // Calls of one source waiting in a lane; a call past it is refused.
-  size_t max_queued_per_source = 1024;
+  size_t max_queued_per_source = 128;
+  // Calls of one source running at once in the work lane; 0: half the
+  // workers (at least 1).
+  int max_running_per_source = 0;
   // Not the queue's own: the calls one client connection may have open at
   // once (HTTP/2 MAX_CONCURRENT_STREAMS, set by the server, server/roles.cc);
   // the client holds back the rest.
   int max_streams = 256;
 };
 
-enum class Lane { kWork, kControl };
+enum class Lane { kWork, kControl, kLiveness };
 
 struct RequestQueueStats {
   uint64_t admitted = 0;     // calls queued since start
   uint64_t refused = 0;      // calls refused since start (a bound was reached)
   uint64_t queued = 0;       // calls waiting now
   uint64_t running = 0;      // calls on a worker now
-  uint64_t peak_queued = 0;  // the most calls that waited at once
+  uint64_t peak_queued = 0;  // the most calls that waited at once in one lane
   uint64_t sources = 0;      // sources with calls waiting now
 };
 
@@ -87,13 +98,19 @@ class RequestQueue {
 
  private:
   struct Source {
-    std::deque<Task> tasks;
+    std::deque<Task> tasks;  // waiting, oldest first
+    size_t running = 0;      // on a worker now
+    bool in_ring = false;
   };
   // One lane's calls, threads and counters.
   struct LaneState {
+    // Constant after construction.
     size_t max_per_source = 0;
+    size_t max_running = 0;  // per source
+    // A source is kept while it has calls waiting or running.
     absl::flat_hash_map<uint64_t, Source> sources ABSL_GUARDED_BY(mu);
-    // Sources with calls waiting, each once, in the order they are served.
+    // Sources that have calls waiting and may run one more, each once, in
+    // the order they are served.
     std::deque<uint64_t> ring ABSL_GUARDED_BY(mu);
     size_t queued ABSL_GUARDED_BY(mu) = 0;
     size_t running ABSL_GUARDED_BY(mu) = 0;
@@ -101,18 +118,27 @@ class RequestQueue {
     uint64_t admitted ABSL_GUARDED_BY(mu) = 0;
     uint64_t refused ABSL_GUARDED_BY(mu) = 0;
     uint64_t peak_queued ABSL_GUARDED_BY(mu) = 0;
+    absl::Time last_refusal_log ABSL_GUARDED_BY(mu) = absl::InfinitePast();
     mutable absl::Mutex mu;
     absl::CondVar work;
     std::vector<std::thread> threads;  // started by the constructor, joined by Stop
   };
 
   void Work(LaneState* lane);
-  LaneState& lane(Lane l) { return l == Lane::kControl ? control_ : work_; }
+  // Puts `id` in the ring when it has calls waiting and room to run one.
+  // REQUIRES: l->mu held.
+  static void MaybeRing(LaneState* l, uint64_t id, Source* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu);
+  LaneState& lane(Lane l) {
+    return l == Lane::kControl ? control_ : l == Lane::kLiveness ? liveness_ : work_;
+  }
+  LaneState* lanes(int i) { return i == 0 ? &work_ : i == 1 ? &control_ : &liveness_; }
+  const LaneState* lanes(int i) const { return i == 0 ? &work_ : i == 1 ? &control_ : &liveness_; }
 
   // Constant after construction.
   const RequestQueueOptions options_;
   LaneState work_;
   LaneState control_;
+  LaneState liveness_;
   absl::Mutex stop_mu_;  // serializes Stop
 };
 

@@ -58,7 +58,7 @@ TEST(RequestQueueTest, SourcesTakeTurns) {
   ASSERT_TRUE(q.Submit(Lane::kWork, 2, note('b')));
   ASSERT_TRUE(q.Submit(Lane::kWork, 3, note('c')));
   EXPECT_EQ(q.Stats().queued, 7u);
-  EXPECT_EQ(q.Stats().sources, 3u);
+  EXPECT_EQ(q.Stats().sources, 4u);  // 9 runs, 1, 2 and 3 wait
   gate.Release();
   q.Stop();
   // The others' single calls run right after source 1's first, not after
@@ -107,6 +107,49 @@ TEST(RequestQueueTest, TheControlLaneRunsWhileEveryWorkerIsBlocked) {
     ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] { acked.WaitForNotification(); }));
   }
   ASSERT_TRUE(q.Submit(Lane::kControl, 2, [&] { acked.Notify(); }));
+  EXPECT_TRUE(acked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  q.Stop();
+}
+
+TEST(RequestQueueTest, OneSourceRunsOnAtMostItsShareOfTheWorkers) {
+  RequestQueueOptions o;
+  o.workers = 4;
+  o.max_running_per_source = 2;
+  RequestQueue q(o);
+  Gate gate;
+  std::atomic<int> ran{0};
+  // Source 1 offers six calls that block; only two run.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] {
+      gate.Wait();
+      ran++;
+    }));
+  }
+  gate.AwaitWaiting(2);
+  // Another source still gets a worker at once.
+  absl::Notification other;
+  ASSERT_TRUE(q.Submit(Lane::kWork, 2, [&] { other.Notify(); }));
+  EXPECT_TRUE(other.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  RequestQueueStats s = q.Stats();
+  EXPECT_EQ(s.running, 2u);
+  EXPECT_EQ(s.queued, 4u);
+  gate.Release();
+  q.Stop();
+  EXPECT_EQ(ran.load(), 6);
+}
+
+TEST(RequestQueueTest, HeartbeatsAndAcksHaveALaneOfTheirOwn) {
+  RequestQueueOptions o;
+  o.workers = 1;
+  o.control_workers = 1;
+  o.liveness_workers = 1;
+  RequestQueue q(o);
+  // The work lane and the control lane are both blocked (a change waiting
+  // for a recall, a long Check); an ack still runs.
+  absl::Notification acked;
+  ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] { acked.WaitForNotification(); }));
+  ASSERT_TRUE(q.Submit(Lane::kControl, 1, [&] { acked.WaitForNotification(); }));
+  ASSERT_TRUE(q.Submit(Lane::kLiveness, 2, [&] { acked.Notify(); }));
   EXPECT_TRUE(acked.WaitForNotificationWithTimeout(absl::Seconds(30)));
   q.Stop();
 }

@@ -261,9 +261,9 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   so.transport = config.transport;
   so.server_role = replica->get();
   GrantFsService service(nullptr, so);
-  // A replica answers Status alone: a small queue.
+  // A replica answers Status alone (control lane): one ordinary worker.
   RequestQueueOptions qo = config.queue;
-  qo.workers = 2;
+  qo.workers = 1;
   GrantFsEndpoint endpoint(&service, qo);
   builder.RegisterService(&endpoint);
   builder.RegisterService(replica->get());

@@ -76,9 +76,6 @@ class GrantFsService final {
   grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*);
   grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*);
 
-  // The caller's certificate name ("" when insecure).
-  std::string PeerName(const Ctx& ctx) const { return options_.transport.PeerName(ctx); }
-
  private:
   // UNAVAILABLE unless this server is the serving primary.
   grpc::Status Gate();

@@ -2,9 +2,11 @@
 
 #include <functional>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "glog/logging.h"
 
 namespace grantfs {
 namespace {
@@ -20,11 +22,16 @@ class SubscribeReactor final : public grpc::ServerWriteReactor<proto::Invalidati
     // Detached: the thread's last act is Finish, after which gRPC calls
     // OnDone, which deletes the reactor; the server's Wait() returns only
     // after every OnDone, so the service outlives the thread's work.
-    std::thread([this, service, ctx, req] {
-      grpc::Status s = service->Subscribe(
-          ctx, req, [this](const proto::InvalidationBatch& b) { return Write(b); });
-      Finish(s);
-    }).detach();
+    try {
+      std::thread([this, service, ctx, req] {
+        grpc::Status s = service->Subscribe(
+            ctx, req, [this](const proto::InvalidationBatch& b) { return Write(b); });
+        Finish(s);
+      }).detach();
+    } catch (const std::system_error& e) {
+      LOG(ERROR) << "cannot start a thread for a Subscribe stream: " << e.what();
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no thread for the stream"));
+    }
   }
 
   void OnWriteDone(bool ok) override {
@@ -61,9 +68,10 @@ GrantFsEndpoint::GrantFsEndpoint(GrantFsService* service, const RequestQueueOpti
 
 GrantFsEndpoint::~GrantFsEndpoint() { queue_.Stop(); }
 
-uint64_t GrantFsEndpoint::SourceOf(const Ctx& ctx, const proto::RequestHeader& header) const {
-  const std::string peer = service_->PeerName(ctx);
-  return std::hash<std::string>()(peer) ^ (header.client_id() * 0x9E3779B97F4A7C15ull);
+uint64_t GrantFsEndpoint::SourceOf(const Ctx& ctx) {
+  // "ipv4:127.0.0.1:40312": the client's address and port, one per
+  // connection.
+  return std::hash<std::string>()(ctx.peer());
 }
 
 grpc::ServerUnaryReactor* GrantFsEndpoint::Status(Ctx* ctx, const proto::StatusRequest* req,

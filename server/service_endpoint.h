@@ -14,7 +14,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -38,14 +37,19 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   using Ctx = grpc::CallbackServerContext;
   using Unary = grpc::ServerUnaryReactor;
   using S = GrantFsService;
-  // The control lane (server/request_queue.h): what keeps sessions, leases
-  // and the operators' view alive under load.
+  // The liveness lane (server/request_queue.h): never behind anything else,
+  // and run even when the caller gave up while they waited (both are
+  // harmless late, and a late ack still ends a change's wait).
+  Unary* Heartbeat(Ctx* c, const proto::HeartbeatRequest* q, proto::HeartbeatReply* r) override {
+    return Queue(Lane::kLiveness, c, q, r, &S::Heartbeat);
+  }
+  Unary* AckRecall(Ctx* c, const proto::AckRecallRequest* q, proto::ErrReply* r) override {
+    return Queue(Lane::kLiveness, c, q, r, &S::AckRecall);
+  }
+  // The control lane: sessions, the operators' calls, space given back.
   Unary* OpenSession(Ctx* c, const proto::OpenSessionRequest* q,
                      proto::OpenSessionReply* r) override {
     return Queue(Lane::kControl, c, q, r, &S::OpenSession);
-  }
-  Unary* Heartbeat(Ctx* c, const proto::HeartbeatRequest* q, proto::HeartbeatReply* r) override {
-    return Queue(Lane::kControl, c, q, r, &S::Heartbeat);
   }
   Unary* Reclaim(Ctx* c, const proto::ReclaimRequest* q, proto::ReclaimReply* r) override {
     return Queue(Lane::kControl, c, q, r, &S::Reclaim);
@@ -53,9 +57,6 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   Unary* CloseSession(Ctx* c, const proto::CloseSessionRequest* q,
                       proto::CloseSessionReply* r) override {
     return Queue(Lane::kControl, c, q, r, &S::CloseSession);
-  }
-  Unary* AckRecall(Ctx* c, const proto::AckRecallRequest* q, proto::ErrReply* r) override {
-    return Queue(Lane::kControl, c, q, r, &S::AckRecall);
   }
   // The service's Status, and this queue's figures.
   Unary* Status(Ctx* c, const proto::StatusRequest* q, proto::StatusReply* r) override;
@@ -108,8 +109,11 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   Unary* Write(Ctx* c, const proto::WriteRequest* q, proto::WriteReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Write);
   }
+  // A Grant that only gives space back is what writers waiting for space
+  // (on workers) wait for: the control lane.
   Unary* Grant(Ctx* c, const proto::GrantRequest* q, proto::GrantReply* r) override {
-    return Queue(Lane::kWork, c, q, r, &S::Grant);
+    const bool gives_back = q->wanted_bytes() == 0 && q->return_bytes() > 0;
+    return Queue(gives_back ? Lane::kControl : Lane::kWork, c, q, r, &S::Grant);
   }
   Unary* Fsync(Ctx* c, const proto::FsyncRequest* q, proto::ErrReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Fsync);
@@ -149,18 +153,17 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   template <typename Req, typename Reply>
   using Handler = grpc::Status (GrantFsService::*)(GrantFsService::Ctx*, const Req*, Reply*);
 
-  // Who the call counts against: the session it names, from the node
-  // whose certificate made the call (a call naming another node's session
-  // is refused by the handler, and until then waits in a queue of its own).
-  uint64_t SourceOf(const Ctx& ctx, const proto::RequestHeader& header) const;
+  // Who the call counts against: the client connection it came on (a
+  // mount has one per server), which a caller cannot choose to be another's.
+  static uint64_t SourceOf(const Ctx& ctx);
 
   template <typename Req, typename Reply>
   Unary* Queue(Lane lane, Ctx* ctx, const Req* req, Reply* reply, Handler<Req, Reply> handler) {
     Unary* reactor = ctx->DefaultReactor();
-    const bool queued = queue_.Submit(lane, SourceOf(*ctx, req->header()), [=, service = service_] {
-      // The caller gave up while the call waited: nothing was done, and
-      // nobody waits for the answer.
-      if (ctx->IsCancelled() || ctx->deadline() < std::chrono::system_clock::now()) {
+    const bool queued = queue_.Submit(lane, SourceOf(*ctx), [=, service = service_] {
+      // The caller gave up (cancelled, or its deadline passed) while the
+      // call waited: nothing was done, and nobody waits for the answer.
+      if (lane != Lane::kLiveness && ctx->IsCancelled()) {
         reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "gave up while queued"));
         return;
       }

@@ -26,7 +26,7 @@ from suitelib.report import PNG_MAGIC  # noqa: E402
 SUITE = os.path.join(REPO, "bench", "suite.py")
 SECTIONS = {
     1: "mkfile and dd", 2: "Time split", 3: "Latency sweep", 4: "Parallel build",
-    5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server thread scaling",
+    5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server under offered load",
     8: "Failover drill", 9: "Group commit",
 }
 CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench",

@@ -186,12 +186,13 @@ Median (min–max) of {ctx.runs} run(s). The generator runs on the same {os.cpu_
 cores as the server, so past saturation the two share the CPU.
 
 The request path (docs/architecture.md, "The server's request path"): gRPC's callback API
-hands each call to a bounded queue (server/request_queue.h) where sessions take turns;
-`--threads` worker threads run the handlers. A client connection has at most 256 calls open
+hands each call to a bounded queue (server/request_queue.h) where clients take turns;
+`--threads` worker threads run the handlers, one client's calls on at most half of them. A client connection has at most 256 calls open
 at once (HTTP/2 MAX_CONCURRENT_STREAMS): the generator's further calls wait in the generator,
 so past saturation response times grow while the server's throughput and memory stay put.
-A call past `--max_queued_calls` (8192) or `--max_queued_calls_per_session` (1024) would be
-refused with RESOURCE_EXHAUSTED, which clients retry with a backoff.
+A call past `--max_queued_calls` (8192) or `--max_queued_calls_per_client` (128) is refused
+with RESOURCE_EXHAUSTED, which clients retry with a backoff (counted as failed here: the
+generator does not retry).
 """)
     rows = []
     for t in threads:
