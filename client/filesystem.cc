@@ -138,10 +138,17 @@ double FileSystem::AttrTimeout(const proto::Attr& attr) {
   return std::max(0.0, absl::ToDoubleSeconds(left));
 }
 
-bool FileSystem::KernelKeepsName(uint64_t parent, uint64_t ino) {
+bool FileSystem::KernelKeepsName(uint64_t parent) {
   if (!leases_) return true;
-  return leases_->FallingBack({LeaseCache::Kind::kDir, parent}) ||
-         (ino != 0 && leases_->FallingBack({LeaseCache::Kind::kAttr, ino}));
+  // Only a directory whose names this mount does not hold a lease on: a
+  // recall of a leased one must reach every name the kernel holds.
+  return leases_->FallingBack({LeaseCache::Kind::kDir, parent}) &&
+         leases_->DirLeft(parent) <= absl::ZeroDuration();
+}
+
+double FileSystem::NameLeaseLeft(uint64_t dir) {
+  if (!leases_) return 0;
+  return std::max(0.0, absl::ToDoubleSeconds(leases_->DirLeft(dir)));
 }
 
 void FileSystem::NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino) {

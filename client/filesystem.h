@@ -90,11 +90,13 @@ class FileSystem {
   // inode recalled too often (LeaseCache::FallBack): -1 (the mount's own
   // timeout applies).
   double AttrTimeout(const proto::Attr& attr);
-  // Whether the kernel may cache the name of `ino` (0: not there) in
-  // `parent` for the mount's entry timeout: always without leases; with
-  // leases only while the directory or the inode is recalled too often
-  // (LeaseCache::FallBack), else the mount answers every lookup itself.
-  bool KernelKeepsName(uint64_t parent, uint64_t ino);
+  // Whether the kernel may cache names in `parent` for the mount's entry
+  // timeout, as without leases: always without leases; with leases only
+  // while the directory is recalled too often (LeaseCache::FallBack) and
+  // not leased (fuse_ops.cc EntryTimeout says what happens otherwise).
+  bool KernelKeepsName(uint64_t parent);
+  // Seconds left of the lease on the names of `dir` (0: none held).
+  double NameLeaseLeft(uint64_t dir);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);

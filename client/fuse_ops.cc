@@ -1,9 +1,11 @@
 #include "client/fuse_ops.h"
 
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -82,18 +84,28 @@ double AttrTimeout(FuseAdapter* a, const proto::Attr& attr) {
   return leased >= 0 ? leased : a->options().attr_timeout_s;
 }
 
-// How long the kernel may keep the name of `ino` (0: not there) in
-// `parent`: with leases, not at all (the mount answers from its leases: a
-// kernel entry could only be dropped under the directory's lock, which a
-// change in flight on this node may hold while it waits for another node),
-// unless the directory or the inode is recalled too often and falls back
-// to the mount's timeout; without leases the mount's timeout.
-double EntryTimeout(FuseAdapter* a, uint64_t parent, uint64_t ino) {
-  return a->fs()->KernelKeepsName(parent, ino) ? a->options().entry_timeout_s : 0;
+// How long the kernel may keep a name (or "not there") in `parent`.
+// Without leases, or while the directory is recalled too often and not
+// leased: the mount's timeout. With leases, the answer to a
+// lookup: for what is left of the directory's lease, if the mount holds it
+// and the kernel takes FUSE_NOTIFY_INC_EPOCH (a recall then makes the
+// kernel check every name it holds again, lock-free, before the ack; the
+// kernel reads its epoch before it sends a lookup, so an answer that a
+// recall overtook is checked again too); else not at all, and the mount
+// answers every lookup from its leases. Dropping one kernel entry instead
+// would take the directory's lock, which a change in flight on this node
+// may hold while the server waits for this node's ack: a deadlock until
+// the lease ran out. Other replies that make a name (create, mkdir, link,
+// readdirplus) get 0 under leases: the kernel reads its epoch for them
+// after the answer, so a recall in between would not reach them.
+double EntryTimeout(FuseAdapter* a, uint64_t parent, bool lookup = false) {
+  if (a->fs()->KernelKeepsName(parent)) return a->options().entry_timeout_s;
+  if (!lookup || !a->KernelDropsAllNames()) return 0;
+  return a->fs()->NameLeaseLeft(parent);
 }
 
 // Replies with an entry; the kernel now holds one more lookup of it.
-void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr) {
+void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr, bool lookup = false) {
   FuseAdapter* a = Adapter(req);
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
@@ -102,7 +114,7 @@ void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr) {
   // Counted first: a recall from now on reaches the kernel's copy.
   a->fs()->inodes().Ref(attr.ino());
   e.attr_timeout = AttrTimeout(a, attr);
-  e.entry_timeout = EntryTimeout(a, parent, attr.ino());
+  e.entry_timeout = EntryTimeout(a, parent, lookup);
   if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
 
@@ -137,11 +149,12 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // pushed as invalidations); with leases the mount answers it.
     fuse_entry_param e;
     memset(&e, 0, sizeof(e));
-    e.entry_timeout = EntryTimeout(Adapter(req), parent, 0);
+    e.entry_timeout = EntryTimeout(Adapter(req), parent, /*lookup=*/true);
     fuse_reply_entry(req, &e);
     return;
   }
-  ReplyEntryOr(req, parent, r);
+  if (!r.ok()) return ReplyError(req, r.status());
+  ReplyEntry(req, parent, *r, /*lookup=*/true);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -254,7 +267,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       // Counted first: a recall from now on reaches the kernel's copy.
       if (!dots) a->fs()->inodes().Ref(e.attr().ino());
       ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr());
-      ep.entry_timeout = dots ? 0 : EntryTimeout(a, ino, e.attr().ino());
+      ep.entry_timeout = dots ? 0 : EntryTimeout(a, ino);
       n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
       if (n > size - used) {
         if (!dots) a->fs()->Forget(e.attr().ino(), 1);  // not handed to the kernel
@@ -313,7 +326,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   e.attr = ToStat(attr);
   a->fs()->inodes().Ref(attr.ino());  // first: a recall from now on reaches the kernel's copy
   e.attr_timeout = AttrTimeout(a, attr);
-  e.entry_timeout = EntryTimeout(a, parent, attr.ino());
+  e.entry_timeout = EntryTimeout(a, parent);
   fi->keep_cache = 0;
   fi->fh = handle;
   if (fuse_reply_create(req, &e, fi) != 0) {
@@ -566,6 +579,49 @@ void FuseAdapter::InvalidateEntry(uint64_t parent, const std::string& name) {
   if (r != 0 && r != -ENOENT) {
     LOG(WARNING) << "invalidating entry " << parent << "/" << name << ": " << strerror(-r);
   }
+}
+
+namespace {
+// FUSE_NOTIFY_INC_EPOCH of linux/fuse.h 7.44; Debian's header (7.38) has
+// no name for it.
+constexpr int32_t kFuseNotifyIncEpoch = 8;
+
+// Sends the notification; 0 or -errno.
+int NotifyIncEpoch(fuse_session* se) {
+  fuse_out_header h;
+  h.len = sizeof(h);
+  h.error = kFuseNotifyIncEpoch;
+  h.unique = 0;
+  const ssize_t n = write(fuse_session_fd(se), &h, sizeof(h));
+  if (n == static_cast<ssize_t>(sizeof(h))) return 0;
+  return n < 0 ? -errno : -EIO;
+}
+}  // namespace
+
+bool FuseAdapter::KernelDropsAllNames() {
+  int state = epochs_.load();
+  if (state >= 0) return state == 1;
+  fuse_session* se = session_.load();
+  if (se == nullptr) return false;
+  const int r = NotifyIncEpoch(se);
+  state = r == 0 ? 1 : 0;
+  int unknown = -1;
+  if (epochs_.compare_exchange_strong(unknown, state)) {
+    LOG(INFO) << (state == 1
+                      ? "the kernel takes FUSE_NOTIFY_INC_EPOCH: leased names are cached by it"
+                      : "the kernel refuses FUSE_NOTIFY_INC_EPOCH (" + std::string(strerror(-r)) +
+                            "): leased names are answered by the mount at every lookup");
+  }
+  return epochs_.load() == 1;
+}
+
+void FuseAdapter::InvalidateAllNames() {
+  fuse_session* se = session_.load();
+  if (se == nullptr || epochs_.load() != 1) return;
+  const int r = NotifyIncEpoch(se);
+  // The kernel took it before; failing now, a name it holds may be stale
+  // until its lease would have run out: said loudly.
+  if (r != 0) LOG(ERROR) << "FUSE_NOTIFY_INC_EPOCH failed: " << strerror(-r);
 }
 
 void FuseAdapter::NoteLockOwner(uint64_t ino, uint64_t owner) {

@@ -42,6 +42,13 @@ class FuseAdapter : public Invalidator {
   // Invalidator: forwards a change seen on another node to the kernel.
   void InvalidateInode(uint64_t ino, bool data) override;
   void InvalidateEntry(uint64_t parent, const std::string& name) override;
+  // FUSE_NOTIFY_INC_EPOCH (Linux 6.16, FUSE 7.44): every dentry of the mount
+  // is revalidated (a lookup) before its next use; lock-free in the kernel.
+  void InvalidateAllNames() override;
+  // Whether the kernel takes InvalidateAllNames (tried once, at the first
+  // call after the mount is up): then names under a lease are cached by the
+  // kernel for the lease (EntryTimeout).
+  bool KernelDropsAllNames();
 
   // POSIX locks taken through this mount, so close releases only when needed.
   void NoteLockOwner(uint64_t ino, uint64_t owner);
@@ -51,6 +58,8 @@ class FuseAdapter : public Invalidator {
   FileSystem* const fs_;
   const FuseOptions options_;
   std::atomic<fuse_session*> session_{nullptr};
+  // KernelDropsAllNames: -1 not tried yet, 0 no, 1 yes.
+  std::atomic<int> epochs_{-1};
 
   absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
   std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);

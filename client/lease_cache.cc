@@ -366,6 +366,12 @@ void LeaseCache::FallBack(const Key& key) {
   }
 }
 
+absl::Duration LeaseCache::DirLeft(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  if (!Valid() || dirs_.find(dir) == dirs_.end()) return absl::ZeroDuration();
+  return end_ - options_.clock->Now();
+}
+
 bool LeaseCache::FallingBack(const Key& key) {
   absl::MutexLock l(&mu_);
   auto it = fall_back_.find(KeyId(key.ino, static_cast<uint8_t>(key.kind)));

@@ -149,6 +149,8 @@ class LeaseCache {
   // pushed invalidations, not recalls (docs/architecture.md).
   static constexpr absl::Duration kFallBack = absl::Seconds(2);
   void FallBack(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // What is left of the lease on the names of `dir`; zero when none is held.
+  absl::Duration DirLeft(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   bool FallingBack(const Key& key) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {

@@ -265,17 +265,20 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
 void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
   std::vector<uint64_t> inos = leases_->DropAll(stream_down);
   if (invalidator == nullptr) return;
+  invalidator->InvalidateAllNames();
   for (uint64_t ino : inos) invalidator->InvalidateInode(ino, /*data=*/false);
 }
 
 void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalidator) {
   uint64_t last = 0;
+  bool names = false;
   for (const proto::Invalidation& inv : batch.items()) {
     if (inv.recall() == 0) continue;
     last = std::max(last, inv.recall());
     if (leases_ == nullptr) continue;
     if (inv.dir() != 0) {
       leases_->Recall({LeaseCache::Kind::kDir, inv.dir()});
+      names = true;
     } else {
       leases_->Recall({LeaseCache::Kind::kAttr, inv.ino()});
       // Attributes only: takes no lock the kernel may hold while it waits
@@ -284,6 +287,12 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
     }
   }
   if (last == 0) return;
+  // The kernel may hold names of the recalled directories (under the
+  // lease, fuse_ops.cc EntryTimeout): all are checked again before their
+  // next use, before the ack. (Dropping them one by one would take the
+  // directory's lock, which a change in flight here may hold while the
+  // server waits for this very ack.)
+  if (names) invalidator->InvalidateAllNames();
   absl::Status s = meta_->AckRecall(last, absl::Seconds(2));
   // Unanswered, the change waits until this mount's leases run out, and the
   // next heartbeat is not renewed: the mount drops everything then.

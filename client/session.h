@@ -34,6 +34,11 @@ class Invalidator {
   virtual void InvalidateInode(uint64_t ino, bool data) = 0;
   // The entry `name` of directory `parent` changed.
   virtual void InvalidateEntry(uint64_t parent, const std::string& name) = 0;
+  // Every name the kernel holds is to be checked again before its next use
+  // (a leased directory was recalled or the leases were dropped). Takes no
+  // lock the kernel may hold. Nothing to do by default (a kernel that does
+  // not hold leased names).
+  virtual void InvalidateAllNames() {}
 };
 
 struct SessionOptions {
