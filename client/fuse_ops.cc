@@ -86,26 +86,25 @@ double AttrTimeout(FuseAdapter* a, const proto::Attr& attr) {
 
 // How long the kernel may keep a name (or "not there") in `parent`.
 // Without leases, or while the directory is recalled too often and not
-// leased: the mount's timeout. With leases, the answer to a
-// lookup: for what is left of the directory's lease, if the mount holds it
-// and the kernel takes FUSE_NOTIFY_INC_EPOCH (a recall then makes the
-// kernel check every name it holds again, lock-free, before the ack; the
-// kernel reads its epoch before it sends a lookup, so an answer that a
-// recall overtook is checked again too); else not at all, and the mount
+// leased: the mount's timeout. With leases: for what is left of the
+// directory's lease, if the mount holds it and the kernel takes
+// FUSE_NOTIFY_INC_EPOCH (a recall then makes the kernel check every name it
+// holds again, lock-free, before the ack); else not at all, and the mount
 // answers every lookup from its leases. Dropping one kernel entry instead
 // would take the directory's lock, which a change in flight on this node
 // may hold while the server waits for this node's ack: a deadlock until
-// the lease ran out. Other replies that make a name (create, mkdir, link,
-// readdirplus) get 0 under leases: the kernel reads its epoch for them
-// after the answer, so a recall in between would not reach them.
-double EntryTimeout(FuseAdapter* a, uint64_t parent, bool lookup = false) {
+// the lease ran out. The kernel reads its epoch before it sends a lookup,
+// create, mknod, mkdir, symlink or link (`epoch_first`), so an answer a
+// recall overtook is checked again too; for readdirplus it reads it after
+// the answer, so those names get 0.
+double EntryTimeout(FuseAdapter* a, uint64_t parent, bool epoch_first = true) {
   if (a->fs()->KernelKeepsName(parent)) return a->options().entry_timeout_s;
-  if (!lookup || !a->KernelDropsAllNames()) return 0;
+  if (!epoch_first || !a->KernelDropsAllNames()) return 0;
   return a->fs()->NameLeaseLeft(parent);
 }
 
 // Replies with an entry; the kernel now holds one more lookup of it.
-void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr, bool lookup = false) {
+void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr) {
   FuseAdapter* a = Adapter(req);
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
@@ -114,7 +113,7 @@ void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr, bool l
   // Counted first: a recall from now on reaches the kernel's copy.
   a->fs()->inodes().Ref(attr.ino());
   e.attr_timeout = AttrTimeout(a, attr);
-  e.entry_timeout = EntryTimeout(a, parent, lookup);
+  e.entry_timeout = EntryTimeout(a, parent);
   if (fuse_reply_entry(req, &e) != 0) a->fs()->Forget(attr.ino(), 1);
 }
 
@@ -149,12 +148,11 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // pushed as invalidations); with leases the mount answers it.
     fuse_entry_param e;
     memset(&e, 0, sizeof(e));
-    e.entry_timeout = EntryTimeout(Adapter(req), parent, /*lookup=*/true);
+    e.entry_timeout = EntryTimeout(Adapter(req), parent);
     fuse_reply_entry(req, &e);
     return;
   }
-  if (!r.ok()) return ReplyError(req, r.status());
-  ReplyEntry(req, parent, *r, /*lookup=*/true);
+  ReplyEntryOr(req, parent, r);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -267,7 +265,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       // Counted first: a recall from now on reaches the kernel's copy.
       if (!dots) a->fs()->inodes().Ref(e.attr().ino());
       ep.attr_timeout = dots ? 0 : AttrTimeout(a, e.attr());
-      ep.entry_timeout = dots ? 0 : EntryTimeout(a, ino);
+      ep.entry_timeout = dots ? 0 : EntryTimeout(a, ino, /*epoch_first=*/false);
       n = fuse_add_direntry_plus(req, &buf[used], size - used, e.name().c_str(), &ep, e.cookie());
       if (n > size - used) {
         if (!dots) a->fs()->Forget(e.attr().ino(), 1);  // not handed to the kernel

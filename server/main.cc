@@ -58,7 +58,7 @@ ABSL_FLAG(int, lease_hot_recalls, 8,
           "invalidations) meanwhile; 0: always leased (exact, every change waits for recalls)");
 ABSL_FLAG(int, threads, 64,
           "worker threads that run the file system's calls; calls wait for one in a bounded "
-          "queue where sessions take turns");
+          "queue where clients take turns");
 ABSL_FLAG(int, max_queued_calls, 8192,
           "calls that may wait for a worker; past it (or past --max_queued_calls_per_client "
           "of one client) a call is refused with RESOURCE_EXHAUSTED and the client retries it "

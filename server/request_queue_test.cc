@@ -95,22 +95,6 @@ TEST(RequestQueueTest, RefusesPastTheBoundsAndCountsIt) {
   EXPECT_EQ(ran.load(), 6);
 }
 
-TEST(RequestQueueTest, TheControlLaneRunsWhileEveryWorkerIsBlocked) {
-  RequestQueueOptions o;
-  o.workers = 2;
-  o.control_workers = 1;
-  RequestQueue q(o);
-  // Both workers wait for something only a control call does (as a
-  // change waits for a recall's acknowledgement).
-  absl::Notification acked;
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] { acked.WaitForNotification(); }));
-  }
-  ASSERT_TRUE(q.Submit(Lane::kControl, 2, [&] { acked.Notify(); }));
-  EXPECT_TRUE(acked.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  q.Stop();
-}
-
 TEST(RequestQueueTest, OneSourceRunsOnAtMostItsShareOfTheWorkers) {
   RequestQueueOptions o;
   o.workers = 4;
@@ -138,15 +122,19 @@ TEST(RequestQueueTest, OneSourceRunsOnAtMostItsShareOfTheWorkers) {
   EXPECT_EQ(ran.load(), 6);
 }
 
-TEST(RequestQueueTest, HeartbeatsAndAcksHaveALaneOfTheirOwn) {
+TEST(RequestQueueTest, EachSpecialLaneRunsWhileTheLanesBeforeItAreBlocked) {
   RequestQueueOptions o;
   o.workers = 1;
   o.control_workers = 1;
   o.liveness_workers = 1;
   RequestQueue q(o);
-  // The work lane and the control lane are both blocked (a change waiting
-  // for a recall, a long Check); an ack still runs.
-  absl::Notification acked;
+  // Every worker waits for what only a control call does, then the control
+  // lane's thread waits for what only an ack does (a change waiting for a
+  // recall; a long Check).
+  absl::Notification controlled, acked;
+  ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] { controlled.WaitForNotification(); }));
+  ASSERT_TRUE(q.Submit(Lane::kControl, 2, [&] { controlled.Notify(); }));
+  EXPECT_TRUE(controlled.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_TRUE(q.Submit(Lane::kWork, 1, [&] { acked.WaitForNotification(); }));
   ASSERT_TRUE(q.Submit(Lane::kControl, 1, [&] { acked.WaitForNotification(); }));
   ASSERT_TRUE(q.Submit(Lane::kLiveness, 2, [&] { acked.Notify(); }));

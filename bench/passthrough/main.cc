@@ -9,6 +9,7 @@
 // Without -f it returns 0 once mounted and serves in the background.
 // SIGTERM, SIGINT or an unmount (fusermount3 -u) ends it.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +68,27 @@ bool ParseArgs(int argc, char** argv, Args* out) {
 
 }  // namespace
 
+// The passthrough holds an O_PATH descriptor for every inode the kernel
+// knows: a tree of 20,000 files needs more than the usual 1,024 (or a
+// container's 20,000), else openat() on a failed one gives EBADF. Raised
+// as far as the kernel allows (root may raise the hard limit too).
+void RaiseFileLimit() {
+  rlim_t want = 1 << 20;
+  if (FILE* f = fopen("/proc/sys/fs/nr_open", "r")) {
+    unsigned long long nr = 0;
+    if (fscanf(f, "%llu", &nr) == 1 && nr > 0) want = std::min<rlim_t>(want, nr);
+    fclose(f);
+  }
+  rlimit cur;
+  if (getrlimit(RLIMIT_NOFILE, &cur) != 0 || cur.rlim_cur >= want) return;
+  rlimit raised = {want, std::max(want, cur.rlim_max)};
+  if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    raised = {cur.rlim_max, cur.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return;
+  }
+  LOG(INFO) << "open files limit: " << raised.rlim_cur;
+}
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfs-passthrough [flags] SOURCE_DIR MOUNTPOINT [-f] [-o opt,...]");
@@ -78,6 +100,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   umask(0);  // the kernel already applied the caller's umask to every mode
+  RaiseFileLimit();
 
   const int root_fd = open(args.source.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) {
