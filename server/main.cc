@@ -63,8 +63,10 @@ ABSL_FLAG(int, max_queued_calls, 8192,
           "calls that may wait for a worker; past it (or past --max_queued_calls_per_client "
           "of one client) a call is refused with RESOURCE_EXHAUSTED and the client retries it "
           "with a backoff");
-ABSL_FLAG(int, max_queued_calls_per_client, 128,
-          "calls of one client connection (a mount has one) that may wait for a worker");
+ABSL_FLAG(int, max_queued_calls_per_client, 256,
+          "calls of one client connection (a mount has one) that may wait for a worker; a "
+          "connection has at most 256 calls open, so by default its excess waits in the "
+          "client (refusing a cheap call costs the server as much as serving it)");
 ABSL_FLAG(int, max_running_calls_per_client, 0,
           "calls of one client connection that may run at once (0: half of --threads)");
 ABSL_FLAG(int, write_backlog_mb, 64,

@@ -52,7 +52,7 @@ struct RequestQueueOptions {
   // past it is refused.
   size_t max_queued = 8192;
   // Calls of one source waiting in a lane; a call past it is refused.
-  size_t max_queued_per_source = 128;
+  size_t max_queued_per_source = 256;
   // Calls of one source running at once in the work lane; 0: half the
   // workers (at least 1).
   int max_running_per_source = 0;

@@ -69,6 +69,10 @@ void ConfigureBuilder(const ServerConfig& config, grpc::ServerBuilder* builder,
   // wait in the client, not in this server's memory. Well above what a
   // mount runs at once (FUSE threads, flushers, read-ahead, its stream).
   builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.queue.max_streams);
+  // gRPC sets SO_REUSEPORT by default: a second server started on the
+  // same port would share it silently, each taking some of the calls.
+  // Without it, the second one cannot listen and says so.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The synchronous services (the replica's stream, the witness) run on
   // gRPC's own thread manager, capped here; the file system's calls use the
   // callback API and the request queue (server/service_endpoint.h).

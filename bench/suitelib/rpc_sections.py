@@ -190,7 +190,7 @@ hands each call to a bounded queue (server/request_queue.h) where clients take t
 `--threads` worker threads run the handlers, one client's calls on at most half of them. A client connection has at most 256 calls open
 at once (HTTP/2 MAX_CONCURRENT_STREAMS): the generator's further calls wait in the generator,
 so past saturation response times grow while the server's throughput and memory stay put.
-A call past `--max_queued_calls` (8192) or `--max_queued_calls_per_client` (128) is refused
+A call past `--max_queued_calls` (8192) or `--max_queued_calls_per_client` (256) is refused
 with RESOURCE_EXHAUSTED, which clients retry with a backoff (counted as failed here: the
 generator does not retry).
 """)
