@@ -68,7 +68,10 @@ ABSL_FLAG(int, callers, 8, "rpc: concurrent callers for messages/s");
 ABSL_FLAG(std::string, op, "getattr", "load: getattr, setattr or echo");
 ABSL_FLAG(double, rate, 0, "load: offered calls per second");
 ABSL_FLAG(int, timeout_ms, 5000, "load: deadline of each call");
-ABSL_FLAG(int, max_outstanding, 20000, "load: calls in flight past which offers are dropped");
+ABSL_FLAG(int, max_outstanding, 20000,
+          "load: calls unanswered (sent or waiting to be) past which offers are dropped");
+ABSL_FLAG(int, max_in_flight, 256,
+          "load: calls open on the channel at once; later ones wait in the generator");
 
 namespace {
 
@@ -245,12 +248,14 @@ int RunLoadCmd() {
   o.duration = absl::Seconds(absl::GetFlag(FLAGS_secs) > 0 ? absl::GetFlag(FLAGS_secs) : 5);
   o.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   o.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
+  o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   if (o.op != "getattr" && o.op != "setattr" && o.op != "echo") {
     return Usage("--op must be getattr, setattr or echo");
   }
   if (!(o.rate > 0)) return Usage("--rate (calls per second) must be given and positive");
   if (absl::GetFlag(FLAGS_timeout_ms) < 1) return Usage("--timeout_ms must be positive");
   if (o.max_outstanding < 1) return Usage("--max_outstanding must be positive");
+  if (o.max_in_flight < 1) return Usage("--max_in_flight must be positive");
   auto rpc = Connect();
   if (!rpc.ok()) return Error(rpc.status());
   auto r = gb::RunLoad(rpc->get(), o);
@@ -315,15 +320,17 @@ int main(int argc, char** argv) {
       {"load",
        {RunLoadCmd,
         {"server", "secret_file", "tls_dir", "identity", "insecure", "secs", "op", "rate",
-         "timeout_ms", "max_outstanding"},
+         "timeout_ms", "max_outstanding", "max_in_flight"},
         false}},
   };
   auto it = commands.find(args[1]);
   if (it == commands.end()) return Usage(std::string("unknown command '") + args[1] + "'");
   const Command& cmd = it->second;
-  for (const char* name : {"dir", "mib", "bs_kib", "zeros", "files", "file_kib", "runs", "server",
-                           "secret_file", "tls_dir", "identity", "insecure", "sizes", "secs",
-                           "callers", "op", "rate", "timeout_ms", "max_outstanding"}) {
+  static const char* const kFlags[] = {
+      "dir",     "mib",         "bs_kib",  "zeros",      "files",           "file_kib",     "runs",
+      "server",  "secret_file", "tls_dir", "identity",   "insecure",        "sizes",        "secs",
+      "callers", "op",          "rate",    "timeout_ms", "max_outstanding", "max_in_flight"};
+  for (const char* name : kFlags) {
     const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
     // A flag given a value for another command is a mistake worth saying.
     if (f != nullptr && f->CurrentValue() != f->DefaultValue() && cmd.flags.count(name) == 0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -60,14 +61,28 @@ const char* CodeName(grpc::StatusCode code) {
 // What every call records, shared with the gRPC callbacks (which may run
 // after RunLoad gave up waiting, hence the shared_ptr).
 struct Tally {
-  explicit Tally(size_t n) : latency_ms(n, -1), done_at(n) {}
+  Tally(RpcClient* rpc, const LoadOptions& o, size_t n, Clock::time_point start)
+      : rpc(rpc), options(o), start(start), latency_ms(n, -1), done_at(n) {}
+  RpcClient* const rpc;
+  const LoadOptions options;
+  const Clock::time_point start;
   // Written once per call index by its own callback; read after the
   // callback has counted the call down under mu (which orders the writes).
   std::vector<double> latency_ms;  // -1: not OK
   std::vector<Clock::time_point> done_at;
 
+  Clock::time_point Due(size_t i) const {
+    return start + std::chrono::nanoseconds(static_cast<int64_t>(i * 1e9 / options.rate));
+  }
+
   absl::Mutex mu;
-  int outstanding ABSL_GUARDED_BY(mu) = 0;
+  int outstanding ABSL_GUARDED_BY(mu) = 0;  // sent or waiting here
+  int in_flight ABSL_GUARDED_BY(mu) = 0;    // sent
+  // Calls due but not sent: the connection has max_in_flight open. Sent in
+  // order as earlier ones finish.
+  std::deque<size_t> waiting ABSL_GUARDED_BY(mu);
+  bool stopped ABSL_GUARDED_BY(mu) = false;  // RunLoad returned: send nothing more
+  double max_send_lag_ms ABSL_GUARDED_BY(mu) = 0;
   std::map<std::string, uint64_t> failures ABSL_GUARDED_BY(mu);
 };
 
@@ -79,8 +94,11 @@ struct Call {
   Reply reply;
 };
 
-void Finish(const std::shared_ptr<Tally>& tally, size_t i, Clock::time_point due,
-            const grpc::Status& s, int err) {
+void Send(const std::shared_ptr<Tally>& tally, size_t i);
+
+// Call i finished: records it, then sends the next call waiting here, if
+// any, in its place.
+void Finish(const std::shared_ptr<Tally>& tally, size_t i, const grpc::Status& s, int err) {
   const auto now = Clock::now();
   std::string failure;
   if (!s.ok()) {
@@ -88,12 +106,77 @@ void Finish(const std::shared_ptr<Tally>& tally, size_t i, Clock::time_point due
   } else if (err != 0) {
     failure = absl::StrCat("errno ", err);
   } else {
-    tally->latency_ms[i] = std::chrono::duration<double, std::milli>(now - due).count();
+    tally->latency_ms[i] = std::chrono::duration<double, std::milli>(now - tally->Due(i)).count();
   }
   tally->done_at[i] = now;
-  absl::MutexLock l(&tally->mu);
-  if (!failure.empty()) ++tally->failures[failure];
-  --tally->outstanding;
+  size_t next = 0;
+  bool send = false;
+  {
+    absl::MutexLock l(&tally->mu);
+    if (!failure.empty()) ++tally->failures[failure];
+    --tally->outstanding;
+    // A waiting call past its deadline (counted from when it was due) is
+    // not sent: it failed like a call the server did not answer in time.
+    const auto timeout = absl::ToChronoNanoseconds(tally->options.call_timeout);
+    while (!tally->waiting.empty() && !tally->stopped) {
+      const size_t j = tally->waiting.front();
+      tally->waiting.pop_front();
+      if (tally->Due(j) + timeout <= now) {
+        ++tally->failures["DEADLINE_EXCEEDED"];
+        tally->done_at[j] = now;
+        --tally->outstanding;
+        continue;
+      }
+      next = j;
+      send = true;
+      break;
+    }
+    if (!send) --tally->in_flight;
+  }
+  if (send) Send(tally, next);
+}
+
+// Starts call i on the channel (counted in in_flight by the caller).
+void Send(const std::shared_ptr<Tally>& tally, size_t i) {
+  const LoadOptions& o = tally->options;
+  RpcClient* rpc = tally->rpc;
+  const auto late = Clock::now() - tally->Due(i);
+  {
+    const double lag = std::chrono::duration<double, std::milli>(late).count();
+    absl::MutexLock l(&tally->mu);
+    tally->max_send_lag_ms = std::max(tally->max_send_lag_ms, lag);
+  }
+  // The deadline counts from when the call was due, not from when it left.
+  const absl::Duration timeout =
+      std::max(o.call_timeout - absl::FromChrono(late), absl::Milliseconds(1));
+  if (o.op == "getattr") {
+    auto* c = new Call<proto::GetAttrRequest, proto::AttrReply>;
+    rpc->PrepareContext(&c->ctx, timeout);
+    c->req.set_ino(1);
+    rpc->stub()->async()->GetAttr(&c->ctx, &c->req, &c->reply, [c, tally, i](grpc::Status s) {
+      const int err = c->reply.err();
+      delete c;  // before the count-down lets RunLoad return
+      Finish(tally, i, s, err);
+    });
+  } else if (o.op == "setattr") {
+    auto* c = new Call<proto::SetAttrRequest, proto::AttrReply>;
+    rpc->PrepareContext(&c->ctx, timeout);
+    c->req.set_ino(1);
+    c->req.set_valid(proto::SetAttrRequest::MTIME_NOW);
+    rpc->stub()->async()->SetAttr(&c->ctx, &c->req, &c->reply, [c, tally, i](grpc::Status s) {
+      const int err = c->reply.err();
+      delete c;  // before the count-down lets RunLoad return
+      Finish(tally, i, s, err);
+    });
+  } else {
+    auto* c = new Call<proto::EchoRequest, proto::EchoReply>;
+    rpc->PrepareContext(&c->ctx, timeout);
+    rpc->stub()->async()->Echo(&c->ctx, &c->req, &c->reply, [c, tally, i](grpc::Status s) {
+      const int err = c->reply.err();
+      delete c;  // before the count-down lets RunLoad return
+      Finish(tally, i, s, err);
+    });
+  }
 }
 
 }  // namespace
@@ -102,8 +185,10 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
   if (o.op != "getattr" && o.op != "setattr" && o.op != "echo") {
     return absl::InvalidArgumentError("op must be getattr, setattr or echo, not '" + o.op + "'");
   }
-  if (!(o.rate > 0) || o.duration <= absl::ZeroDuration() || o.max_outstanding < 1) {
-    return absl::InvalidArgumentError("rate, duration and max_outstanding must be positive");
+  if (!(o.rate > 0) || o.duration <= absl::ZeroDuration() || o.max_outstanding < 1 ||
+      o.max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        "rate, duration, max_outstanding and max_in_flight must be positive");
   }
   const double secs = absl::ToDoubleSeconds(o.duration);
   const double offered = std::floor(o.rate * secs);
@@ -111,20 +196,15 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
     return absl::InvalidArgumentError("rate * duration must be between 1 and 50 million calls");
   }
   const size_t n = static_cast<size_t>(offered);
-  auto tally = std::make_shared<Tally>(n);
+  const auto start = Clock::now() + std::chrono::milliseconds(1);
+  auto tally = std::make_shared<Tally>(rpc, o, n, start);
   LoadResult r;
   r.offered = n;
   std::vector<bool> sent(n, false);
-  const auto start = Clock::now() + std::chrono::milliseconds(1);
   const auto window_end = start + absl::ToChronoNanoseconds(o.duration);
-  auto due_of = [&](size_t i) {
-    return start + std::chrono::nanoseconds(static_cast<int64_t>(i * 1e9 / o.rate));
-  };
   for (size_t i = 0; i < n; ++i) {
-    const auto due = due_of(i);
+    const auto due = tally->Due(i);
     if (Clock::now() < due) std::this_thread::sleep_until(due);
-    r.max_send_lag_ms = std::max(
-        r.max_send_lag_ms, std::chrono::duration<double, std::milli>(Clock::now() - due).count());
     {
       absl::MutexLock l(&tally->mu);
       if (tally->outstanding >= o.max_outstanding) {
@@ -132,38 +212,14 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
         continue;
       }
       ++tally->outstanding;
+      sent[i] = true;
+      if (tally->in_flight >= o.max_in_flight) {
+        tally->waiting.push_back(i);  // sent by the callback of an earlier call
+        continue;
+      }
+      ++tally->in_flight;
     }
-    sent[i] = true;
-    if (o.op == "getattr") {
-      auto* c = new Call<proto::GetAttrRequest, proto::AttrReply>;
-      rpc->PrepareContext(&c->ctx, o.call_timeout);
-      c->req.set_ino(1);
-      rpc->stub()->async()->GetAttr(&c->ctx, &c->req, &c->reply,
-                                    [c, tally, i, due](grpc::Status s) {
-                                      const int err = c->reply.err();
-                                      delete c;  // before the count-down lets RunLoad return
-                                      Finish(tally, i, due, s, err);
-                                    });
-    } else if (o.op == "setattr") {
-      auto* c = new Call<proto::SetAttrRequest, proto::AttrReply>;
-      rpc->PrepareContext(&c->ctx, o.call_timeout);
-      c->req.set_ino(1);
-      c->req.set_valid(proto::SetAttrRequest::MTIME_NOW);
-      rpc->stub()->async()->SetAttr(&c->ctx, &c->req, &c->reply,
-                                    [c, tally, i, due](grpc::Status s) {
-                                      const int err = c->reply.err();
-                                      delete c;  // before the count-down lets RunLoad return
-                                      Finish(tally, i, due, s, err);
-                                    });
-    } else {
-      auto* c = new Call<proto::EchoRequest, proto::EchoReply>;
-      rpc->PrepareContext(&c->ctx, o.call_timeout);
-      rpc->stub()->async()->Echo(&c->ctx, &c->req, &c->reply, [c, tally, i, due](grpc::Status s) {
-        const int err = c->reply.err();
-        delete c;  // before the count-down lets RunLoad return
-        Finish(tally, i, due, s, err);
-      });
-    }
+    Send(tally, i);
   }
   // Every call has a deadline; allow it plus a margin for the callbacks.
   {
@@ -173,10 +229,12 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
     };
     if (!tally->mu.AwaitWithTimeout(absl::Condition(&all_done),
                                     o.call_timeout + absl::Seconds(10))) {
+      tally->stopped = true;
       return absl::DeadlineExceededError(
           absl::StrCat(tally->outstanding, " calls still unanswered past their deadline"));
     }
     r.failures = tally->failures;
+    r.max_send_lag_ms = tally->max_send_lag_ms;
   }
   std::vector<double> ok_ms;
   uint64_t in_window = 0;

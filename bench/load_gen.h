@@ -2,7 +2,7 @@
 // not earlier ones have been answered (the SFS way), so an overloaded
 // server shows as growing response times and failed calls instead of a
 // slower client. Calls are asynchronous (gRPC callback API) on the one
-// channel of an RpcClient.
+// channel of an RpcClient, at most LoadOptions::max_in_flight at once.
 #ifndef GRANTFS_BENCH_LOAD_GEN_H_
 #define GRANTFS_BENCH_LOAD_GEN_H_
 
@@ -32,6 +32,13 @@ struct LoadOptions {
   // A call due while this many are unanswered is not sent (counted as
   // dropped): bounds the generator's memory when the server stalls.
   int max_outstanding = 20000;
+  // Calls open on the channel at once: the server lets a connection have
+  // 256 (HTTP/2 MAX_CONCURRENT_STREAMS). Calls due past that wait in the
+  // generator, in order, each sent when an earlier one is answered; their
+  // response time and deadline still count from when they were due. (Left
+  // to gRPC, the excess waits in its transport, which costs the generator
+  // CPU that, on a small machine, the server needs.)
+  int max_in_flight = 256;
 };
 
 struct LoadResult {
@@ -47,7 +54,8 @@ struct LoadResult {
   // Response time of OK calls, from the moment each call was due (so time a
   // call waited behind a late generator counts too), in milliseconds.
   double mean_ms = 0, p50_ms = 0, p99_ms = 0, max_ms = 0;
-  // The latest a call was sent after it was due (the generator's own lag).
+  // The latest a call was sent after it was due (the generator's own lag,
+  // and the wait for one of max_in_flight).
   double max_send_lag_ms = 0;
 };
 

@@ -509,6 +509,19 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = 1 << 20;
   if (conn->capable & FUSE_CAP_FLOCK_LOCKS) conn->want |= FUSE_CAP_FLOCK_LOCKS;
   if (conn->capable & FUSE_CAP_POSIX_LOCKS) conn->want |= FUSE_CAP_POSIX_LOCKS;
+  // With leases the kernel is asked for plain readdir, not readdirplus: a
+  // listing's names and attributes are leased by the mount, which answers
+  // the lookups that follow without a round trip, and the kernel keeps what
+  // they return for as long as the lease. readdirplus would hand the kernel
+  // every entry's attributes again at each opendir (its "auto" mode asks for
+  // it at offset 0), the cost of a warm `find`: 1.46x the passthrough's time
+  // instead of 1.96x, `ls -lR` 0.41x instead of 0.86x (bench section 5,
+  // quick). Without leases readdirplus stays: each of those lookups would be
+  // a round trip to the server.
+  auto* adapter = static_cast<FuseAdapter*>(userdata);
+  if (adapter->fs()->leases() != nullptr) {
+    conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+  }
   LOG(INFO) << "FUSE protocol " << conn->proto_major << "." << conn->proto_minor << ", max_write "
             << conn->max_write;
 }

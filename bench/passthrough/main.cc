@@ -2,7 +2,7 @@
 // yardstick for GrantFS benchmarks (the ceiling any FUSE file system reaches
 // here). It uses the GrantFS mount's FUSE settings: multi-threaded loop,
 // no writeback cache, 1 MiB readahead and max_write, 1 s attribute and entry
-// timeouts, default_permissions,allow_other.
+// timeouts, default_permissions,allow_other; xattrs as libfuse's passthrough_ll.
 //
 //   grantfs-passthrough [flags] SOURCE_DIR MOUNTPOINT [-f] [-o opt,...]
 //

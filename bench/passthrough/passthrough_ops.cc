@@ -5,6 +5,7 @@
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -335,6 +336,62 @@ void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
+// --- xattrs, as libfuse's passthrough_ll: through /proc/self/fd/N, which
+// reaches the file the O_PATH fd names. A symlink's own xattrs have no
+// race-free path: ENOTSUP. (Answering every xattr call ENOSYS would make the
+// kernel stop asking, which no file system with xattrs can do: ls -l asks
+// for two of every file.)
+
+// The xattr path of `ino`, or an errno.
+int XattrPath(fuse_req_t req, fuse_ino_t ino, std::string* path) {
+  const int fd = InodeFd(req, ino);
+  if (fd < 0) return ESTALE;
+  struct stat st;
+  if (int err = StatFd(fd, &st); err != 0) return err;
+  if (S_ISLNK(st.st_mode)) return ENOTSUP;
+  *path = ProcPath(fd);
+  return 0;
+}
+
+// getxattr and listxattr: size 0 asks for the length.
+void ReplyXattr(fuse_req_t req, size_t size, const std::string& buf, ssize_t got) {
+  if (got < 0) return ReplyErr(req, errno);
+  if (size == 0) {
+    fuse_reply_xattr(req, got);
+  } else {
+    fuse_reply_buf(req, buf.data(), got);
+  }
+}
+
+void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  std::string path;
+  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  std::string buf(size, '\0');
+  ReplyXattr(req, size, buf, getxattr(path.c_str(), name, size ? buf.data() : nullptr, size));
+}
+
+void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  std::string path;
+  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  std::string buf(size, '\0');
+  ReplyXattr(req, size, buf, listxattr(path.c_str(), size ? buf.data() : nullptr, size));
+}
+
+void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  std::string path;
+  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  AsCaller as_caller(req);
+  fuse_reply_err(req, Check(setxattr(path.c_str(), name, value, size, flags)));
+}
+
+void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  std::string path;
+  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  AsCaller as_caller(req);
+  fuse_reply_err(req, Check(removexattr(path.c_str(), name)));
+}
+
 void OpStatFs(fuse_req_t req, fuse_ino_t ino) {
   const int fd = InodeFd(req, ino);
   struct statvfs sv;
@@ -369,6 +426,10 @@ const fuse_lowlevel_ops* Passthrough::Ops() {
     o.readdir = OpReadDir;
     o.releasedir = OpReleaseDir;
     o.statfs = OpStatFs;
+    o.getxattr = OpGetXattr;
+    o.listxattr = OpListXattr;
+    o.setxattr = OpSetXattr;
+    o.removexattr = OpRemoveXattr;
     return o;
   }();
   return &ops;

@@ -187,9 +187,12 @@ cores as the server, so past saturation the two share the CPU.
 
 The request path (docs/architecture.md, "The server's request path"): gRPC's callback API
 hands each call to a bounded queue (server/request_queue.h) where clients take turns;
-`--threads` worker threads run the handlers, one client's calls on at most half of them. A client connection has at most 256 calls open
-at once (HTTP/2 MAX_CONCURRENT_STREAMS): the generator's further calls wait in the generator,
-so past saturation response times grow while the server's throughput and memory stay put.
+`--threads` worker threads run the handlers, one client's calls on at most half of them. A
+client connection has at most 256 calls open at once (HTTP/2 MAX_CONCURRENT_STREAMS): the
+generator keeps at most 256 open (`--max_in_flight`) and its further calls wait in it, in
+order, each sent when an earlier one is answered (a call still waiting 5 s after it was due
+fails as DEADLINE_EXCEEDED; one due while 20,000 are unanswered is dropped, not sent). So past
+saturation response times grow while the server's throughput and memory stay put.
 A call past `--max_queued_calls` (8192) or `--max_queued_calls_per_client` (256) is refused
 with RESOURCE_EXHAUSTED, which clients retry with a backoff (counted as failed here: the
 generator does not retry).
