@@ -82,6 +82,9 @@ struct Tally {
   // order as earlier ones finish.
   std::deque<size_t> waiting ABSL_GUARDED_BY(mu);
   bool stopped ABSL_GUARDED_BY(mu) = false;  // RunLoad returned: send nothing more
+  // Callbacks between taking a waiting call and starting it (they use rpc,
+  // which RunLoad's caller owns): RunLoad waits for none before it returns.
+  int sending ABSL_GUARDED_BY(mu) = 0;
   double max_send_lag_ms ABSL_GUARDED_BY(mu) = 0;
   std::map<std::string, uint64_t> failures ABSL_GUARDED_BY(mu);
 };
@@ -131,9 +134,17 @@ void Finish(const std::shared_ptr<Tally>& tally, size_t i, const grpc::Status& s
       send = true;
       break;
     }
-    if (!send) --tally->in_flight;
+    if (send) {
+      ++tally->sending;
+    } else {
+      --tally->in_flight;
+    }
   }
-  if (send) Send(tally, next);
+  if (send) {
+    Send(tally, next);
+    absl::MutexLock l(&tally->mu);
+    --tally->sending;
+  }
 }
 
 // Starts call i on the channel (counted in in_flight by the caller).
@@ -230,6 +241,10 @@ absl::StatusOr<LoadResult> RunLoad(RpcClient* rpc, const LoadOptions& o) {
     if (!tally->mu.AwaitWithTimeout(absl::Condition(&all_done),
                                     o.call_timeout + absl::Seconds(10))) {
       tally->stopped = true;
+      auto not_sending = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tally->mu) {
+        return tally->sending == 0;
+      };
+      tally->mu.Await(absl::Condition(&not_sending));  // a Send does not block
       return absl::DeadlineExceededError(
           absl::StrCat(tally->outstanding, " calls still unanswered past their deadline"));
     }

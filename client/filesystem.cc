@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -375,12 +376,7 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
     for (const proto::DirEntry& e : reply.entries()) {
       dirty = dirty || (cache_ && cache_->extent_count(e.attr().ino()) > 0);
     }
-    if (!dirty) {
-      for (const proto::DirEntry& e : reply.entries()) {
-        if (e.name() != "." && e.name() != "..") names_.Set(ino, e.name(), e.attr().ino());
-      }
-      return reply;
-    }
+    if (!dirty) return reply;
   }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
@@ -390,7 +386,6 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
   for (proto::DirEntry& e : *reply.mutable_entries()) {
     if (e.leased()) KeepAttr(t, fetch, e.attr());
     fetch.Patch(e.mutable_attr());
-    if (e.name() != "." && e.name() != "..") names_.Set(ino, e.name(), e.attr().ino());
   }
   return reply;
 }
@@ -555,6 +550,9 @@ absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) { return m
 
 absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
+  // A name or value the server refuses, refused here as it would
+  // (common/names.h), before anything is forgotten or sent.
+  RETURN_IF_ERROR(ValidateXattr(name, value.size()));
   ForgetXattrs(ino);
   absl::Status s = meta_.SetXattr(c, ino, name, value, flags);
   if (leases_) leases_->XattrsChanged(ino);  // and ctime
@@ -563,6 +561,9 @@ absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::strin
 
 absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
+  // The server refuses a name outside the namespaces it stores (e.g. the
+  // ACLs `ls -l` asks for: EOPNOTSUPP) before it looks: so does the mount.
+  RETURN_IF_ERROR(ValidateXattr(name, 0));
   if (leases_) {
     // Known absent under the attribute lease: the kernel asks for
     // security.capability before every write, `ls -l` for ACLs and labels.
@@ -582,10 +583,12 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
 }
 
 absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, uint64_t ino) {
+  if (leases_ && leases_->NoXattrs(ino)) return std::vector<std::string>();
   return meta_.ListXattr(c, ino);
 }
 
 absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  RETURN_IF_ERROR(ValidateXattr(name, 0));
   ForgetXattrs(ino);
   absl::Status s = meta_.RemoveXattr(c, ino, name);
   if (leases_) leases_->XattrsChanged(ino);  // and ctime

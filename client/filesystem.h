@@ -115,8 +115,14 @@ class FileSystem {
   absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name, uint64_t new_parent,
                       const std::string& new_name, uint32_t flags);
   absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
+  // Entries after `cookie`. A readdirplus that hands the kernel an entry
+  // says so with HandedToKernel (a plain readdir hands it none).
   absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
                                               uint32_t max_entries);
+  // The kernel was handed `name` in `parent` as `ino` (client/name_cache.h).
+  void HandedToKernel(uint64_t parent, const std::string& name, uint64_t ino) {
+    names_.Set(parent, name, ino);
+  }
 
   // `handle` gets this open's id, unique in the mount: Release names it, and
   // the server counts a resent Open or Release with it once.

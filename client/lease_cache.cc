@@ -181,9 +181,20 @@ void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
   Trim();
 }
 
+bool LeaseCache::NoXattrs(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  if (!Valid()) return false;
+  auto attr = attrs_.find(ino);
+  return attr != attrs_.end() && attr->second.no_xattrs();
+}
+
 bool LeaseCache::XattrAbsent(uint64_t ino, const std::string& name) {
   absl::MutexLock l(&mu_);
   if (!Valid()) return false;
+  if (name.rfind("user.", 0) != 0) {
+    auto attr = attrs_.find(ino);
+    if (attr != attrs_.end() && attr->second.no_xattrs()) return true;
+  }
   auto it = no_xattr_.find(ino);
   if (it == no_xattr_.end()) return false;
   for (const std::string& n : it->second) {
@@ -209,7 +220,9 @@ void LeaseCache::PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string
 
 void LeaseCache::XattrsChanged(uint64_t ino) {
   absl::MutexLock l(&mu_);
-  Note(Kind::kAttr, ino, /*foreign=*/false);
+  // As a recall: an own reply sent before (a setattr, a link) may carry
+  // attributes read before this change, no_xattrs among them; not kept.
+  Note(Kind::kAttr, ino, /*foreign=*/true);
   attrs_.erase(ino);
   no_xattr_.erase(ino);
 }

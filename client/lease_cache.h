@@ -94,7 +94,12 @@ class LeaseCache {
   // Whether `ino` is known to have no xattr `name`: remembered under its
   // attribute lease (a change of its xattrs anywhere recalls that), and kept
   // across this mount's own writes (which change no xattr).
+  // Also true when the leased attributes say the inode has no xattrs at all
+  // (Attr.no_xattrs), for any name outside "user." (whose answer the server
+  // gives only to callers that may read the file).
   bool XattrAbsent(uint64_t ino, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // The leased attributes of `ino` say it has no xattrs (Attr.no_xattrs).
+  bool NoXattrs(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the server lists this mount as holding the attribute lease of
   // `ino` (its attributes may have been dropped here by an own change).
   bool HoldsAttrLease(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);

@@ -183,6 +183,40 @@ TEST_F(LeaseCacheTest, AbsentXattrsLastUnderTheAttributeLeaseAcrossOwnWrites) {
   EXPECT_FALSE(cache_.XattrAbsent(5, "user.a"));
 }
 
+TEST_F(LeaseCacheTest, LeasedAttributesWithoutXattrsAnswerForEveryNameButUser) {
+  proto::Attr a = AttrOf(5, 0100644);
+  a.set_no_xattrs(true);
+  cache_.PutAttr(cache_.Take(), a);
+  cache_.PutAttr(cache_.Take(), AttrOf(6, 0100644));  // has some, or not looked
+  EXPECT_TRUE(cache_.NoXattrs(5));
+  EXPECT_TRUE(cache_.XattrAbsent(5, "security.selinux"));
+  EXPECT_TRUE(cache_.XattrAbsent(5, "system.posix_acl_access"));
+  EXPECT_TRUE(cache_.XattrAbsent(5, "trusted.x"));
+  EXPECT_FALSE(cache_.XattrAbsent(5, "user.a"));  // the server checks read access first
+  EXPECT_FALSE(cache_.NoXattrs(6));
+  EXPECT_FALSE(cache_.XattrAbsent(6, "security.selinux"));
+  // An own setxattr, and a recall, end it.
+  cache_.XattrsChanged(5);
+  EXPECT_FALSE(cache_.NoXattrs(5));
+  EXPECT_FALSE(cache_.XattrAbsent(5, "security.selinux"));
+  cache_.PutAttr(cache_.Take(), a);
+  EXPECT_TRUE(cache_.NoXattrs(5));
+  cache_.Recall({LeaseCache::Kind::kAttr, 5});
+  EXPECT_FALSE(cache_.NoXattrs(5));
+  EXPECT_FALSE(cache_.XattrAbsent(5, "security.selinux"));
+  // An own reply sent before an own xattr change is not kept (it may carry
+  // attributes read before it).
+  LeaseCache::Ticket before = cache_.Take();
+  cache_.XattrsChanged(5);
+  cache_.PutAttr(before, a, /*own=*/true);
+  EXPECT_FALSE(cache_.NoXattrs(5));
+  // And so does the end of the lease.
+  cache_.PutAttr(cache_.Take(), a);
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_FALSE(cache_.NoXattrs(5));
+  EXPECT_FALSE(cache_.XattrAbsent(5, "security.selinux"));
+}
+
 TEST_F(LeaseCacheTest, MemoryIsBounded) {
   LeaseCache small(LeaseCacheOptions{.clock = &clock_, .max_attrs = 100});
   small.SetTerm(absl::Seconds(3));

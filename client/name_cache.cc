@@ -3,6 +3,8 @@
 namespace grantfs {
 
 void NameCache::SetLocked(const Key& key, uint64_t ino) {
+  auto it = inode_of_.find(key);
+  if (it != inode_of_.end() && it->second == ino) return;  // (a warm readdir: all of them)
   EraseLocked(key);
   inode_of_[key] = ino;
   names_of_[ino].insert(key);

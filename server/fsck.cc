@@ -35,7 +35,7 @@
 #include "server/fsck_checker.h"
 #include "server/keys.h"
 #include "server/meta_store.h"
-#include "server/names.h"
+#include "common/names.h"
 
 // Problem kinds (FsckProblem::kind). Records:
 //   corrupt_record       a value that does not parse, or a key of the wrong length

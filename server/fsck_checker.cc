@@ -18,7 +18,7 @@
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
 #include "server/keys.h"
-#include "server/names.h"
+#include "common/names.h"
 
 namespace grantfs::fsck_internal {
 

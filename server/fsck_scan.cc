@@ -19,7 +19,7 @@
 #include "rocksdb/write_batch.h"
 #include "server/fsck_checker.h"
 #include "server/keys.h"
-#include "server/names.h"
+#include "common/names.h"
 
 namespace grantfs::fsck_internal {
 

@@ -13,7 +13,7 @@
 #include "common/status_macros.h"
 #include "server/allocator.h"
 #include "server/keys.h"
-#include "server/names.h"
+#include "common/names.h"
 
 namespace grantfs {
 namespace {
@@ -188,6 +188,17 @@ absl::StatusOr<std::vector<std::string>> Inodes::ListXattr(const Caller& caller,
         return true;
       }));
   return names;
+}
+
+absl::StatusOr<bool> Inodes::HasXattrs(uint64_t ino) {
+  bool found = false;
+  const std::string prefix = keys::Prefix('X', ino);
+  RETURN_IF_ERROR(store_->Scan(prefix, prefix,
+                               [&](absl::string_view, absl::string_view) -> absl::StatusOr<bool> {
+                                 found = true;
+                                 return false;
+                               }));
+  return found;
 }
 
 absl::Status Inodes::SetXattr(const Caller& caller, uint64_t ino, const std::string& name,

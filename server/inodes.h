@@ -35,6 +35,8 @@ class Inodes {
   absl::StatusOr<proto::Attr> GetAttr(uint64_t ino);
   absl::StatusOr<std::string> GetXattr(const Caller& caller, uint64_t ino, const std::string& name);
   absl::StatusOr<std::vector<std::string>> ListXattr(const Caller& caller, uint64_t ino);
+  // Whether `ino` has any xattr (of any name, trusted.* too).
+  absl::StatusOr<bool> HasXattrs(uint64_t ino);
   // Checks that `caller` may open `ino` with open(2) `flags`; fresh attrs.
   // `created`: the open of open(O_CREAT) that made the file, which needs no
   // permission (the mode applies to later opens) when `caller` owns it.

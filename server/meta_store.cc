@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/rocks_logger.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -24,7 +25,6 @@
 #include "server/dedupe.h"
 #include "server/grant_policy.h"
 #include "server/keys.h"
-#include "server/names.h"
 
 namespace grantfs {
 namespace {
@@ -54,7 +54,16 @@ std::string NewVolumeId() {
 absl::Status ScanDb(
     rocksdb::DB* db, const std::string& from, const std::string& prefix,
     absl::FunctionRef<absl::StatusOr<bool>(absl::string_view, absl::string_view)> fn) {
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  // The first key past every key that starts with `prefix` bounds the
+  // iterator: a Seek then stops at the end of the prefix instead of walking
+  // on through deletions after it (none: a prefix of only 0xff bytes).
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  const rocksdb::Slice upper(end);
+  rocksdb::ReadOptions ro;
+  if (!end.empty()) ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   for (it->Seek(from); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     ASSIGN_OR_RETURN(bool more, fn(absl::string_view(it->key().data(), it->key().size()),
                                    absl::string_view(it->value().data(), it->value().size())));

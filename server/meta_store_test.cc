@@ -31,7 +31,7 @@
 #include "rocksdb/file_system.h"
 #include "server/metadata.h"
 #include "server/metadata_test_util.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/permissions.h"
 
 namespace grantfs {

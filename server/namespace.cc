@@ -12,7 +12,7 @@
 #include "common/status_macros.h"
 #include "server/dedupe.h"
 #include "server/keys.h"
-#include "server/names.h"
+#include "common/names.h"
 
 namespace grantfs {
 namespace {

@@ -27,7 +27,7 @@
 #include "gtest/gtest.h"
 #include "server/metadata.h"
 #include "server/metadata_test_util.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/permissions.h"
 
 namespace grantfs {

@@ -15,7 +15,7 @@
 #include "common/errno_status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/service_call.h"
 
 namespace grantfs {

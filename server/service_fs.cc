@@ -32,6 +32,17 @@ FileLock ToFileLock(const proto::LockRequest& req, uint64_t client_id) {
   return l;
 }
 
+// Grants `client` a lease on `attr`, read after `epoch` was taken; marks
+// attr->no_xattrs first (read under the same epoch) and only when leased.
+bool GrantAttr(Volume* volume, const RequestContext& rc, uint64_t epoch, proto::Attr* attr) {
+  LeaseTable& leases = volume->leases();
+  if (!leases.Takes(rc.client_id)) return false;
+  volume->MarkNoXattrs(attr);
+  const bool leased = leases.Grant(rc.client_id, LeaseKey::Attr(attr->ino()), epoch);
+  if (!leased) attr->clear_no_xattrs();
+  return leased;
+}
+
 // A lease on the attributes of `reply->attr()` of an inode that existed
 // before the change: read again after the change's recall (the reply's
 // copy may predate another node's later change, recalled before this
@@ -43,7 +54,7 @@ void LeaseChangedAttr(Volume* volume, const RequestContext& rc, proto::AttrReply
   absl::StatusOr<proto::Attr> now = volume->GetAttr(rc, reply->attr().ino());
   if (!now.ok()) return;
   *reply->mutable_attr() = *now;
-  reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(now->ino()), epoch));
+  reply->set_leased(GrantAttr(volume, rc, epoch, reply->mutable_attr()));
 }
 
 // Leases on what a create made: its attributes and, for a directory, its
@@ -53,7 +64,7 @@ void LeaseCreated(Volume* volume, const RequestContext& rc, uint64_t epoch,
                   proto::AttrReply* reply) {
   LeaseTable& leases = volume->leases();
   const uint64_t ino = reply->attr().ino();
-  reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(ino), epoch));
+  reply->set_leased(GrantAttr(volume, rc, epoch, reply->mutable_attr()));
   if (S_ISDIR(reply->attr().mode())) {
     reply->set_dir_leased(leases.Grant(rc.client_id, LeaseKey::Dir(ino), epoch));
   }
@@ -123,9 +134,8 @@ grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
     }
     if (r.ok()) {
       *reply->mutable_attr() = *r;
-      const LeaseKey attr = LeaseKey::Attr(r->ino());
-      reply->set_leased(leases.Grant(rc.client_id, attr, epoch));
-      reply->set_hot(!reply->leased() && leases.Hot(attr));
+      reply->set_leased(GrantAttr(volume_, rc, epoch, reply->mutable_attr()));
+      reply->set_hot(!reply->leased() && leases.Hot(LeaseKey::Attr(r->ino())));
     }
     return r.status();
   });
@@ -138,10 +148,8 @@ grpc::Status GrantFsService::GetAttr(Ctx* ctx, const proto::GetAttrRequest* req,
     auto r = volume_->GetAttr(rc, req->ino());
     if (r.ok()) {
       *reply->mutable_attr() = *r;
-      LeaseTable& leases = volume_->leases();
-      const LeaseKey attr = LeaseKey::Attr(r->ino());
-      reply->set_leased(leases.Grant(rc.client_id, attr, epoch));
-      reply->set_hot(!reply->leased() && leases.Hot(attr));
+      reply->set_leased(GrantAttr(volume_, rc, epoch, reply->mutable_attr()));
+      reply->set_hot(!reply->leased() && volume_->leases().Hot(LeaseKey::Attr(r->ino())));
     }
     return r.status();
   });
@@ -265,7 +273,7 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
     if (leases.Takes(rc.client_id)) {
       reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->ino()), epoch));
       for (proto::DirEntry& e : *reply->mutable_entries()) {
-        e.set_leased(leases.Grant(rc.client_id, LeaseKey::Attr(e.attr().ino()), epoch));
+        e.set_leased(GrantAttr(volume_, rc, epoch, e.mutable_attr()));
       }
     }
     return s;

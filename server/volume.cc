@@ -23,7 +23,7 @@
 #include "glog/logging.h"
 #include "server/data_dir.h"
 #include "server/dedupe.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/orphan_chunks.h"
 
 namespace grantfs {
@@ -448,6 +448,11 @@ absl::StatusOr<std::string> Volume::GetXattr(const RequestContext& ctx, uint64_t
 absl::StatusOr<std::vector<std::string>> Volume::ListXattr(const RequestContext& ctx,
                                                            uint64_t ino) {
   return meta_->inodes().ListXattr(ctx.caller, ino);
+}
+
+void Volume::MarkNoXattrs(proto::Attr* attr) {
+  absl::StatusOr<bool> has = meta_->inodes().HasXattrs(attr->ino());
+  attr->set_no_xattrs(has.ok() && !*has);
 }
 
 absl::Status Volume::RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name) {

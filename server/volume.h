@@ -191,6 +191,9 @@ class Volume {
   absl::StatusOr<std::string> GetXattr(const RequestContext& ctx, uint64_t ino,
                                        const std::string& name);
   absl::StatusOr<std::vector<std::string>> ListXattr(const RequestContext& ctx, uint64_t ino);
+  // Sets attr->no_xattrs when the inode has no xattrs (for a reply that
+  // leases `attr`: read before the lease is granted, like the attributes).
+  void MarkNoXattrs(proto::Attr* attr);
   absl::Status RemoveXattr(const RequestContext& ctx, uint64_t ino, const std::string& name);
 
   // --- locks -------------------------------------------------------------------

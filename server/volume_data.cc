@@ -16,7 +16,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/volume.h"
 
 namespace grantfs {

@@ -17,7 +17,7 @@
 #include "common/status_macros.h"
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
-#include "server/names.h"
+#include "common/names.h"
 #include "server/volume.h"
 #include "server/volume_test_util.h"
 

@@ -168,6 +168,15 @@ def test_passthrough_xattrs(passthrough):
         os.getxattr(p, "user.a")
     assert e.value.errno == errno.ENODATA
     assert "user.a" not in os.listxattr(os.path.join(src, "f"))
+    # A value larger than Python's first buffer: a short buffer is ERANGE,
+    # then the size query, then the read.
+    os.setxattr(p, "user.big", b"v" * 1000)
+    assert os.getxattr(p, "user.big") == b"v" * 1000
+    # A symlink's own xattrs have no race-free path.
+    os.symlink("f", os.path.join(src, "l"))  # (the passthrough makes no symlinks)
+    with pytest.raises(OSError) as e:
+        os.getxattr(os.path.join(mnt, "l"), "security.x", follow_symlinks=False)
+    assert e.value.errno == errno.ENOTSUP
 
 
 def test_passthrough_unmount_ends_process(passthrough):

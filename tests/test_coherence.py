@@ -240,6 +240,56 @@ def test_a_stopped_node_delays_a_change_by_at_most_its_lease(start):
 # --- two nodes in one directory ---------------------------------------------------------
 
 
+@pytest.mark.parametrize("leases", ["on", "off"])
+def test_the_xattrs_ls_asks_for_are_answered_locally_and_recalled(start, leases):
+    """`ls -l` asks for security.selinux and system.posix_acl_access of every
+    entry. A listing's leased attributes say which inodes have no xattrs at
+    all (Attr.no_xattrs), so node A answers "no such xattr" from its lease,
+    and refuses the system.* namespace (which GrantFS does not store) as the
+    server would; a root on node B setting a security.* xattr recalls that,
+    and A sees it at once; listxattr too. Each answer is the one a mount
+    without leases gives (the same test with --leases=off)."""
+    c = start(nodes=2, server_extra=EXACT, mount_extra=[f"--leases={leases}"])
+    a, b = (os.path.join(m.path, "d") for m in c.mounts)
+    os.mkdir(a)
+    for i in range(20):
+        with open(os.path.join(a, f"f{i}"), "w") as f:
+            f.write("x")
+    want = {"security.selinux": errno.ENODATA, "security.grantfs_test": errno.ENODATA,
+            "system.posix_acl_access": errno.EOPNOTSUPP}
+
+    def errs(path):
+        out = {}
+        for n in want:
+            try:
+                out[n] = os.getxattr(path, n)
+            except OSError as e:
+                out[n] = e.errno
+        return out
+
+    for n in range(2):  # the second time from what A holds
+        before = c.server.status()["calls_admitted"]
+        assert sorted(os.listdir(a)) == sorted(f"f{i}" for i in range(20))
+        for i in range(20):
+            assert errs(os.path.join(a, f"f{i}")) == want, i
+            assert os.listxattr(os.path.join(a, f"f{i}")) == []
+        calls = c.server.status()["calls_admitted"] - before
+        if n == 1 and leases == "on":
+            # 80 xattr calls answered by A itself (the few calls counted are
+            # heartbeats and the status calls themselves).
+            assert calls < 10, f"{calls} calls reached the server"
+    os.listdir(b)
+    os.setxattr(os.path.join(b, "f3"), "security.grantfs_test", b"label")
+    assert errs(os.path.join(a, "f3")) == dict(want, **{"security.grantfs_test": b"label"})
+    assert os.listxattr(os.path.join(a, "f3")) == ["security.grantfs_test"]
+    os.removexattr(os.path.join(b, "f3"), "security.grantfs_test")
+    assert errs(os.path.join(a, "f3")) == want
+    assert os.listxattr(os.path.join(a, "f3")) == []
+    # The other files were not touched: still answered by A, as before.
+    assert errs(os.path.join(a, "f4")) == want
+    assert os.listxattr(os.path.join(a, "f4")) == []
+
+
 def test_two_nodes_alternating_in_one_directory(start):
     """Nodes A and B take turns in one directory, each using at once what
     the other just did: A creates a-I, removes b-(I-1) and rewrites or

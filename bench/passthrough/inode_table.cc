@@ -16,7 +16,7 @@ InodeTable::InodeTable(int root_fd) : next_ino_(kRootIno + 1) {
   fstat(root_fd, &st);
   // The kernel never forgets the root: give it a count no forget reaches.
   const SourceKey key{st.st_dev, st.st_ino};
-  inodes_[kRootIno] = Inode{root_fd, std::numeric_limits<uint64_t>::max() / 2, key};
+  inodes_[kRootIno] = Inode{root_fd, std::numeric_limits<uint64_t>::max() / 2, key, false};
   by_source_[key] = kRootIno;
 }
 
@@ -26,9 +26,16 @@ InodeTable::~InodeTable() {
 }
 
 int InodeTable::Fd(uint64_t ino) {
+  bool symlink;
+  return Fd(ino, &symlink);
+}
+
+int InodeTable::Fd(uint64_t ino, bool* symlink) {
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(ino);
-  return it == inodes_.end() ? -1 : it->second.fd;
+  if (it == inodes_.end()) return -1;
+  *symlink = it->second.symlink;
+  return it->second.fd;
 }
 
 uint64_t InodeTable::Ref(int fd, const struct stat& st) {
@@ -43,7 +50,7 @@ uint64_t InodeTable::Ref(int fd, const struct stat& st) {
     return it->second;
   }
   const uint64_t ino = next_ino_++;
-  inodes_[ino] = Inode{fd, 1, key};
+  inodes_[ino] = Inode{fd, 1, key, S_ISLNK(st.st_mode)};
   by_source_[key] = ino;
   return ino;
 }

@@ -32,6 +32,8 @@ class InodeTable {
   // fd stays valid until the last Forget of `ino`, and the kernel forgets an
   // inode only after its last request on it has been answered.
   int Fd(uint64_t ino);
+  // The same, and whether the object is a symlink.
+  int Fd(uint64_t ino, bool* symlink);
 
   // Records one more kernel lookup of the object `fd` refers to (`st` is its
   // fstat) and returns its inode number. Takes ownership of `fd`: if the
@@ -47,6 +49,7 @@ class InodeTable {
     int fd;
     uint64_t nlookup;
     SourceKey key;
+    bool symlink;
   };
 
   absl::Mutex mu_;

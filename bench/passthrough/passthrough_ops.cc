@@ -344,11 +344,10 @@ void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 
 // The xattr path of `ino`, or an errno.
 int XattrPath(fuse_req_t req, fuse_ino_t ino, std::string* path) {
-  const int fd = InodeFd(req, ino);
+  bool symlink = false;
+  const int fd = Fs(req)->inodes().Fd(ino, &symlink);
   if (fd < 0) return ESTALE;
-  struct stat st;
-  if (int err = StatFd(fd, &st); err != 0) return err;
-  if (S_ISLNK(st.st_mode)) return ENOTSUP;
+  if (symlink) return ENOTSUP;
   *path = ProcPath(fd);
   return 0;
 }

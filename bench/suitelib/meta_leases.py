@@ -156,6 +156,15 @@ mount with leases that made the tree, and a `--leases=off` mount of the same ser
 fresh mount of the same server, which has never seen the tree (another node), one fresh mount
 per walk (a walk after another would be warm); the server's own caches are warm. Wall seconds,
 median (min–max) of {runs} run(s).
+
+What each asks of its FUSE daemon: the passthrough answers the xattrs from its source file
+system (as libfuse's passthrough_ll; one FUSE round trip each). A GrantFS mount with leases
+answers them itself from the leased attributes, which say when a file has no xattrs at all,
+and refuses the `system.` namespace, which GrantFS does not store, as its server would. With
+leases the kernel is asked for plain readdir, not readdirplus: a cold walk then sends one
+lookup per entry to the mount (answered there, no RPC, but a FUSE round trip each: the cost of
+a cold `find -ls`), because the kernel cannot keep names a readdirplus hands it under a lease
+(docs/architecture.md, "Consistency between nodes"). A `--leases=off` mount uses readdirplus.
 """)
 
     def get(name, cache, tool):

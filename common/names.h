@@ -1,6 +1,7 @@
-// Validation of names and sizes that arrive from clients.
-#ifndef GRANTFS_SERVER_NAMES_H_
-#define GRANTFS_SERVER_NAMES_H_
+// Validation of names and sizes: the server checks what arrives from
+// clients, and a mount answers what the server would without asking.
+#ifndef GRANTFS_COMMON_NAMES_H_
+#define GRANTFS_COMMON_NAMES_H_
 
 #include <cstdint>
 #include <string>
@@ -29,4 +30,4 @@ absl::Status ValidateRange(uint64_t offset, uint64_t length);
 
 }  // namespace grantfs
 
-#endif  // GRANTFS_SERVER_NAMES_H_
+#endif  // GRANTFS_COMMON_NAMES_H_

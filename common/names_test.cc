@@ -1,4 +1,4 @@
-#include "server/names.h"
+#include "common/names.h"
 
 #include <cerrno>
 #include <limits>
