@@ -2,7 +2,7 @@
 """The failover drill, repeatable: kill -9 the primary during a streaming
 write, N times, alternating roles; print the pauses and the bytes lost.
 
-    sudo bench/drill.py [--build DIR] [--runs 10] [--size-mb 1024] [--mode drill|compare|both]
+    bench/drill.py [--build DIR] [--runs 10] [--size-mb 1024] [--mode drill|compare|both]
 
 It starts a witness, a primary and a replica (grantfs-server --role=...) and
 two mounts that know both servers, under a scratch directory in --workdir.
@@ -147,7 +147,7 @@ def main(argv):
     if a.runs < 1 or a.size_mb < 1 or not 0 < a.kill_at < 1:
         p.error("--runs and --size-mb must be >= 1, --kill-at between 0 and 1")
     if os.geteuid() != 0:
-        print("drill: must run as root (FUSE mounts): sudo bench/drill.py", file=sys.stderr)
+        print("drill: must run as root (FUSE mounts)", file=sys.stderr)
         return 2
     build = os.path.abspath(a.build)
     for rel in ("server/grantfs-server", "client/grantfs-mount", "client/grantfsctl"):

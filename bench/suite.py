@@ -3,7 +3,7 @@
 one run, on this machine, GrantFS beside the FUSE passthrough (the ceiling),
 tmpfs and the local disk.
 
-    sudo bench/run.sh [--quick | --smoke] [--build DIR] [--out DIR] [--sections 1,3]
+    bench/run.sh [--quick | --smoke] [--build DIR] [--out DIR] [--sections 1,3]
 
 It starts its own grantfs-server(s), mounts and proxies under a scratch
 directory in --workdir (default /var/tmp), prints one progress line per
@@ -59,9 +59,9 @@ TITLES = {
 HOWTO = """\
 How to regenerate this file (as root, from the repository, after building):
 
-    sudo bench/run.sh                  # full: about 20-30 minutes on 2 cores
-    sudo bench/run.sh --quick          # small sizes, under 3 minutes (not for publishing)
-    sudo bench/run.sh --build build --out docs --sections 1,3   # some sections only
+    bench/run.sh                  # full: about 40 minutes on 2 cores
+    bench/run.sh --quick          # small sizes, under 3 minutes (not for publishing)
+    bench/run.sh --build build --out docs --sections 1,3   # some sections only
 
 or `ninja -C build bench` (`bench-quick`), or `build/bench/grantfs-bench suite [--quick]`.
 It needs `dbench`, `gnuplot-nox`, `make` and `gcc` (`scripts/install-deps.sh`). It writes this
@@ -105,7 +105,7 @@ def check_prerequisites(a, cfg):
     """A list of problems, each saying what is missing and how to get it."""
     problems = []
     if os.geteuid() != 0:
-        problems.append("must run as root (FUSE and tmpfs mounts): sudo bench/run.sh")
+        problems.append("must run as root (FUSE and tmpfs mounts)")
     for rel in ("server/grantfs-server", "client/grantfs-mount", "bench/grantfs-bench",
                 "bench/grantfs-passthrough", "bench/grantfs-latency-proxy"):
         if not os.access(os.path.join(a.build, rel), os.X_OK):

@@ -523,8 +523,8 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // every entry's attributes again at each opendir (its "auto" mode asks for
   // it at offset 0), the cost of a warm `find`: 1.46x the passthrough's time
   // instead of 1.96x, `ls -lR` 0.41x instead of 0.86x (bench section 5,
-  // quick). Without leases readdirplus stays: each of those lookups would be
-  // a round trip to the server.
+  // quick, before the other warm-readdir fixes). Without leases readdirplus
+  // stays: each of those lookups would be a round trip to the server.
   auto* adapter = static_cast<FuseAdapter*>(userdata);
   if (adapter->fs()->leases() != nullptr) {
     conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);

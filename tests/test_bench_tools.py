@@ -10,6 +10,7 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 import socket
 import subprocess
 import threading
@@ -41,16 +42,17 @@ def pattern_block(i):
 class Passthrough:
     """grantfs-passthrough SOURCE MOUNTPOINT -f, as a child process."""
 
-    def __init__(self, source, path):
+    def __init__(self, source, path, extra=()):
         self.source = source
         self.path = path
+        self.extra = list(extra)
         self.proc = None
         self.log_path = path.rstrip("/") + ".log"
 
     def start(self):
         os.makedirs(self.source, exist_ok=True)
-        self.proc = start_fuse([PASSTHROUGH_BIN, self.source, self.path, "-f"], self.path,
-                               self.log_path)
+        self.proc = start_fuse([PASSTHROUGH_BIN, self.source, self.path, "-f"] + self.extra,
+                               self.path, self.log_path)
         return self
 
     def stop(self):
@@ -177,6 +179,44 @@ def test_passthrough_xattrs(passthrough):
     with pytest.raises(OSError) as e:
         os.getxattr(os.path.join(mnt, "l"), "security.x", follow_symlinks=False)
     assert e.value.errno == errno.ENOTSUP
+
+
+def test_passthrough_tree_larger_than_its_inode_fds(tmp_base):
+    """More inodes than O_PATH fds it may keep (a 20,000-file tree in a
+    container that caps open files at 20,000): the least recently used are
+    closed and reopened by file handle, every operation still works, and the
+    daemon's open fds stay bounded."""
+    p = Passthrough(os.path.join(tmp_base, "src"), os.path.join(tmp_base, "mnt"),
+                    extra=["--max_inode_fds=64"])
+    p.start()
+    try:
+        mnt = p.path
+        paths = []
+        for d in range(10):
+            os.mkdir(os.path.join(mnt, f"d{d}"))
+            for i in range(60):
+                paths.append(os.path.join(mnt, f"d{d}", f"f{i}"))
+                with open(paths[-1], "w") as f:
+                    f.write(paths[-1])
+        for _ in range(2):  # the second pass reopens what the first closed
+            for q in paths:
+                assert os.stat(q).st_size == len(q)
+                with open(q) as f:
+                    assert f.read() == q
+            assert sum(len(os.listdir(os.path.join(mnt, f"d{d}"))) for d in range(10)) == 600
+        os.setxattr(paths[0], "user.k", b"v")
+        assert os.getxattr(paths[0], "user.k") == b"v"
+        os.chmod(paths[1], 0o600)
+        assert stat.S_IMODE(os.stat(paths[1]).st_mode) == 0o600
+        os.rename(paths[2], os.path.join(mnt, "d9", "moved"))
+        with open(os.path.join(mnt, "d9", "moved")) as f:
+            assert f.read() == paths[2]
+        for q in paths[3:]:
+            os.unlink(q)
+        fds = len(os.listdir(f"/proc/{p.proc.pid}/fd"))
+        assert fds < 64 + 32, f"{fds} fds open with --max_inode_fds=64"
+    finally:
+        p.stop()
 
 
 def test_passthrough_unmount_ends_process(passthrough):

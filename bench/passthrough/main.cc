@@ -28,6 +28,10 @@
 
 ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
 ABSL_FLAG(double, timeout, 1.0, "seconds the kernel may cache attributes and names");
+ABSL_FLAG(int, max_inode_fds, 0,
+          "O_PATH fds of inodes kept open at once, past which the least recently used are "
+          "closed and reopened by file handle when needed (0: the open-files limit less "
+          "1,024)");
 
 namespace {
 
@@ -68,11 +72,13 @@ bool ParseArgs(int argc, char** argv, Args* out) {
 
 }  // namespace
 
-// The passthrough holds an O_PATH descriptor for every inode the kernel
-// knows: a tree of 20,000 files needs more than the usual 1,024 (or a
-// container's 20,000), else openat() on a failed one gives EBADF. Raised
-// as far as the kernel allows (root may raise the hard limit too).
-void RaiseFileLimit() {
+// Raises the open-files limit as far as the kernel and the process's
+// capabilities allow (raising the hard limit needs CAP_SYS_RESOURCE, which a
+// container may lack), and returns the limit now in force. All but 1,024
+// of it (half of a small one) goes to the inode table's O_PATH fds (past
+// that it reopens them by file handle), the rest to open files and
+// directories.
+rlim_t RaiseFileLimit() {
   rlim_t want = 1 << 20;
   if (FILE* f = fopen("/proc/sys/fs/nr_open", "r")) {
     unsigned long long nr = 0;
@@ -80,13 +86,15 @@ void RaiseFileLimit() {
     fclose(f);
   }
   rlimit cur;
-  if (getrlimit(RLIMIT_NOFILE, &cur) != 0 || cur.rlim_cur >= want) return;
+  if (getrlimit(RLIMIT_NOFILE, &cur) != 0) return 1024;
+  if (cur.rlim_cur >= want) return cur.rlim_cur;
   rlimit raised = {want, std::max(want, cur.rlim_max)};
   if (setrlimit(RLIMIT_NOFILE, &raised) != 0) {
     raised = {cur.rlim_max, cur.rlim_max};
-    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return;
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return cur.rlim_cur;
   }
   LOG(INFO) << "open files limit: " << raised.rlim_cur;
+  return raised.rlim_cur;
 }
 
 int main(int argc, char** argv) {
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   umask(0);  // the kernel already applied the caller's umask to every mode
-  RaiseFileLimit();
+  const rlim_t files = RaiseFileLimit();
 
   const int root_fd = open(args.source.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) {
@@ -110,6 +118,9 @@ int main(int argc, char** argv) {
   grantfs::passthrough::PassthroughOptions options;
   options.attr_timeout_s = absl::GetFlag(FLAGS_timeout);
   options.entry_timeout_s = absl::GetFlag(FLAGS_timeout);
+  options.max_inode_fds = absl::GetFlag(FLAGS_max_inode_fds) > 0
+                              ? static_cast<size_t>(absl::GetFlag(FLAGS_max_inode_fds))
+                              : std::max<size_t>(64, files > 4096 ? files - 1024 : files / 2);
   grantfs::passthrough::Passthrough fs(root_fd, options);
 
   // A comma would end the option: fsname keeps the source path without them.

@@ -20,7 +20,8 @@ namespace {
 Passthrough* Fs(fuse_req_t req) { return static_cast<Passthrough*>(fuse_req_userdata(req)); }
 
 // The O_PATH fd of `ino`; -1 (the ops answer ESTALE) if the kernel forgot it.
-int InodeFd(fuse_req_t req, fuse_ino_t ino) { return Fs(req)->inodes().Fd(ino); }
+// fd() is -1 (the ops answer ESTALE) if the kernel forgot it.
+InodeTable::Pin InodeFd(fuse_req_t req, fuse_ino_t ino) { return Fs(req)->inodes().Get(ino); }
 
 // Reopening "/proc/self/fd/N" turns an O_PATH fd into a real open file.
 std::string ProcPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
@@ -63,7 +64,8 @@ int DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_entry_par
   memset(e, 0, sizeof(*e));
   e->attr_timeout = fs->options().attr_timeout_s;
   e->entry_timeout = fs->options().entry_timeout_s;
-  const int pfd = fs->inodes().Fd(parent);
+  const InodeTable::Pin parent_pin = fs->inodes().Get(parent);
+  const int pfd = parent_pin.fd();
   if (pfd < 0) return ESTALE;
   const int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno;
@@ -126,7 +128,8 @@ int DoSetAttr(int fd, const struct stat& attr, int to_set, const fuse_file_info*
 // fi->fh is the open file and `e` its entry, counted as a kernel lookup.
 int DoCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi,
              fuse_entry_param* e) {
-  const int pfd = InodeFd(req, parent);
+  const InodeTable::Pin pfd_pin = InodeFd(req, parent);
+  const int pfd = pfd_pin.fd();
   if (pfd < 0) return ESTALE;
   int fd;
   {
@@ -214,16 +217,19 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  ReplyAttr(req, InodeFd(req, ino), 0);
+  const InodeTable::Pin pin = InodeFd(req, ino);
+  ReplyAttr(req, pin.fd(), 0);
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
-  const int fd = InodeFd(req, ino);
+  const InodeTable::Pin fd_pin = InodeFd(req, ino);
+  const int fd = fd_pin.fd();
   ReplyAttr(req, fd, fd < 0 ? ESTALE : DoSetAttr(fd, *attr, to_set, fi));
 }
 
 void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  const int pfd = InodeFd(req, parent);
+  const InodeTable::Pin pfd_pin = InodeFd(req, parent);
+  const int pfd = pfd_pin.fd();
   int err = ESTALE;
   if (pfd >= 0) {
     AsCaller as_caller(req);
@@ -234,7 +240,8 @@ void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void RemoveCommon(fuse_req_t req, fuse_ino_t parent, const char* name, int flags) {
-  const int pfd = InodeFd(req, parent);
+  const InodeTable::Pin pfd_pin = InodeFd(req, parent);
+  const int pfd = pfd_pin.fd();
   fuse_reply_err(req, pfd < 0 ? ESTALE : Check(unlinkat(pfd, name, flags)));
 }
 
@@ -248,8 +255,10 @@ void OpRmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
-  const int pfd = InodeFd(req, parent);
-  const int npfd = InodeFd(req, newparent);
+  const InodeTable::Pin pfd_pin = InodeFd(req, parent);
+  const int pfd = pfd_pin.fd();
+  const InodeTable::Pin npfd_pin = InodeFd(req, newparent);
+  const int npfd = npfd_pin.fd();
   fuse_reply_err(req,
                  pfd < 0 || npfd < 0 ? ESTALE : Check(renameat2(pfd, name, npfd, newname, flags)));
 }
@@ -265,7 +274,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const int fd = InodeFd(req, ino);
+  const InodeTable::Pin fd_pin = InodeFd(req, ino);
+  const int fd = fd_pin.fd();
   if (fd < 0) return ReplyErr(req, ESTALE);
   const int file = open(ProcPath(fd).c_str(), (fi->flags & ~O_NOFOLLOW) | O_CLOEXEC);
   if (file < 0) return ReplyErr(req, errno);
@@ -305,7 +315,8 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info* fi) {
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const int fd = InodeFd(req, ino);
+  const InodeTable::Pin fd_pin = InodeFd(req, ino);
+  const int fd = fd_pin.fd();
   if (fd < 0) return ReplyErr(req, ESTALE);
   const int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* dir = dfd < 0 ? nullptr : fdopendir(dfd);
@@ -342,14 +353,11 @@ void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 // kernel stop asking, which no file system with xattrs can do: ls -l asks
 // for two of every file.)
 
-// The xattr path of `ino`, or an errno.
-int XattrPath(fuse_req_t req, fuse_ino_t ino, std::string* path) {
-  bool symlink = false;
-  const int fd = Fs(req)->inodes().Fd(ino, &symlink);
-  if (fd < 0) return ESTALE;
-  if (symlink) return ENOTSUP;
-  *path = ProcPath(fd);
-  return 0;
+// 0 when `pin` reaches an object whose xattrs can be used through
+// ProcPath(pin.fd()), else an errno.
+int XattrCheck(const InodeTable::Pin& pin) {
+  if (pin.fd() < 0) return ESTALE;
+  return pin.symlink() ? ENOTSUP : 0;
 }
 
 // getxattr and listxattr: size 0 asks for the length.
@@ -363,36 +371,41 @@ void ReplyXattr(fuse_req_t req, size_t size, const std::string& buf, ssize_t got
 }
 
 void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  std::string path;
-  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  const InodeTable::Pin pin = InodeFd(req, ino);  // open until the reply
+  if (int err = XattrCheck(pin); err != 0) return ReplyErr(req, err);
+  const std::string path = ProcPath(pin.fd());
   std::string buf(size, '\0');
   ReplyXattr(req, size, buf, getxattr(path.c_str(), name, size ? buf.data() : nullptr, size));
 }
 
 void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  std::string path;
-  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  const InodeTable::Pin pin = InodeFd(req, ino);  // open until the reply
+  if (int err = XattrCheck(pin); err != 0) return ReplyErr(req, err);
+  const std::string path = ProcPath(pin.fd());
   std::string buf(size, '\0');
   ReplyXattr(req, size, buf, listxattr(path.c_str(), size ? buf.data() : nullptr, size));
 }
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
-  std::string path;
-  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  const InodeTable::Pin pin = InodeFd(req, ino);  // open until the reply
+  if (int err = XattrCheck(pin); err != 0) return ReplyErr(req, err);
+  const std::string path = ProcPath(pin.fd());
   AsCaller as_caller(req);
   fuse_reply_err(req, Check(setxattr(path.c_str(), name, value, size, flags)));
 }
 
 void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  std::string path;
-  if (int err = XattrPath(req, ino, &path); err != 0) return ReplyErr(req, err);
+  const InodeTable::Pin pin = InodeFd(req, ino);  // open until the reply
+  if (int err = XattrCheck(pin); err != 0) return ReplyErr(req, err);
+  const std::string path = ProcPath(pin.fd());
   AsCaller as_caller(req);
   fuse_reply_err(req, Check(removexattr(path.c_str(), name)));
 }
 
 void OpStatFs(fuse_req_t req, fuse_ino_t ino) {
-  const int fd = InodeFd(req, ino);
+  const InodeTable::Pin fd_pin = InodeFd(req, ino);
+  const int fd = fd_pin.fd();
   struct statvfs sv;
   if (int err = fd < 0 ? ESTALE : Check(fstatvfs(fd, &sv)); err != 0) return ReplyErr(req, err);
   fuse_reply_statfs(req, &sv);

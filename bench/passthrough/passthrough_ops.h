@@ -21,6 +21,9 @@ struct PassthroughOptions {
   // Seconds the kernel may cache attributes and names (negative ones too).
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
+  // O_PATH fds of inodes kept open at once (InodeTable); main sets the
+  // open-files limit less 1,024 for open files and directories.
+  size_t max_inode_fds = 8192;
 };
 
 // The state the ops share; reached through fuse_req_userdata. Thread-safe.
@@ -28,7 +31,7 @@ class Passthrough {
  public:
   // Takes ownership of `root_fd`, an O_PATH fd of the source directory.
   Passthrough(int root_fd, const PassthroughOptions& options)
-      : inodes_(root_fd), options_(options) {}
+      : inodes_(root_fd, options.max_inode_fds), options_(options) {}
 
   // The operation table; pass `this` as the session's userdata.
   static const fuse_lowlevel_ops* Ops();

@@ -90,7 +90,7 @@ instead). **Longest create**: the longest of the probe's creates. **Bytes lost**
 read back through mount 2 against what was written. The killed server is then restarted with its
 original command line and must be the in-sync replica before the next drill, which kills the
 other server (roles alternate). {runs} drill(s); median (min–max). Repeat with
-`sudo bench/drill.py --runs 10 --size-mb 1024`.
+`bench/drill.py --runs 10 --size-mb 1024` (as root).
 """)
     key = (("drill", "kill -9 during write"),)
     rows = [[m, unit, fmt_summary(res.get(DRILL, key, m)),
