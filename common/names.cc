@@ -11,8 +11,7 @@ absl::Status ValidateName(const std::string& name) {
     return ErrnoStatus(EINVAL, "reserved or empty name");
   }
   if (name.size() > kNameMax) return ErrnoStatus(ENAMETOOLONG, "name");
-  if (name.find('/') != std::string::npos ||
-      name.find('\0') != std::string::npos) {
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
     return ErrnoStatus(EINVAL, "name contains '/' or NUL");
   }
   return absl::OkStatus();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/names.h"
 #include "common/rocks_logger.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -35,7 +36,6 @@
 #include "server/fsck_checker.h"
 #include "server/keys.h"
 #include "server/meta_store.h"
-#include "common/names.h"
 
 // Problem kinds (FsckProblem::kind). Records:
 //   corrupt_record       a value that does not parse, or a key of the wrong length

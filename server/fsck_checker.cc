@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
 #include "server/keys.h"
-#include "common/names.h"
 
 namespace grantfs::fsck_internal {
 

@@ -15,11 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
 #include "server/fsck_checker.h"
 #include "server/keys.h"
-#include "common/names.h"
 
 namespace grantfs::fsck_internal {
 

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
@@ -31,7 +32,6 @@
 #include "rocksdb/file_system.h"
 #include "server/metadata.h"
 #include "server/metadata_test_util.h"
-#include "common/names.h"
 #include "server/permissions.h"
 
 namespace grantfs {

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "server/dedupe.h"
 #include "server/keys.h"
-#include "common/names.h"
 
 namespace grantfs {
 namespace {

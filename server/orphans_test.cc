@@ -21,12 +21,12 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
 #include "server/metadata.h"
 #include "server/metadata_test_util.h"
-#include "common/names.h"
 #include "server/permissions.h"
 
 namespace grantfs {

@@ -13,9 +13,9 @@
 #include "absl/cleanup/cleanup.h"
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "common/names.h"
 #include "server/service_call.h"
 
 namespace grantfs {

@@ -19,11 +19,11 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/data_dir.h"
 #include "server/dedupe.h"
-#include "common/names.h"
 #include "server/orphan_chunks.h"
 
 namespace grantfs {

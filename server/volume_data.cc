@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
-#include "common/names.h"
 #include "server/volume.h"
 
 namespace grantfs {

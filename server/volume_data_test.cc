@@ -14,10 +14,10 @@
 #include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/fault_injection_env.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "common/status_test_util.h"
 #include "gtest/gtest.h"
-#include "common/names.h"
 #include "server/volume.h"
 #include "server/volume_test_util.h"
 
