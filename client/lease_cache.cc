@@ -181,20 +181,21 @@ void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
   Trim();
 }
 
-bool LeaseCache::NoXattrs(uint64_t ino) {
-  absl::MutexLock l(&mu_);
+bool LeaseCache::NoXattrsLocked(uint64_t ino) {
   if (!Valid()) return false;
   auto attr = attrs_.find(ino);
   return attr != attrs_.end() && attr->second.no_xattrs();
 }
 
+bool LeaseCache::NoXattrs(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return NoXattrsLocked(ino);
+}
+
 bool LeaseCache::XattrAbsent(uint64_t ino, const std::string& name) {
   absl::MutexLock l(&mu_);
   if (!Valid()) return false;
-  if (name.rfind("user.", 0) != 0) {
-    auto attr = attrs_.find(ino);
-    if (attr != attrs_.end() && attr->second.no_xattrs()) return true;
-  }
+  if (name.rfind("user.", 0) != 0 && NoXattrsLocked(ino)) return true;
   auto it = no_xattr_.find(ino);
   if (it == no_xattr_.end()) return false;
   for (const std::string& n : it->second) {

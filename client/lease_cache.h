@@ -193,6 +193,8 @@ class LeaseCache {
   using KeyId = std::pair<uint64_t, uint8_t>;  // ino, kind
 
   bool Valid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leased attributes of `ino` say it has no xattrs (NoXattrs).
+  bool NoXattrsLocked(uint64_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a reply's lease on the key may be kept.
   bool Keeps(const Ticket& t, Kind kind, uint64_t ino, bool own) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A change of the key: numbered; `foreign`: a recall.
