@@ -10,12 +10,12 @@
 #include <map>
 #include <random>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
 #include "common/names.h"
 #include "common/rocks_logger.h"
+#include "common/rocks_room.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
@@ -31,16 +31,10 @@ namespace {
 
 constexpr uint64_t kBlocksPerChunkBits = 8;  // bits per bitmap byte
 
-// RocksDB's ENOSPC: the status itself, or a background error it keeps
-// answering with until it is resumed.
-bool IsNoSpace(const rocksdb::Status& s) {
-  return s.IsNoSpace() || absl::StrContains(s.ToString(), "No space left on device");
-}
-
 absl::Status DbError(const rocksdb::Status& s, const char* what) {
   LOG(ERROR) << "metadata store: " << what << ": " << s.ToString();
   // A full disk is ENOSPC to the caller, anything else EIO.
-  return ErrnoStatus(IsNoSpace(s) ? ENOSPC : EIO, absl::StrCat(what, ": ", s.ToString()));
+  return ErrnoStatus(IsRocksNoSpace(s) ? ENOSPC : EIO, absl::StrCat(what, ": ", s.ToString()));
 }
 
 // A new volume's id: 128 random bits as 32 hex digits.
@@ -370,10 +364,10 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
     // Applied without fsync under mu_ so the next change reads this one;
     // the fsync happens in WaitDurable, outside mu_.
     rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), txn.batch_.get());
-    if (!s.ok() && IsNoSpace(s) && options_.make_room && options_.make_room()) {
+    if (!s.ok() && IsRocksNoSpace(s) && options_.make_room && options_.make_room()) {
       LOG(WARNING) << "metadata store: the disk is full (" << s.ToString()
                    << "); writing again in room lent from the metadata reserve";
-      rocksdb::Status resumed = ResumeLocked();
+      rocksdb::Status resumed = ResumeAfterRoom(db_);
       s = resumed.ok() ? db_->Write(rocksdb::WriteOptions(), txn.batch_.get()) : resumed;
     }
     if (!s.ok()) {
@@ -399,19 +393,6 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
     return options_.change_sink->WaitReplicated(replicated_seq);
   }
   return absl::OkStatus();
-}
-
-rocksdb::Status MetaStore::ResumeLocked() {
-  // A full disk is a retryable error to RocksDB: it has started its own
-  // recovery already, and Resume() is Busy until that ends, which the room
-  // just made lets happen at once (tens of milliseconds). Waited for, up to
-  // 2 s: the first write after the room was made was EIO without the wait.
-  rocksdb::Status s = db_->Resume();
-  for (int i = 0; s.IsBusy() && i < 100; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-    s = db_->Resume();
-  }
-  return s;
 }
 
 absl::StatusOr<uint64_t> MetaStore::Checkpoint(const std::string& dir) {

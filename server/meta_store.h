@@ -56,7 +56,7 @@ struct MetaStoreOptions {
   // Null: no limit but the capacity.
   std::function<uint64_t()> disk_available;
   // Called when a metadata write found the disk full (RocksDB NoSpace):
-  // makes room (server/space_hold.h lends the metadata reserve) and returns
+  // makes room (common/space_hold.h lends the metadata reserve) and returns
   // whether it did; the store then resumes RocksDB and tries the write once
   // more. Null: the write fails with ENOSPC.
   std::function<bool()> make_room;
@@ -261,9 +261,6 @@ class MetaStore {
   absl::Status WriteAtOpen(rocksdb::WriteBatch* batch, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitDurable(uint64_t ticket);
-  // db_->Resume() after make_room, waiting for a recovery RocksDB started by
-  // itself. REQUIRES: mu_ held.
-  rocksdb::Status ResumeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;

@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,56 +60,12 @@ std::vector<FileLock> FromLockRecord(const proto::LockRecord& rec) {
   return out;
 }
 
-// Room a metadata write that found the disk full gets from the hold at once
-// (a RocksDB memtable flush or WAL file at most, at the sizes meta_store.cc
-// sets).
-constexpr uint64_t kMetadataRoomBytes = 16ull << 20;
-
 uint64_t NewIncarnation() {
   std::random_device rd;
   uint64_t id = 0;
   while (id == 0) id = (static_cast<uint64_t>(rd()) << 32) | rd();
   return id;
 }
-
-absl::StatusOr<uint64_t> DiskFree(const std::string& dir) {
-  struct statvfs sv;
-  if (statvfs(dir.c_str(), &sv) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("statvfs ", dir, ": ", strerror(errno)));
-  }
-  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
-}
-
-// The space of the data file system that file data may still take: its free
-// space plus what the space hold keeps for promises (server/space_hold.h),
-// both read at the same moment, at most every 50 ms (it is asked before
-// every write's reservation). A failed statvfs counts as no space: nothing
-// more is promised until it works again.
-class DiskFreeCache {
- public:
-  DiskFreeCache(std::string dir, const SpaceHold* hold) : dir_(std::move(dir)), hold_(hold) {}
-
-  uint64_t Get() {
-    absl::MutexLock l(&mu_);
-    const absl::Time now = absl::Now();
-    if (now - at_ >= absl::Milliseconds(50)) {
-      absl::StatusOr<uint64_t> free = DiskFree(dir_);
-      if (!free.ok()) {
-        LOG_EVERY_N(ERROR, 100) << free.status();
-      }
-      bytes_ = free.ok() ? *free + hold_->held() : 0;
-      at_ = now;
-    }
-    return bytes_;
-  }
-
- private:
-  const std::string dir_;
-  const SpaceHold* const hold_;
-  absl::Mutex mu_;
-  absl::Time at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 }  // namespace
 
@@ -146,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.capacity_bytes = options.capacity_bytes;
   mo.new_volume_capacity_bytes = free_now > reserve ? free_now - reserve : 0;
   // The metadata reserve is part of the hold: file data gets the rest.
-  mo.disk_available = [reserve, cache = std::make_shared<DiskFreeCache>(options.dir, hold.get())] {
+  mo.disk_available = [reserve, cache = std::make_shared<DiskRoom>(options.dir, hold.get())] {
     const uint64_t space = cache->Get();
     return space > reserve ? space - reserve : 0;
   };

@@ -36,7 +36,7 @@
 #include "server/lock_manager.h"
 #include "server/metadata.h"
 #include "server/session_table.h"
-#include "server/space_hold.h"
+#include "common/space_hold.h"
 
 namespace grantfs {
 
@@ -55,7 +55,7 @@ struct VolumeOptions {
   uint64_t capacity_bytes = 0;
   // Space of the data file system never promised to file data: room for
   // the metadata store (RocksDB, its WAL and compactions) to grow. It is
-  // held on the disk with the grants (server/space_hold.h); every grant and
+  // held on the disk with the grants (common/space_hold.h); every grant and
   // reservation also fits in the free space plus the hold less this
   // reserve, whatever the capacity says. Default 64 MiB.
   uint64_t metadata_reserve_bytes = 64ull << 20;

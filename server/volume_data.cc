@@ -20,14 +20,6 @@
 #include "server/volume.h"
 
 namespace grantfs {
-namespace {
-
-// What a data write that found the disk full borrows beyond its own blocks:
-// the file system's own blocks for the chunk file (extent tree, indirect
-// blocks).
-constexpr uint64_t kWriteRoomMarginBytes = 1ull << 20;
-
-}  // namespace
 
 absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
                                          uint64_t handle, bool created) {
@@ -161,7 +153,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     if (ctx.tag != nullptr) ctx.tag->value = SpaceLedger::Bytes(r.from_grant);
     sync = sync || options_.sync_data;
     absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
-    // Space promised in a grant is held on the disk (server/space_hold.h):
+    // Space promised in a grant is held on the disk (common/space_hold.h):
     // if another program filled the disk meanwhile, the write borrows it.
     uint64_t lent = 0;
     for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && r.from_grant > 0 && attempt < 3;

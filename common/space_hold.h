@@ -12,20 +12,33 @@
 // written or returned grants goes back to the file system within a round.
 //
 // Thread-safe.
-#ifndef GRANTFS_SERVER_SPACE_HOLD_H_
-#define GRANTFS_SERVER_SPACE_HOLD_H_
+#ifndef GRANTFS_COMMON_SPACE_HOLD_H_
+#define GRANTFS_COMMON_SPACE_HOLD_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace grantfs {
+
+// What a write that found the disk full borrows from the hold beyond its own
+// bytes (the file system's own blocks for it).
+inline constexpr uint64_t kWriteRoomMarginBytes = 1ull << 20;
+// What a metadata write that found the disk full borrows (a RocksDB memtable
+// flush or WAL file at most, at the sizes server/meta_store.cc sets).
+inline constexpr uint64_t kMetadataRoomBytes = 16ull << 20;
+
+// Free bytes of the file system holding `dir` (statvfs: f_bavail).
+absl::StatusOr<uint64_t> DiskFree(const std::string& dir);
 
 struct SpaceHoldOptions {
   // The hold file; created if missing. Required.
@@ -75,6 +88,27 @@ class SpaceHold {
   uint64_t lent_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The space of a data file system that file data may still take: its free
+// space plus what a space hold keeps for promises, both read at the same
+// moment, at most every `every` (it is asked before every write's
+// reservation). A failed statvfs counts as no space: nothing more is
+// promised until it works again. Thread-safe.
+class DiskRoom {
+ public:
+  DiskRoom(std::string dir, const SpaceHold* hold, absl::Duration every = absl::Milliseconds(50))
+      : dir_(std::move(dir)), hold_(hold), every_(every) {}
+
+  uint64_t Get();
+
+ private:
+  const std::string dir_;
+  const SpaceHold* const hold_;
+  const absl::Duration every_;
+  absl::Mutex mu_;
+  absl::Time at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace grantfs
 
-#endif  // GRANTFS_SERVER_SPACE_HOLD_H_
+#endif  // GRANTFS_COMMON_SPACE_HOLD_H_

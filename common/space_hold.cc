@@ -1,7 +1,8 @@
-#include "server/space_hold.h"
+#include "common/space_hold.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,28 @@
 #include "glog/logging.h"
 
 namespace grantfs {
+
+absl::StatusOr<uint64_t> DiskFree(const std::string& dir) {
+  struct statvfs sv;
+  if (statvfs(dir.c_str(), &sv) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("statvfs ", dir, ": ", strerror(errno)));
+  }
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+}
+
+uint64_t DiskRoom::Get() {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = absl::Now();
+  if (now - at_ >= every_) {
+    absl::StatusOr<uint64_t> free = DiskFree(dir_);
+    if (!free.ok()) {
+      LOG_EVERY_N(ERROR, 100) << free.status();
+    }
+    bytes_ = free.ok() ? *free + hold_->held() : 0;
+    at_ = now;
+  }
+  return bytes_;
+}
 
 absl::StatusOr<std::unique_ptr<SpaceHold>> SpaceHold::Open(const SpaceHoldOptions& options) {
   const int fd = open(options.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -1,4 +1,4 @@
-#include "server/space_hold.h"
+#include "common/space_hold.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
