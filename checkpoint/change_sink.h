@@ -9,6 +9,7 @@
 #define GRANTFS_CHECKPOINT_CHANGE_SINK_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "proto/replication.pb.h"
@@ -34,6 +35,23 @@ class ChangeSink {
 
   // The newest sequence number given out.
   virtual uint64_t Head() = 0;
+
+  // Space: what the primary promised (its grants and metadata reserve) is
+  // held on the replica's data disk too (ReplRecord.promised_bytes). The
+  // caller orders its promises (the metadata store, under its mutex).
+  //
+  // Sends `bytes` to the replica when it differs from the last promise;
+  // returns the seq of the newest promise record (0: none, or no replica).
+  virtual uint64_t Promise(uint64_t bytes) { return 0; }
+  // Room for file data on the in-sync replica's data disk (its free space
+  // plus its hold) as it last acknowledged; nullopt while no replica is in
+  // sync.
+  virtual std::optional<uint64_t> ReplicaRoom() { return std::nullopt; }
+  // Whether the in-sync replica held the promises when it acknowledged
+  // `seq` (or later): waits for its word, at most as long as a writer waits
+  // for it; false when that ran out or this server may not commit. True
+  // when no replica is in sync (nothing is asked of it).
+  virtual bool ReplicaHolds(uint64_t seq) { return true; }
 };
 
 }  // namespace grantfs

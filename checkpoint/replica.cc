@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Open(const ReplicaOptions& opt
                                          " does not exist or is not a directory");
   }
   std::unique_ptr<Replica> r(new Replica(options));
+  SpaceHoldOptions ho;
+  ho.path = options.data_dir + "/space.hold";
+  ho.allocate = options.hold_allocate;
+  ASSIGN_OR_RETURN(r->hold_, SpaceHold::Open(ho));
+  r->room_ = std::make_unique<DiskRoom>(options.data_dir, r->hold_.get());
   absl::MutexLock l(&r->apply_mu_);
   if (std::filesystem::exists(options.data_dir + "/" + kPartialSnapshotFile)) {
     LOG(WARNING) << "replica: the copy in " << options.data_dir

@@ -20,6 +20,16 @@
 // the same one from another epoch: two histories of the volume). An empty
 // copy, or one from before identities, takes any primary's.
 //
+// Space: the copy's data disk holds what the primary promised. The primary
+// sends its promises (ReplRecord.promised_bytes: grants and the metadata
+// reserve); the replica's space hold, <data_dir>/space.hold, the same file
+// a promoted replica's volume keeps, grows or shrinks to them before the
+// record is acknowledged. A write that finds the disk full borrows from
+// the hold and is tried again, as on the primary. Every acknowledgement
+// says how much room the disk has and whether the hold covers the newest
+// promise (ReplAck.space): the primary promises nothing the replica cannot
+// hold.
+//
 // Failover: when no message came for `failover_timeout` (the primary sends
 // one at least every 100 ms), the replica asks the witness for the next
 // epoch (CLAIM); the witness grants it only to the in-sync replica of the
@@ -57,11 +67,13 @@
 #include "checkpoint/chunk_applier.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/server_role.h"
+#include "common/space_hold.h"
 #include "common/transport.h"
 #include "proto/replication.grpc.pb.h"
 
 namespace rocksdb {
 class DB;
+class Status;
 }  // namespace rocksdb
 
 namespace grantfs {
@@ -79,6 +91,9 @@ struct ReplicaOptions {
   // Required.
   std::string identity_key;
   WitnessCall witness_call;
+  // How the space hold (<data_dir>/space.hold, common/space_hold.h) grows;
+  // fallocate when unset. Unit tests inject failures here.
+  std::function<int(int fd, uint64_t offset, uint64_t length)> hold_allocate;
   absl::Duration failover_timeout = absl::Seconds(1);
   // Runs once the witness granted this server epoch `epoch`, after the
   // copy is closed (the server then takes the primary role: server/roles.h).
@@ -132,6 +147,20 @@ class Replica : public proto::Replication::Service, public ServerRole {
   absl::Status Apply(const proto::ReplRecord& rec, ChunkSet* unsynced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status SavePosition() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // A write to the copy's RocksDB that finds the disk full is tried again
+  // once in room lent by the hold (its metadata reserve).
+  rocksdb::Status WriteInRoom(const std::function<rocksdb::Status(rocksdb::DB*)>& write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // A chunk record that finds the disk full is tried again in room lent by
+  // the hold, up to 3 times.
+  absl::Status ApplyChunkRecord(const proto::ReplRecord& rec, ChunkSet* unsynced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Grows or shrinks the hold to the newest promise; logs when it stops or
+  // starts covering it.
+  void CoverPromise() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // The disk's state for an acknowledgement (the hold covers the promise
+  // again first: a loan may have shrunk it, or space came back).
+  proto::ReplicaSpace SpaceForAck() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // At a digest mark: snapshots the copy and digests it on digest_thread_.
   void StartDigest(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void JoinDigest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
@@ -156,6 +185,11 @@ class Replica : public proto::Replication::Service, public ServerRole {
   bool in_snapshot_ ABSL_GUARDED_BY(apply_mu_) = false;
   int piece_fd_ ABSL_GUARDED_BY(apply_mu_) = -1;
   std::string piece_path_ ABSL_GUARDED_BY(apply_mu_);
+  // Space held for the primary's promises, and the disk's room.
+  std::unique_ptr<SpaceHold> hold_;
+  std::unique_ptr<DiskRoom> room_;
+  std::optional<uint64_t> promised_ ABSL_GUARDED_BY(apply_mu_);
+  bool hold_short_ ABSL_GUARDED_BY(apply_mu_) = false;
   // Digests the copy at the last digest mark; joined before db_ closes.
   std::thread digest_thread_ ABSL_GUARDED_BY(apply_mu_);
 

@@ -3,6 +3,8 @@
 // each message is applied in order (snapshot pieces, metadata batches, data
 // records), its chunk files synced, the position saved and the message
 // acknowledged.
+#include <cerrno>
+#include <functional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -10,6 +12,8 @@
 #include "checkpoint/replica.h"
 #include "checkpoint/replica_copy.h"
 #include "common/clock.h"
+#include "common/errno_status.h"
+#include "common/rocks_room.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
@@ -55,9 +59,66 @@ absl::Status Replica::SavePosition() {
   }
   rocksdb::WriteOptions wo;
   wo.sync = true;  // also makes every batch applied before it durable
-  rocksdb::Status s = db_->Put(wo, kPositionKey, EncodePosition(epoch, seq));
+  rocksdb::Status s = WriteInRoom(
+      [&](rocksdb::DB* db) { return db->Put(wo, kPositionKey, EncodePosition(epoch, seq)); });
   if (!s.ok()) return DbError(s, "saving the position");
   return absl::OkStatus();
+}
+
+rocksdb::Status Replica::WriteInRoom(const std::function<rocksdb::Status(rocksdb::DB*)>& write) {
+  rocksdb::Status s = write(db_);
+  if (s.ok() || !IsRocksNoSpace(s)) return s;
+  const uint64_t lent = hold_->Lend(kMetadataRoomBytes);
+  hold_->Repay(lent);  // RocksDB keeps the room; the next promise grows the hold back
+  if (lent == 0) return s;
+  LOG(WARNING) << "replica: the data disk is full (" << s.ToString()
+               << "); writing the copy's metadata again in room lent from the metadata reserve";
+  rocksdb::Status resumed = ResumeAfterRoom(db_);
+  return resumed.ok() ? write(db_) : resumed;
+}
+
+absl::Status Replica::ApplyChunkRecord(const proto::ReplRecord& rec, ChunkSet* unsynced) {
+  absl::Status st = chunks_->ApplyRecord(rec, unsynced);
+  // The bytes the primary accepted into a grant are held here too: a
+  // write that found the disk full (another program took the free space)
+  // borrows them, as on the primary.
+  uint64_t want = kWriteRoomMarginBytes;
+  if (rec.has_data()) want += rec.data().data().size();
+  if (rec.has_allocate()) want += rec.allocate().b();
+  uint64_t lent = 0;
+  for (int attempt = 0; !st.ok() && ToErrno(st) == ENOSPC && attempt < 3; ++attempt) {
+    const uint64_t got = hold_->Lend(want);
+    if (got == 0) break;
+    lent += got;
+    LOG_EVERY_N(WARNING, 100) << "replica: the data disk is full: change " << rec.seq()
+                              << " borrows " << got << " bytes of the space hold";
+    st = chunks_->ApplyRecord(rec, unsynced);
+  }
+  hold_->Repay(lent);
+  return st;
+}
+
+void Replica::CoverPromise() {
+  if (!promised_.has_value()) return;
+  absl::Status st = hold_->Cover(*promised_);
+  if (!st.ok() && !hold_short_) {
+    LOG(WARNING) << "replica: the data disk is full: the primary promised " << *promised_
+                 << " bytes (grants and the metadata reserve), " << hold_->held()
+                 << " are held for them; the primary gives no new grants until there is space ("
+                 << st << ")";
+  } else if (st.ok() && hold_short_) {
+    LOG(INFO) << "replica: the data disk has space again: every promise is held";
+  }
+  hold_short_ = !st.ok();
+}
+
+proto::ReplicaSpace Replica::SpaceForAck() {
+  // Also after a loan shrank the hold: no syscall when it covers.
+  CoverPromise();
+  proto::ReplicaSpace space;
+  space.set_room_bytes(room_->Get());
+  space.set_hold_short(hold_short_);
+  return space;
 }
 
 absl::Status Replica::Apply(const proto::ReplRecord& rec, ChunkSet* unsynced) {
@@ -67,17 +128,22 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec, ChunkSet* unsynced) {
   switch (rec.op_case()) {
     case proto::ReplRecord::kMetaBatch: {
       rocksdb::WriteBatch batch(rec.meta_batch());
-      rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+      rocksdb::Status s =
+          WriteInRoom([&](rocksdb::DB* db) { return db->Write(rocksdb::WriteOptions(), &batch); });
       if (!s.ok()) return DbError(s, "applying a batch");
       return absl::OkStatus();
     }
     case proto::ReplRecord::kDigestMark:
       StartDigest(rec.seq());
       return absl::OkStatus();
+    case proto::ReplRecord::kPromisedBytes:
+      promised_ = rec.promised_bytes();
+      CoverPromise();
+      return absl::OkStatus();
     case proto::ReplRecord::OP_NOT_SET:
       break;
     default:
-      return chunks_->ApplyRecord(rec, unsynced);
+      return ApplyChunkRecord(rec, unsynced);
   }
   return absl::InvalidArgumentError(absl::StrCat("change ", rec.seq(), " has no operation"));
 }
@@ -177,6 +243,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     } not_busy{this};
     if (msg.has_hello()) {
       const proto::ReplHello& h = msg.hello();
+      if (h.has_promised_bytes()) promised_ = h.promised_bytes();  // held below
       if (h.snapshot()) {
         LOG(INFO) << "replica: receiving a snapshot of epoch " << h.epoch() << " (changes from "
                   << h.start_seq() << " follow)";
@@ -194,6 +261,8 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
         }
       }
     }
+    if (msg.has_hello() && msg.hello().has_promised_bytes())
+      CoverPromise();  // after a snapshot began
     for (const proto::SnapshotPiece& p : msg.snapshot()) {
       if (!st.ok()) break;
       st = WritePiece(p);
@@ -238,6 +307,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
       if (!st.ok()) break;
     }
     proto::ReplAck a;
+    *a.mutable_space() = SpaceForAck();
     {
       absl::MutexLock l(&mu_);
       a.set_applied_seq(applied_);

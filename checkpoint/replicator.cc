@@ -113,6 +113,10 @@ void Replicator::FillStatus(proto::StatusReply* reply) {
   reply->set_repl_records(stats_.records);
   reply->set_repl_messages(stats_.messages);
   reply->set_repl_round_trips(stats_.round_trips);
+  if (must_wait_ && replica_space_.has_value()) {
+    reply->set_replica_disk_room_bytes(replica_space_->room_bytes());
+    reply->set_replica_hold_short(replica_space_->hold_short());
+  }
 }
 
 absl::StatusOr<proto::MetaDigest> Replicator::ReplicaDigest(uint64_t seq) {

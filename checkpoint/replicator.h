@@ -41,6 +41,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -137,6 +138,9 @@ class Replicator : public ChangeSink, public ServerRole {
   uint64_t Append(proto::ReplRecord record) override;
   absl::Status WaitReplicated(uint64_t seq) override;
   uint64_t Head() override;
+  uint64_t Promise(uint64_t bytes) override;
+  std::optional<uint64_t> ReplicaRoom() override;
+  bool ReplicaHolds(uint64_t seq) override;
 
   // ServerRole.
   bool Serving(std::string* why) override;
@@ -168,6 +172,8 @@ class Replicator : public ChangeSink, public ServerRole {
   absl::Status RunStream();
   absl::Status SendSnapshot(Stream* stream, uint64_t* start_seq);
   void AckLoop(Stream* stream, uint64_t stream_id);
+  // The newest promise (for a new stream's hello).
+  std::optional<uint64_t> NewestPromise();
   void WitnessLoop();
   // A request of `op` at this epoch about the replica, with the volume.
   proto::WitnessRequest MakeWitnessRequest(proto::WitnessRequest::Op op) const;
@@ -218,6 +224,16 @@ class Replicator : public ChangeSink, public ServerRole {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   ReplicatorStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Promises (Promise()): appended one at a time, in the order they were
+  // made, so that the replica ends with the newest.
+  absl::Mutex promise_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::optional<uint64_t> promised_ ABSL_GUARDED_BY(promise_mu_);
+  uint64_t promise_seq_ ABSL_GUARDED_BY(promise_mu_) = 0;
+  // The replica's data disk as of its newest acknowledgement on the current
+  // stream (unset until one said).
+  std::optional<proto::ReplicaSpace> replica_space_ ABSL_GUARDED_BY(mu_);
+  uint64_t replica_space_seq_ ABSL_GUARDED_BY(mu_) = 0;  // its applied_seq
 
   std::thread stream_thread_;
   std::thread witness_thread_;

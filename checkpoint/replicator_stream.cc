@@ -152,6 +152,8 @@ absl::Status Replicator::RunStream() {
     proto::ReplMessage m;
     m.mutable_hello()->set_epoch(options_.epoch);
     m.mutable_hello()->set_start_seq(next);
+    // Read after the replica's position: newer promises follow as records.
+    if (std::optional<uint64_t> p = NewestPromise()) m.mutable_hello()->set_promised_bytes(*p);
     if (!Send(stream.get(), m)) return absl::UnavailableError("stream broken");
   } else {
     LOG(INFO) << "replica " << options_.peer << " (epoch " << rh.epoch() << ", change "
@@ -162,6 +164,7 @@ absl::Status Replicator::RunStream() {
     absl::MutexLock l(&mu_);
     sent_ = next - 1;
     unacked_messages_.clear();
+    replica_space_.reset();
   }
 
   std::thread acks([this, s = stream.get(), id] { AckLoop(s, id); });
@@ -234,12 +237,50 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   so.checkpoint = options_.checkpoint;
   so.clock = options_.clock;
   so.peer = options_.peer;
+  so.promised_bytes = [this] { return NewestPromise(); };
   auto pin = [this](uint64_t cut) {
     absl::MutexLock l(&mu_);
     pinned_ = cut + 1;  // the log keeps what follows the cut
   };
   return grantfs::SendSnapshot(
       so, [stream](const proto::ReplMessage& m) { return Send(stream, m); }, pin, start_seq);
+}
+
+uint64_t Replicator::Promise(uint64_t bytes) {
+  absl::MutexLock p(&promise_mu_);
+  if (promised_ == bytes) return promise_seq_;
+  promised_ = bytes;
+  proto::ReplRecord rec;
+  rec.set_promised_bytes(bytes);
+  promise_seq_ = Append(std::move(rec));
+  return promise_seq_;
+}
+
+std::optional<uint64_t> Replicator::NewestPromise() {
+  absl::MutexLock p(&promise_mu_);
+  return promised_;
+}
+
+std::optional<uint64_t> Replicator::ReplicaRoom() {
+  absl::MutexLock l(&mu_);
+  // Only a replica that writers wait for must store what is accepted.
+  if (!must_wait_ || !replica_space_.has_value()) return std::nullopt;
+  return replica_space_->room_bytes();
+}
+
+bool Replicator::ReplicaHolds(uint64_t seq) {
+  absl::MutexLock l(&mu_);
+  // Its acknowledgement of `seq` may have come before it said anything of
+  // its disk (a resumed stream): wait for a word on it, within the bound
+  // writers wait for the replica.
+  auto known = [this, seq]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !must_wait_ || seq < sync_from_ || stopping_ || fenced_ ||
+           (replica_space_.has_value() && replica_space_seq_ >= seq);
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&known), options_.wait_bound)) return false;
+  if (!must_wait_ || seq < sync_from_) return true;  // a replica not in sync holds nothing
+  if (stopping_ || fenced_) return false;
+  return !replica_space_->hold_short();
 }
 
 bool Replicator::CaughtUp() {
@@ -288,7 +329,24 @@ void Replicator::AckLoop(Stream* stream, uint64_t stream_id) {
       acked_ = ack.applied_seq();
       ++stats_.round_trips;
     }
-    if (state_ != State::kInSync && !must_wait_ && CaughtUp()) {
+    if (ack.has_space()) {
+      const bool was_short = replica_space_.has_value() && replica_space_->hold_short();
+      if (ack.space().hold_short() != was_short) {
+        if (was_short) {
+          LOG(INFO) << "replica " << options_.peer << " holds every promise again";
+        } else {
+          LOG(WARNING) << "replica " << options_.peer << ": its data disk cannot hold what "
+                       << "this server promised (grants and the metadata reserve); no new "
+                       << "grants until it can";
+        }
+      }
+      replica_space_ = ack.space();
+      replica_space_seq_ = ack.applied_seq();
+    }
+    // A replica whose disk cannot hold what this server promised is not in
+    // sync: it could not store what was accepted into the grants.
+    const bool holds = replica_space_.has_value() && !replica_space_->hold_short();
+    if (state_ != State::kInSync && !must_wait_ && holds && CaughtUp()) {
       // Caught up: from the next change on, writers wait for the replica.
       // The witness hears "in sync" once everything up to here is acked.
       must_wait_ = true;

@@ -98,6 +98,10 @@ absl::Status SendSnapshot(const SnapshotOptions& options,
   m.mutable_hello()->set_snapshot(true);
   m.mutable_hello()->set_start_seq(*start_seq);
   m.mutable_hello()->set_chunk_size(options.chunk_size);
+  if (options.promised_bytes) {
+    if (std::optional<uint64_t> p = options.promised_bytes())
+      m.mutable_hello()->set_promised_bytes(*p);
+  }
   m.mutable_hello()->set_capacity_bytes(options.capacity_bytes);
   if (!send_message(m)) return absl::UnavailableError("stream broken");
   uint64_t files = 0, bytes = 0;

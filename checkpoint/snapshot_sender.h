@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,9 @@ struct SnapshotOptions {
   // A consistent RocksDB copy into a new directory; returns the change log's
   // head at the cut (MetaStore::Checkpoint).
   std::function<absl::StatusOr<uint64_t>(const std::string& dir)> checkpoint;
+  // The primary's newest promise (ReplHello.promised_bytes), read after the
+  // cut; nullopt: none yet.
+  std::function<std::optional<uint64_t>()> promised_bytes;
   Clock* clock = Clock::Monotonic();
   std::string peer;  // for the log
 };

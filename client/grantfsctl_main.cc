@@ -140,6 +140,13 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
          (unsigned long long)st.granted_bytes());
   printf("reserved:        %llu bytes\n", (unsigned long long)st.reserved_bytes());
   printf("available:       %s (%llu bytes)\n", Human(avail).c_str(), (unsigned long long)avail);
+  printf("data disk:       %s of room for file data (free + held), %s held for promises\n",
+         Human(st.disk_room_bytes()).c_str(), Human(st.hold_bytes()).c_str());
+  if (st.has_replica_disk_room_bytes()) {
+    printf("replica disk:    %s of room; %s\n", Human(st.replica_disk_room_bytes()).c_str(),
+           st.replica_hold_short() ? "CANNOT hold what is promised: no new grants until it can"
+                                   : "holds every promise");
+  }
   printf("ledger:          %s\n", st.ledger_ok() ? "ok (used + granted + reserved <= capacity)"
                                                  : "BROKEN (used + granted + reserved > capacity)");
   printf("inodes:          %llu (next number %llu)\n", (unsigned long long)st.inodes(),

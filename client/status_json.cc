@@ -52,6 +52,12 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "reserved_bytes", st.reserved_bytes());
   SetNumber(out, "available_bytes", AvailableBytes(st));
   f["ledger_ok"].set_bool_value(st.ledger_ok());
+  SetNumber(out, "disk_room_bytes", st.disk_room_bytes());
+  SetNumber(out, "hold_bytes", st.hold_bytes());
+  if (st.has_replica_disk_room_bytes()) {
+    SetNumber(out, "replica_disk_room_bytes", st.replica_disk_room_bytes());
+    f["replica_hold_short"].set_bool_value(st.replica_hold_short());
+  }
   SetNumber(out, "inodes", st.inodes());
   SetNumber(out, "next_ino", st.next_ino());
   SetNumber(out, "pending_deletes", st.pending_deletes());

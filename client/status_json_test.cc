@@ -23,6 +23,10 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   st.set_granted_bytes(2 << 20);
   st.set_reserved_bytes(4096);
   st.set_ledger_ok(true);
+  st.set_disk_room_bytes(300 << 20);
+  st.set_hold_bytes(66 << 20);
+  st.set_replica_disk_room_bytes(70 << 20);
+  st.set_replica_hold_short(true);
   st.set_meta_changes(1000);
   st.set_meta_wal_syncs(125);
   st.set_repl_records(1010);
@@ -43,6 +47,10 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   EXPECT_EQ(Field(s, "capacity_bytes").number_value(), 4ull << 30);
   EXPECT_EQ(Field(s, "available_bytes").number_value(), (4ull << 30) - (3 << 20) - 4096);
   EXPECT_TRUE(Field(s, "ledger_ok").bool_value());
+  EXPECT_EQ(Field(s, "disk_room_bytes").number_value(), 300 << 20);
+  EXPECT_EQ(Field(s, "hold_bytes").number_value(), 66 << 20);
+  EXPECT_EQ(Field(s, "replica_disk_room_bytes").number_value(), 70 << 20);
+  EXPECT_TRUE(Field(s, "replica_hold_short").bool_value());
   EXPECT_EQ(Field(s, "meta_changes").number_value(), 1000);
   EXPECT_EQ(Field(s, "meta_wal_syncs").number_value(), 125);
   EXPECT_EQ(Field(s, "repl_records").number_value(), 1010);

@@ -383,6 +383,7 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
       proto::ReplRecord rec;
       rec.set_meta_batch(txn.batch_.get()->Data());
       replicated_seq = options_.change_sink->Append(std::move(rec));
+      replicated_seq = std::max(replicated_seq, PromiseLocked(false));
     }
   }
   // The local fsync and the replica's apply run at the same time: the batch
@@ -434,6 +435,22 @@ absl::Status MetaStore::ReadSnapshot(
 absl::Status MetaStore::WaitReplicatedAll() {
   if (options_.change_sink == nullptr) return absl::OkStatus();
   return options_.change_sink->WaitReplicated(options_.change_sink->Head());
+}
+
+uint64_t MetaStore::Promise() {
+  absl::MutexLock l(&mu_);
+  PromiseLocked(true);
+  return promise_seq_.load();
+}
+
+uint64_t MetaStore::PromiseLocked(bool exact) {
+  if (options_.change_sink == nullptr) return 0;
+  const uint64_t promised = SpaceLedger::Bytes(ledger_.granted()) + options_.promise_reserve_bytes;
+  if (promised_.has_value() && (exact ? promised == *promised_ : promised <= *promised_)) return 0;
+  promised_ = promised;
+  const uint64_t seq = options_.change_sink->Promise(promised);
+  promise_seq_.store(seq);
+  return seq;
 }
 
 absl::Status MetaStore::WaitDurable(uint64_t ticket) {

@@ -67,6 +67,13 @@ struct MetaStoreOptions {
   // Where each applied batch goes to be replicated (checkpoint/change_sink.h);
   // nullptr: no replication. Not owned.
   ChangeSink* change_sink = nullptr;
+  // What the volume promised is held on the replica's disk too
+  // (ChangeSink::Promise): the grants plus these bytes (the metadata
+  // reserve). A change that raises the grants sends the new promise right
+  // after its batch, under mu_: promises reach the replica in the order of
+  // the ledger, in the same round trip as the change, which returns only once
+  // the replica has both.
+  uint64_t promise_reserve_bytes = 0;
   // RocksDB's file system (tests wrap it to fail WAL writes and syncs).
   // nullptr: RocksDB's default. Not owned.
   rocksdb::Env* rocksdb_env = nullptr;
@@ -190,6 +197,12 @@ class MetaStore {
   SpaceInfo Space();
   // Totals since Open; cheap (two atomic loads), no lock.
   CommitStats Commits() const;
+  // Sends the promise (MetaStoreOptions::promise_reserve_bytes) to the
+  // replica when it changed, also when it went down (Mutate sends only
+  // rises). Returns the seq of the newest promise record (0: none).
+  uint64_t Promise() ABSL_LOCKS_EXCLUDED(mu_);
+  // The seq of the newest promise record (0: none).
+  uint64_t promise_seq() const { return promise_seq_.load(); }
 
   // --- changes -------------------------------------------------------------
   // Builds one change with `fn` under mu_, applies it (with the counters and
@@ -261,6 +274,9 @@ class MetaStore {
   absl::Status WriteAtOpen(rocksdb::WriteBatch* batch, const char* what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitDurable(uint64_t ticket);
+  // Sends the ledger's promise when it rose (or, `exact`, changed); returns
+  // its record's seq, 0 when nothing was sent.
+  uint64_t PromiseLocked(bool exact) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;
@@ -273,6 +289,8 @@ class MetaStore {
   // ledger's, copied in at each change.
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
   SpaceLedger ledger_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> promised_ ABSL_GUARDED_BY(mu_);  // as last sent
+  std::atomic<uint64_t> promise_seq_{0};
 
   // Group commit of WAL fsyncs.
   std::atomic<uint64_t> applied_ticket_{0};  // batches applied to RocksDB

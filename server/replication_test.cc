@@ -1,4 +1,5 @@
 // Replication's stream: a snapshot then live changes, synchronous writes, resume and catch-up.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -295,5 +296,81 @@ TEST_F(ReplicationTest, ConcurrentChangesShareReplicaRoundTrips) {
   const Tree want = PrimaryTree();
   EXPECT_TRUE(SameTree(want, ReplicaTree()));
 }
+
+// --- 9. space: the replica's data disk holds what the primary promised ---------------------
+
+// Bytes allocated to a file (its blocks).
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST_F(ReplicationTest, AGrantIsAnsweredOnceTheReplicasDiskHoldsIt) {
+  ASSERT_NO_FATAL_FAILURE(StartPrimary());
+  ASSERT_NO_FATAL_FAILURE(StartReplica());
+  ASSERT_NO_FATAL_FAILURE(WaitInSync());
+  ASSERT_OK_AND_ASSIGN(ctx_.client_id, volume_->OpenSession("grant-test"));
+  const std::string hold = replica_dir_ + "/space.hold";
+  constexpr uint64_t kReserve = 64 * kMiB;  // VolumeOptions::metadata_reserve_bytes
+  EXPECT_TRUE(WaitFor([&] { return AllocatedBytes(hold) >= kReserve; })) << AllocatedBytes(hold);
+  uint64_t added = 0;
+  ASSERT_OK_AND_ASSIGN(uint64_t granted, volume_->Grant(ctx_, 8 * kMiB, 0, &added));
+  EXPECT_EQ(granted, 8 * kMiB);
+  EXPECT_EQ(added, 8 * kMiB);
+  // No wait: the grant was answered after the replica's hold grew.
+  EXPECT_GE(AllocatedBytes(hold), kReserve + 8 * kMiB);
+  EXPECT_EQ(replicator_->ReplicaState(), "in sync");
+}
+
+TEST_F(ReplicationTest, AGrantTheReplicasDiskCannotHoldIsTakenBack) {
+  // The replica's "disk" holds 72 MiB for the hold: the metadata reserve
+  // (64 MiB) fits, a grant of 16 MiB more does not.
+  std::atomic<uint64_t> limit{72 * kMiB};
+  ASSERT_NO_FATAL_FAILURE(StartPrimary());
+  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, [&limit](ReplicaOptions* o) {
+    o->hold_allocate = [&limit](int fd, uint64_t offset, uint64_t length) {
+      if (offset + length > limit.load()) return ENOSPC;
+      return fallocate(fd, 0, offset, length) == 0 ? 0 : errno;
+    };
+  }));
+  ASSERT_NO_FATAL_FAILURE(WaitInSync());
+  ASSERT_OK_AND_ASSIGN(ctx_.client_id, volume_->OpenSession("grant-test"));
+  uint64_t added = 0;
+  ASSERT_OK_AND_ASSIGN(uint64_t granted, volume_->Grant(ctx_, 16 * kMiB, 0, &added));
+  EXPECT_EQ(added, 0u);
+  EXPECT_EQ(granted, 0u);
+  EXPECT_EQ(volume_->meta().space().GrantOf(ctx_.client_id), 0u);
+  // The replica stays in sync: it holds what it can and says so.
+  EXPECT_EQ(replicator_->ReplicaState(), "in sync");
+  // Space returns on the replica's disk: the next grant is given.
+  limit = ~0ull;
+  ASSERT_OK_AND_ASSIGN(granted, volume_->Grant(ctx_, 16 * kMiB, 0, &added));
+  EXPECT_EQ(added, 16 * kMiB);
+  EXPECT_EQ(granted, 16 * kMiB);
+  EXPECT_GE(AllocatedBytes(replica_dir_ + "/space.hold"), 80 * kMiB);
+}
+
+TEST_F(ReplicationTest, AReplicaWhoseDiskCannotHoldThePromisesIsNotInSync) {
+  // 32 MiB for the hold: not even the metadata reserve (64 MiB) fits.
+  std::atomic<uint64_t> limit{32 * kMiB};
+  ASSERT_NO_FATAL_FAILURE(StartPrimary());
+  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, [&limit](ReplicaOptions* o) {
+    o->hold_allocate = [&limit](int fd, uint64_t offset, uint64_t length) {
+      if (offset + length > limit.load()) return ENOSPC;
+      return fallocate(fd, 0, offset, length) == 0 ? 0 : errno;
+    };
+  }));
+  // It has every change, but it could not store what grants let mounts
+  // write: writers must not count on it, nor may it take over.
+  ASSERT_TRUE(WaitFor([this] {
+    return replicator_->Head() > 0 && replicator_->AckedSeq() == replicator_->Head();
+  }));
+  EXPECT_EQ(replicator_->ReplicaState(), "syncing");
+  EXPECT_FALSE(WitnessState().replica_in_sync());
+  limit = ~0ull;  // space came back on its disk
+  ASSERT_NO_FATAL_FAILURE(WaitInSync());
+}
+
 }  // namespace
 }  // namespace grantfs

@@ -281,7 +281,8 @@ class ReplicationTest : public ::testing::Test {
 
   // --- the replica -------------------------------------------------------------
 
-  void StartReplica(absl::Duration failover = kLease) {
+  void StartReplica(absl::Duration failover = kLease,
+                    const std::function<void(ReplicaOptions*)>& tweak = nullptr) {
     ReplicaOptions o;
     o.self = replica_addr_;
     o.peer = kPrimary;
@@ -297,6 +298,7 @@ class ReplicationTest : public ::testing::Test {
       promoted_.push_back(epoch);
       primary_serving_at_promotion_ = primary_serving;
     };
+    if (tweak) tweak(&o);
     auto r = Replica::Open(o);
     ASSERT_TRUE(r.ok()) << r.status();
     replica_ = *std::move(r);

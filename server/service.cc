@@ -139,6 +139,9 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_granted_bytes(s.granted_bytes);
   reply->set_reserved_bytes(s.reserved_bytes);
   reply->set_ledger_ok(s.ledger_ok);
+  const Volume::DiskSpace disk = volume_->Disk();
+  reply->set_disk_room_bytes(disk.room_bytes);
+  reply->set_hold_bytes(disk.held_bytes);
   reply->set_write_backlog_bytes(volume_->flow().backlog_bytes());
   reply->set_write_budget_bytes(volume_->flow().budget());
   const LeaseStats leases = volume_->leases().Stats();

@@ -100,9 +100,13 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
   mo.dir = options.dir + "/meta";
   mo.capacity_bytes = options.capacity_bytes;
   mo.new_volume_capacity_bytes = free_now > reserve ? free_now - reserve : 0;
-  // The metadata reserve is part of the hold: file data gets the rest.
-  mo.disk_available = [reserve, cache = std::make_shared<DiskRoom>(options.dir, hold.get())] {
-    const uint64_t space = cache->Get();
+  // The metadata reserve is part of the hold: file data gets the rest of
+  // the smaller of this disk's room and the in-sync replica's (what is
+  // accepted is stored on both: checkpoint/change_sink.h).
+  mo.disk_available = [reserve, sink = options.change_sink,
+                       cache = std::make_shared<DiskRoom>(options.dir, hold.get())] {
+    uint64_t space = cache->Get();
+    if (sink != nullptr) space = std::min(space, sink->ReplicaRoom().value_or(space));
     return space > reserve ? space - reserve : 0;
   };
   // A metadata write that found the disk full gets room from the
@@ -112,6 +116,7 @@ absl::StatusOr<std::unique_ptr<Volume>> Volume::Open(const VolumeOptions& option
     h->Repay(lent);  // RocksDB keeps the room; Cover grows the hold back once there is space
     return lent > 0;
   };
+  mo.promise_reserve_bytes = reserve;
   mo.chunk_size = co.chunk_size;
   mo.clock = options.clock;
   mo.change_sink = options.change_sink;

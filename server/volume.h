@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/env.h"
+#include "common/space_hold.h"
 #include "proto/grantfs.pb.h"
 #include "server/chunk_store.h"
 #include "server/dedupe.h"
@@ -36,7 +37,6 @@
 #include "server/lock_manager.h"
 #include "server/metadata.h"
 #include "server/session_table.h"
-#include "common/space_hold.h"
 
 namespace grantfs {
 
@@ -184,6 +184,12 @@ class Volume {
   absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino, uint32_t mode,
                                         uint64_t offset, uint64_t length);
   SpaceInfo Space() { return meta_->store().Space(); }
+  // The data disk now: room file data may take (free + held) and held.
+  struct DiskSpace {
+    uint64_t room_bytes = 0;
+    uint64_t held_bytes = 0;
+  };
+  DiskSpace Disk();
 
   // --- xattrs ----------------------------------------------------------------
   absl::Status SetXattr(const RequestContext& ctx, uint64_t ino, const std::string& name,
@@ -282,8 +288,10 @@ class Volume {
   bool RecallGrants(uint64_t origin);
 
   // Makes the space hold cover every grant and the metadata reserve (grows
-  // it, or shrinks it once grants were written or returned). Returns false
-  // when the disk cannot hold them; logs when that starts and ends.
+  // it, or shrinks it once grants were written or returned), and sends the
+  // promise to the replica, whose hold does the same on its disk
+  // (MetaStore::Promise). Returns false when this server's disk cannot hold
+  // them; logs when that starts and ends.
   bool CoverPromises();
 
   // Reserve for a write, recalling other sessions' grants and waiting up to
@@ -298,6 +306,7 @@ class Volume {
   const std::unique_ptr<Metadata> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
   const std::unique_ptr<SpaceHold> hold_;
+  absl::Mutex cover_mu_;  // CoverPromises: read the promise and cover it
   absl::Mutex hold_mu_;
   bool hold_whole_ ABSL_GUARDED_BY(hold_mu_) = true;  // as of the last CoverPromises
 

@@ -193,13 +193,21 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
       meta_->space().Grant(ctx.client_id, SpaceLedger::BlocksWithin(wanted_bytes),
                            SpaceLedger::BlocksCovering(return_bytes), &added_blocks, ctx.tag));
   *added = SpaceLedger::Bytes(added_blocks);
-  if (added_blocks > 0 && !CoverPromises()) {
-    // The disk cannot hold what was just promised (another program took
-    // the space): the promise is taken back.
+  // The grant's promise went to the replica with it (MetaStoreOptions::
+  // promise_reserve_bytes), and the grant returned once the replica had
+  // both; its hold grew before it acknowledged.
+  bool held = added_blocks == 0 || CoverPromises();
+  if (held && added_blocks > 0 && options_.change_sink != nullptr) {
+    held = options_.change_sink->ReplicaHolds(meta_->store().promise_seq());
+  }
+  if (!held) {
+    // The disk (this server's or the replica's) cannot hold what was just
+    // promised (another program took the space): the promise is taken back.
     uint64_t ignored = 0;
     ASSIGN_OR_RETURN(blocks,
                      meta_->space().Grant(ctx.client_id, 0, added_blocks, &ignored, ctx.tag));
     *added = 0;
+    CoverPromises();  // both holds follow the smaller promise
   }
   // Short of what was asked: others may sit on grants they do not need.
   if (*added < SpaceLedger::Bytes(SpaceLedger::BlocksWithin(wanted_bytes)))
@@ -207,10 +215,24 @@ absl::StatusOr<uint64_t> Volume::Grant(const RequestContext& ctx, uint64_t wante
   return SpaceLedger::Bytes(blocks);
 }
 
+Volume::DiskSpace Volume::Disk() {
+  DiskSpace d;
+  d.held_bytes = hold_->held();
+  absl::StatusOr<uint64_t> free = DiskFree(options_.dir);
+  d.room_bytes = (free.ok() ? *free : 0) + d.held_bytes;
+  return d;
+}
+
 bool Volume::CoverPromises() {
-  const uint64_t promised =
-      SpaceLedger::Bytes(meta_->space().GrantedBlocks()) + options_.metadata_reserve_bytes;
-  absl::Status st = hold_->Cover(promised);
+  absl::Status st;
+  uint64_t promised;
+  {
+    // One at a time, so that a promise read earlier is not made later.
+    absl::MutexLock c(&cover_mu_);
+    promised = SpaceLedger::Bytes(meta_->space().GrantedBlocks()) + options_.metadata_reserve_bytes;
+    st = hold_->Cover(promised);
+  }
+  meta_->store().Promise();  // and on the replica's disk
   absl::MutexLock l(&hold_mu_);
   if (!st.ok() && hold_whole_) {
     LOG(WARNING) << "the data disk is full: " << promised << " bytes are promised (grants and "

@@ -222,19 +222,87 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
     assert_offline_fsck_clean(c.server.data_dir)
 
 
-def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
-    """The same fill on witness + primary + replica, each server's data on a
-    256 MiB tmpfs of its own, default capacity, and a kill -9 of the primary
-    when about a third is written: the writers pause, go on with the replica,
-    get ENOSPC only at write(), fsync and close succeed, every accepted byte
-    reads back from the new primary, and its metadata is clean."""
-    disks = []
+@pytest.fixture
+def trio_disks(tmp_base):
+    """Two 256 MiB tmpfs, mounted where a Trio keeps the data of A and B;
+    unmounted at the end."""
+    disks = {}
     for n in "ab":
         path = os.path.join(tmp_base, f"data-{n}")
         os.makedirs(path)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", path], check=True,
                        timeout=30)
-        disks.append(path)
+        disks[n.upper()] = path
+    try:
+        yield disks
+    finally:
+        for path in disks.values():
+            subprocess.run(["umount", "-l", path], capture_output=True, timeout=30)
+
+
+def test_another_program_filling_the_replicas_disk_loses_nothing_accepted(trio_disks, tmp_base):
+    """The replica's data disk holds what the primary promised too (its own
+    space hold, grown before a grant is answered), so a program that fills
+    it behind the servers' backs takes none of it: the mount writes on into
+    its grant until ENOSPC at write(), fsync and close succeed, the replica
+    stays in sync, and after a kill -9 of the primary every accepted byte
+    reads back from the replica. Before the replica had a hold, it gave up
+    the stream at its first full write and the primary went on alone."""
+    t = Trio(tmp_base, capacity="0")
+    filler = os.path.join(trio_disks["B"], "filler")
+    try:
+        t.start()
+        m1, m2 = t.mount("node1"), t.mount("node2")
+        fd = os.open(os.path.join(m1, "w0"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # Some data first, so that the mount holds a grant.
+        accepted = 0
+        for index in range(4):
+            accepted += os.write(fd, block(0, index))
+        os.fsync(fd)
+        assert fill_disk(filler) > 0
+        accepted, error = write_on(fd, 0, index=4, accepted=accepted)
+        assert error is None, error
+        assert accepted > 4 * MIB, "the grant let nothing more be written"
+        name, st = t.primary()
+        assert name == "A" and st["replica_state"] == "in sync", st
+        # The status shows the replica's full disk (its room is what it holds).
+        assert st["replica_disk_room_bytes"] < st["disk_room_bytes"], st
+        with open(os.path.join(m2, "w0"), "rb") as f:
+            got = f.read()
+        assert len(got) == accepted
+        assert got == expected(0, accepted)
+        # Metadata still changes with the replica's disk full (its reserve is held).
+        os.mkdir(os.path.join(m2, "dir"))
+        with open(os.path.join(m2, "dir", "small"), "wb") as f:
+            f.write(b"")
+        name, st = t.primary()
+        assert name == "A" and st["replica_state"] == "in sync", st
+        # The replica has every accepted byte: it takes over and serves them.
+        t.kill9("A")
+        wait_for(lambda: (t.status("B") or {}).get("role") == "primary", timeout=30,
+                 what="B to take over")
+        with open(os.path.join(m1, "w0"), "rb") as f:
+            assert f.read() == got
+        assert os.path.isfile(os.path.join(m1, "dir", "small"))
+        # The other program lets go: writing works again, with no operator action.
+        os.unlink(filler)
+        wait_for(lambda: room(m2), timeout=60,
+                 what="space to come back after the filler went away")
+        t.stop()
+        assert_offline_fsck_clean(t.data_dirs["B"])
+    except BaseException:
+        t.keep_logs("test_another_program_filling_the_replicas_disk_loses_nothing_accepted")
+        raise
+    finally:
+        t.stop()
+
+
+def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(trio_disks, tmp_base):
+    """The same fill on witness + primary + replica, each server's data on a
+    256 MiB tmpfs of its own, default capacity, and a kill -9 of the primary
+    when about a third is written: the writers pause, go on with the replica,
+    get ENOSPC only at write(), fsync and close succeed, every accepted byte
+    reads back from the new primary, and its metadata is clean."""
     t = Trio(tmp_base, capacity="0")
     try:
         t.start()
@@ -283,5 +351,3 @@ def test_filling_the_data_disks_of_a_trio_with_a_kill9_of_the_primary(tmp_base):
         raise
     finally:
         t.stop()
-        for path in disks:
-            subprocess.run(["umount", "-l", path], capture_output=True, timeout=30)
