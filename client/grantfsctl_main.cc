@@ -161,10 +161,11 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
          (unsigned long long)st.write_backlog_bytes(), (unsigned long long)st.write_budget_bytes());
   printf(
       "metadata leases: %llu held; %llu granted, %llu recalls (%llu changes waited, %llu ran "
-      "out), %llu refused (recalled too often)\n",
+      "out), %llu refused (recalled too often), %llu evicted (a mount over its cap)\n",
       (unsigned long long)st.leases_held(), (unsigned long long)st.leases_granted(),
       (unsigned long long)st.lease_recalls(), (unsigned long long)st.lease_recall_waits(),
-      (unsigned long long)st.lease_lapsed(), (unsigned long long)st.leases_refused_hot());
+      (unsigned long long)st.lease_lapsed(), (unsigned long long)st.leases_refused_hot(),
+      (unsigned long long)st.leases_evicted());
   printf(
       "calls:           %llu waiting, %llu running; %llu admitted, %llu refused (server busy, "
       "retried by clients), at most %llu waited at once\n",

@@ -71,6 +71,7 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   SetNumber(out, "lease_recall_waits", st.lease_recall_waits());
   SetNumber(out, "lease_lapsed", st.lease_lapsed());
   SetNumber(out, "leases_refused_hot", st.leases_refused_hot());
+  SetNumber(out, "leases_evicted", st.leases_evicted());
   SetNumber(out, "calls_queued", st.calls_queued());
   SetNumber(out, "calls_running", st.calls_running());
   SetNumber(out, "calls_admitted", st.calls_admitted());

@@ -115,9 +115,49 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
     }
     leases_[key].insert(client_id);
     ++held_;
+    if (h.keys.size() > options_.max_leases_per_holder) Evict(h, client_id, key, now);
   }
   ++stats_.granted;
   return true;
+}
+
+void LeaseTable::Evict(Holder& h, uint64_t client_id, const LeaseKey& keep, absl::Time now) {
+  const size_t n = std::clamp<size_t>(options_.max_leases_per_holder / 16, 1, 1024);
+  std::vector<LeaseKey> victims;
+  victims.reserve(n);
+  for (const LeaseKey& k : h.keys) {
+    if (victims.size() == n) break;
+    if (!(k == keep)) victims.push_back(k);
+  }
+  for (const LeaseKey& k : victims) {
+    h.keys.erase(k);
+    auto it = leases_.find(k);
+    if (it != leases_.end()) {
+      it->second.erase(client_id);
+      if (it->second.empty()) leases_.erase(it);
+    }
+    --held_;
+    SendRecall(h, client_id, k, now);
+  }
+  stats_.evicted += victims.size();
+}
+
+uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& key,
+                                absl::Time now) {
+  ++h.sent;
+  h.unacked_sent.push_back(now);
+  proto::Invalidation inv;
+  inv.set_recall(h.sent);
+  if (key.kind == LeaseKey::kAttr) {
+    inv.set_ino(key.ino);
+  } else {
+    inv.set_dir(key.ino);
+  }
+  // A push that fails ends the stream: the mount re-subscribes, having
+  // dropped everything.
+  push_(client_id, inv);
+  ++stats_.recalls;
+  return h.sent;
 }
 
 bool LeaseTable::Hot(const LeaseKey& key) {
@@ -182,20 +222,10 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
       Holder& h = hit->second;
       h.keys.erase(key);
       if (h.until <= now) continue;  // its leases ran out
-      ++h.sent;
-      h.unacked_sent.push_back(now);
-      proto::Invalidation inv;
-      inv.set_recall(h.sent);
-      if (key.kind == LeaseKey::kAttr) {
-        inv.set_ino(key.ino);
-      } else {
-        inv.set_dir(key.ino);
-      }
-      // A push that fails ends the stream: the wait ends when the mount
-      // re-subscribes or its leases run out.
-      push_(id, inv);
-      ++stats_.recalls;
-      waits.push_back({id, h.sent, h.streams});
+      // The wait ends when the mount acknowledges, re-subscribes or its
+      // leases run out.
+      const uint64_t seq = SendRecall(h, id, key, now);
+      waits.push_back({id, seq, h.streams});
     }
     if (it->second.empty()) leases_.erase(it);
     if (others) CountRecall(key, now);

@@ -80,6 +80,14 @@ struct LeaseTableOptions {
   absl::Duration cool_down = absl::Seconds(2);
   // Leases held over all mounts; past it, no new ones (bounded memory).
   size_t max_leases = 4u << 20;
+  // Leases one mount holds here. A mount forgets leases by itself (its
+  // cache is bounded) without telling the server, so what the server counts
+  // for a long-lived mount only grows: past this, a grant to it recalls
+  // `max_leases_per_holder / 16` (at most 1024) of its others, as a change
+  // would but without waiting, and the mount drops them (most it has
+  // forgotten already) and acknowledges. So one mount never fills
+  // `max_leases` for the others.
+  size_t max_leases_per_holder = 1u << 20;
 };
 
 struct LeaseStats {
@@ -88,6 +96,7 @@ struct LeaseStats {
   uint64_t recall_waits = 0;  // changes that waited for a recall
   uint64_t lapsed = 0;        // recalls that ended by a lease running out
   uint64_t refused_hot = 0;   // grants refused: the object is recalled too often
+  uint64_t evicted = 0;       // recalled from a mount over max_leases_per_holder
   size_t held = 0;            // leases held now
 };
 
@@ -163,6 +172,13 @@ class LeaseTable {
   };
 
   void DropKeys(Holder& h, uint64_t client_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recalls some of a holder's leases but `keep` (max_leases_per_holder).
+  void Evict(Holder& h, uint64_t client_id, const LeaseKey& keep, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the recall of `key` to a holder that held it (already forgotten
+  // here); returns its sequence number.
+  uint64_t SendRecall(Holder& h, uint64_t client_id, const LeaseKey& key, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `w` is over: acknowledged, re-subscribed, lapsed or gone.
   bool Done(const Wait& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a recall of `key` (it may become hot).

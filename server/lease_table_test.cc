@@ -198,5 +198,51 @@ TEST_F(LeaseTableTest, AForgottenSessionHoldsNothing) {
   EXPECT_TRUE(Pushed().empty());
 }
 
+TEST(LeaseTableCapTest, AMountOverItsCapHasSomeLeasesRecalledAndOthersStillGetLeases) {
+  FakeClock clock;
+  absl::Mutex mu;
+  std::vector<std::pair<uint64_t, proto::Invalidation>> pushed;
+  // At most 16 leases in all, 8 per mount (evicted 1 at a time: 8 / 16).
+  LeaseTable table(
+      LeaseTableOptions{
+          .clock = &clock, .term = absl::Seconds(3), .max_leases = 16, .max_leases_per_holder = 8},
+      [&](uint64_t id, const proto::Invalidation& inv) {
+        absl::MutexLock l(&mu);
+        pushed.emplace_back(id, inv);
+        return true;
+      });
+  table.StreamUp(1, true);
+  table.StreamUp(2, true);
+  // A long walk: mount 1 asks for 100 attribute leases, and gets each one.
+  for (uint64_t ino = 100; ino < 200; ++ino) {
+    ASSERT_TRUE(table.Grant(1, LeaseKey::Attr(ino), table.Epoch())) << ino;
+    ASSERT_LE(table.HeldBy(1), 8u);
+  }
+  EXPECT_EQ(table.Stats().evicted, 92u);
+  // Each one given up was recalled from it, numbered as recalls are, and it
+  // still holds the newest.
+  uint64_t given_up = 0;
+  {
+    absl::MutexLock l(&mu);
+    ASSERT_EQ(pushed.size(), 92u);
+    for (size_t i = 0; i < pushed.size(); ++i) {
+      EXPECT_EQ(pushed[i].first, 1u);
+      EXPECT_EQ(pushed[i].second.recall(), i + 1);
+      EXPECT_NE(pushed[i].second.ino(), 199u);
+    }
+    given_up = pushed[0].second.ino();
+  }
+  // Mount 2 is not starved by mount 1's walk.
+  for (uint64_t ino = 300; ino < 308; ++ino) {
+    EXPECT_TRUE(table.Grant(2, LeaseKey::Dir(ino), table.Epoch())) << ino;
+  }
+  EXPECT_EQ(table.Stats().held, 16u);
+  // A change of something mount 1 was made to give up waits for nobody.
+  table.Recall(2, {LeaseKey::Attr(given_up)});
+  // Acknowledged, the evictions leave mount 1 renewed.
+  table.Ack(1, 92);
+  EXPECT_TRUE(table.Renew(1));
+}
+
 }  // namespace
 }  // namespace grantfs

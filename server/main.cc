@@ -56,6 +56,10 @@ ABSL_FLAG(int, lease_hot_recalls, 8,
           "metadata leases: an object recalled this many times within 1 s is not leased for "
           "2 s, and mounts cache it as with leases off (kernel timeouts, pushed "
           "invalidations) meanwhile; 0: always leased (exact, every change waits for recalls)");
+ABSL_FLAG(int, max_leases_per_mount, 1 << 20,
+          "metadata leases one mount may hold; past it, granting one more recalls some of its "
+          "others (a mount forgets leases without telling the server; this keeps a long-lived "
+          "mount from filling the server's table for everyone)");
 ABSL_FLAG(int, threads, 64,
           "worker threads that run the file system's calls; calls wait for one in a bounded "
           "queue where clients take turns");
@@ -209,6 +213,7 @@ int main(int argc, char** argv) {
   // A session that expires holds no lease: the metadata lease is at most the
   // session's.
   vo.lease_hot_recalls = std::max(0, absl::GetFlag(FLAGS_lease_hot_recalls));
+  vo.max_leases_per_mount = std::max(1, absl::GetFlag(FLAGS_max_leases_per_mount));
   vo.meta_lease =
       std::min(absl::Milliseconds(std::max(absl::GetFlag(FLAGS_meta_lease_ms), 300)), vo.lease);
   if (absl::GetFlag(FLAGS_write_backlog_mb) < 1 || absl::GetFlag(FLAGS_recall_wait_ms) < 0) {

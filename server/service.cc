@@ -151,6 +151,7 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   reply->set_lease_recall_waits(leases.recall_waits);
   reply->set_lease_lapsed(leases.lapsed);
   reply->set_leases_refused_hot(leases.refused_hot);
+  reply->set_leases_evicted(leases.evicted);
   const CommitStats commits = volume_->meta().store().Commits();
   reply->set_meta_changes(commits.changes);
   reply->set_meta_wal_syncs(commits.wal_syncs);

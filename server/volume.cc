@@ -212,7 +212,8 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
       sessions_(options.lease_clock, options.lease),
       leases_(LeaseTableOptions{.clock = options.lease_clock,
                                 .term = options.meta_lease,
-                                .hot_recalls = options.lease_hot_recalls},
+                                .hot_recalls = options.lease_hot_recalls,
+                                .max_leases_per_holder = options.max_leases_per_mount},
               [this](uint64_t client_id, const proto::Invalidation& inv) {
                 return sessions_.PushRecall(client_id, inv);
               }),

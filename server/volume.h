@@ -69,6 +69,9 @@ struct VolumeOptions {
   // Recalls of one object within 1 s past which it is not leased for 2 s
   // (mounts treat it as with leases off meanwhile); 0: always leased.
   int lease_hot_recalls = 8;
+  // Leases one mount may hold at the server (LeaseTableOptions::
+  // max_leases_per_holder).
+  size_t max_leases_per_mount = 1u << 20;
   // Largest read or write accepted in one request.
   uint32_t max_io_bytes = 8 << 20;
   // Time source. Default: the real clock. Not owned.

@@ -135,6 +135,20 @@ def test_every_node_sees_each_change_at_once(start, seed, nodes):
         f"recall nobody answers)?\n{r.report()}\n{logs(c)}")
 
 
+def test_every_node_sees_each_change_at_once_over_a_small_lease_cap(start):
+    """The checker again, with the server holding at most 16 leases per
+    mount (--max_leases_per_mount): granting one more recalls others from
+    that mount, without any change, all the time. No node reads an old
+    state, and the evictions did happen."""
+    c = start(nodes=3, server_extra=EXACT + ["--max_leases_per_mount=16"])
+    r = coherence.run([m.path for m in c.mounts], 3, min(ROUNDS, 300), time_limit=TIME_LIMIT)
+    print(r.report())
+    assert r.ok, f"{r.report()}\n{logs(c)}"
+    st = c.server.status()
+    assert st["leases_evicted"] > 0, st
+    assert st["leases_held"] <= 3 * 16, st
+
+
 def test_without_leases_the_checker_finds_a_stale_read(start):
     """With --leases=off (invalidations pushed asynchronously, the kernel
     caching for 1 s) the same checker must find a node showing the old

@@ -139,9 +139,11 @@ class Harness:
         return self._fuse(name, [self.bin("client/grantfs-mount"), f"{server_addr}:/", path, "-f",
                                  f"--write_mode={write_mode}", f"--leases={leases}"], path)
 
-    def mount_passthrough(self, name):
-        """grantfs-passthrough of a fresh local directory; returns the mount."""
-        src, path = self.path(name + "-src"), self.path(name)
+    def mount_passthrough(self, name, src=None):
+        """grantfs-passthrough of a fresh local directory (or of `src`, an
+        existing one); returns the mount."""
+        src = src or self.path(name + "-src")
+        path = self.path(name)
         os.makedirs(src, exist_ok=True)
         return self._fuse(name, [self.bin("bench/grantfs-passthrough"), src, path, "-f"], path)
 
