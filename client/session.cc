@@ -38,10 +38,8 @@ absl::StatusOr<proto::OpenSessionReply> Session::Open(absl::Time* sent) {
   {
     absl::MutexLock l(&mu_);
     lease_ms_ = std::max<uint64_t>(reply->lease_ms(), 300);
-    if (reply->meta_lease_ms() > 0)
-      meta_lease_ms_ = std::max<uint64_t>(reply->meta_lease_ms(), 300);
-    if (leases_ != nullptr) leases_->SetTerm(absl::Milliseconds(meta_lease_ms_));
   }
+  SetMetaLease(reply->meta_lease_ms());
   RpcClient& rpc = meta_->rpc();
   LOG(INFO) << "session " << reply->client_id() << " with " << rpc.address(rpc.current())
             << ", lease " << reply->lease_ms() << " ms";
@@ -77,6 +75,19 @@ void Session::Close() {
     started_ = false;
   }
   meta_->CloseSession();
+}
+
+void Session::SetMetaLease(uint64_t ms) {
+  absl::MutexLock l(&mu_);
+  if (ms > 0 && std::max<uint64_t>(ms, 300) != meta_lease_ms_) {  // 0: a server that did not say
+    const uint64_t was = meta_lease_ms_;
+    meta_lease_ms_ = std::max<uint64_t>(ms, 300);
+    if (started_) {
+      LOG(INFO) << "metadata lease term now " << meta_lease_ms_ << " ms (was " << was
+                << " ms): the server's";
+    }
+  }
+  if (leases_ != nullptr) leases_->SetTerm(absl::Milliseconds(meta_lease_ms_));
 }
 
 absl::Time Session::LeaseEnd(absl::Time sent) {
@@ -125,6 +136,7 @@ void Session::HeartbeatLoop() {
       }
       if (leases_ != nullptr) {
         if (beat->leases_renewed()) {
+          SetMetaLease(beat->meta_lease_ms());  // this server's term, before it counts
           leases_->Renewed(sent);
         } else {
           // Not renewed (no stream here yet, a recall left unanswered, or
@@ -216,7 +228,10 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     proto::InvalidationBatch batch;
     while (reader->Read(&batch)) {
       backoff = first_backoff;
-      if (batch.subscribed() && leases_ != nullptr) leases_->Subscribed(sent);
+      if (batch.subscribed() && leases_ != nullptr) {
+        SetMetaLease(batch.meta_lease_ms());
+        leases_->Subscribed(sent);
+      }
       // Recalls first: a change on another node waits for their ack.
       Recall(batch, invalidator);
       // The rest may wait for kernel locks: on their own thread with leases.

@@ -65,6 +65,10 @@ class Session {
   // Where the session's lease ends, seen from the mount, for a request sent
   // at `sent` (options.clock) that the server answered.
   absl::Time LeaseEnd(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // The metadata lease term of the server that answered (OpenSession,
+  // every heartbeat and subscription: after a failover it is the new
+  // server's): renewals count with it, and heartbeats come every third.
+  void SetMetaLease(uint64_t ms) ABSL_LOCKS_EXCLUDED(mu_);
   // After Open(): starts heartbeats and (if `invalidator` is not null) the
   // invalidation stream. `invalidator` must outlive Join().
   void Start(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);

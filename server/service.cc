@@ -53,6 +53,7 @@ grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* 
       reply->set_session_lost(lost);
     }
     reply->set_leases_renewed(volume_->leases().Renew(rc.client_id));
+    reply->set_meta_lease_ms(absl::ToInt64Milliseconds(volume_->meta_lease()));
     return absl::OkStatus();
   });
 }
@@ -100,6 +101,7 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
   absl::Cleanup down = [&] { leases.StreamDown(rc.client_id, token); };
   proto::InvalidationBatch first;
   first.set_subscribed(true);
+  first.set_meta_lease_ms(absl::ToInt64Milliseconds(volume_->meta_lease()));
   if (!write(first)) return grpc::Status::OK;
   while (!ctx->IsCancelled()) {
     proto::InvalidationBatch batch;
