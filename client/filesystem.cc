@@ -321,15 +321,21 @@ uint64_t FileSystem::KnownIno(uint64_t parent, const std::string& name) {
 
 absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::string& name,
                                 bool is_dir) {
-  const uint64_t ino = KnownIno(parent, name);
-  absl::Status s = meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name));
+  uint64_t ino = KnownIno(parent, name);
+  absl::StatusOr<proto::RemoveReply> r =
+      meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name));
+  const absl::Status s = r.status();
+  // The server says which inode lost the name, unless it answered a retry.
+  if (r.ok() && r->known()) ino = r->ino();
   if (leases_ && s.ok() && ino != 0) {
     leases_->NameRemoved(parent, name);
     leases_->AttrChanged(ino);  // its link count
     if (is_dir) leases_->DirChanged(ino);
   } else if (leases_ && (s.ok() || MayHaveApplied(s))) {
-    // What changed is not known here: drop what it may have touched.
+    // What changed is not known here: drop what it may have touched (any
+    // inode's link count).
     leases_->DirChanged(parent);
+    leases_->DropAttrs();
   }
   RETURN_IF_ERROR(s);
   names_.Erase(parent, name);
@@ -338,12 +344,22 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
 
 absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
                                 uint64_t new_parent, const std::string& new_name, uint32_t flags) {
-  const uint64_t moved = KnownIno(parent, name);
-  const uint64_t replaced = KnownIno(new_parent, new_name);
-  absl::Status s = meta_.Rename(c, parent, name, new_parent, new_name, flags,
-                                names_.Get(parent, name), names_.Get(new_parent, new_name));
+  uint64_t moved = KnownIno(parent, name);
+  uint64_t replaced = KnownIno(new_parent, new_name);
+  absl::StatusOr<proto::RenameReply> r =
+      meta_.Rename(c, parent, name, new_parent, new_name, flags, names_.Get(parent, name),
+                   names_.Get(new_parent, new_name));
+  const absl::Status s = r.status();
+  // The server says which inodes moved and were replaced, unless it
+  // answered a retry; then what it touched is not known here.
+  const bool known = r.ok() && r->known();
+  if (known) {
+    moved = r->moved();
+    replaced = r->replaced();
+  }
   constexpr uint32_t kRenameExchange = 2;  // RenameRequest.flags
   const bool exchange = (flags & kRenameExchange) != 0;
+  if (leases_ && (s.ok() || MayHaveApplied(s)) && !known) leases_->DropAttrs();
   if (leases_ && (s.ok() || MayHaveApplied(s))) {
     if (s.ok() && moved != 0 && !exchange) {
       leases_->NameRemoved(parent, name);

@@ -51,6 +51,14 @@ std::vector<uint64_t> LeaseCache::DropAll(bool stream_down) {
   return inos;
 }
 
+void LeaseCache::DropAttrs() {
+  absl::MutexLock l(&mu_);
+  attrs_.clear();
+  no_xattr_.clear();
+  attr_order_.clear();
+  mark_ = ++seq_;
+}
+
 bool LeaseCache::Valid() { return subscribed_ && options_.clock->Now() < end_; }
 
 bool LeaseCache::Keeps(const Ticket& t, Kind kind, uint64_t ino, bool own) {

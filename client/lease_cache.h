@@ -145,6 +145,11 @@ class LeaseCache {
   void NameRemoved(uint64_t dir, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // Anything else that changed `dir`'s names: the listing is dropped.
   void DirChanged(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // This mount changed some inode's attributes, it does not know which (the
+  // answer to a retried remove or rename): every attribute is dropped, and
+  // no reply in flight keeps a lease. The server still lists the leases
+  // (HoldsAttrLease) and recalls them as before.
+  void DropAttrs() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- objects recalled too often ----------------------------------------
   // The server declined a lease on `key` because it is recalled too often

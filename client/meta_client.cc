@@ -195,21 +195,25 @@ absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint6
   return std::move(*reply.mutable_attr());
 }
 
-absl::Status MetaClient::Remove(const Creds& c, uint64_t parent, const std::string& name,
-                                bool is_dir, uint64_t expected_ino) {
+absl::StatusOr<proto::RemoveReply> MetaClient::Remove(const Creds& c, uint64_t parent,
+                                                      const std::string& name, bool is_dir,
+                                                      uint64_t expected_ino) {
   proto::RemoveRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
   req.set_name(name);
   req.set_is_dir(is_dir);
   req.set_expected_ino(expected_ino);
-  proto::ErrReply reply;
-  return rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply);
+  proto::RemoveReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Remove", &proto::GrantFs::Stub::Remove, &req, &reply));
+  return reply;
 }
 
-absl::Status MetaClient::Rename(const Creds& c, uint64_t parent, const std::string& name,
-                                uint64_t new_parent, const std::string& new_name, uint32_t flags,
-                                uint64_t expected_ino, uint64_t expected_new_ino) {
+absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t parent,
+                                                      const std::string& name, uint64_t new_parent,
+                                                      const std::string& new_name, uint32_t flags,
+                                                      uint64_t expected_ino,
+                                                      uint64_t expected_new_ino) {
   proto::RenameRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -219,8 +223,9 @@ absl::Status MetaClient::Rename(const Creds& c, uint64_t parent, const std::stri
   req.set_flags(flags);
   req.set_expected_ino(expected_ino);
   req.set_expected_new_ino(expected_new_ino);
-  proto::ErrReply reply;
-  return rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply);
+  proto::RenameReply reply;
+  RETURN_IF_ERROR(rpc_->Call("Rename", &proto::GrantFs::Stub::Rename, &req, &reply));
+  return reply;
 }
 
 absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {

@@ -92,12 +92,15 @@ class MetaClient {
   absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                    const std::string& new_name, LeaseBits* leases = nullptr);
   // `expected_ino`: the inode the mount believes `name` is (0: unknown); the
-  // server refuses to remove another.
-  absl::Status Remove(const Creds& c, uint64_t parent, const std::string& name, bool is_dir,
-                      uint64_t expected_ino);
-  absl::Status Rename(const Creds& c, uint64_t parent, const std::string& name, uint64_t new_parent,
-                      const std::string& new_name, uint32_t flags, uint64_t expected_ino,
-                      uint64_t expected_new_ino);
+  // server refuses to remove another. The replies say which inodes lost or
+  // moved a name (proto RemoveReply, RenameReply).
+  absl::StatusOr<proto::RemoveReply> Remove(const Creds& c, uint64_t parent,
+                                            const std::string& name, bool is_dir,
+                                            uint64_t expected_ino);
+  absl::StatusOr<proto::RenameReply> Rename(const Creds& c, uint64_t parent,
+                                            const std::string& name, uint64_t new_parent,
+                                            const std::string& new_name, uint32_t flags,
+                                            uint64_t expected_ino, uint64_t expected_new_ino);
   absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
   absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
                                               uint32_t max_entries);

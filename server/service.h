@@ -53,8 +53,8 @@ class GrantFsService final {
   grpc::Status MkNod(Ctx*, const proto::MkNodRequest*, proto::AttrReply*);
   grpc::Status Symlink(Ctx*, const proto::SymlinkRequest*, proto::AttrReply*);
   grpc::Status Link(Ctx*, const proto::LinkRequest*, proto::AttrReply*);
-  grpc::Status Remove(Ctx*, const proto::RemoveRequest*, proto::ErrReply*);
-  grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::ErrReply*);
+  grpc::Status Remove(Ctx*, const proto::RemoveRequest*, proto::RemoveReply*);
+  grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::RenameReply*);
   grpc::Status ReadLink(Ctx*, const proto::ReadLinkRequest*, proto::ReadLinkReply*);
   grpc::Status ReadDir(Ctx*, const proto::ReadDirRequest*, proto::ReadDirReply*);
   grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*);

@@ -85,10 +85,10 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   Unary* Link(Ctx* c, const proto::LinkRequest* q, proto::AttrReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Link);
   }
-  Unary* Remove(Ctx* c, const proto::RemoveRequest* q, proto::ErrReply* r) override {
+  Unary* Remove(Ctx* c, const proto::RemoveRequest* q, proto::RemoveReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Remove);
   }
-  Unary* Rename(Ctx* c, const proto::RenameRequest* q, proto::ErrReply* r) override {
+  Unary* Rename(Ctx* c, const proto::RenameRequest* q, proto::RenameReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Rename);
   }
   Unary* ReadLink(Ctx* c, const proto::ReadLinkRequest* q, proto::ReadLinkReply* r) override {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/errno_status.h"
+#include "common/status_macros.h"
 #include "server/service.h"
 #include "server/service_call.h"
 
@@ -235,19 +236,27 @@ grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
 }
 
 grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
-                                    proto::ErrReply* reply) {
+                                    proto::RemoveReply* reply) {
   return ServeOnce("Remove", ctx, req, reply, {req->parent()}, PriorOk,
-                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
-                     return volume_->Remove(rc, req->parent(), req->name(), req->is_dir(),
-                                            req->expected_ino());
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
+                     ASSIGN_OR_RETURN(Removed r,
+                                      volume_->Remove(rc, req->parent(), req->name(), req->is_dir(),
+                                                      req->expected_ino()));
+                     reply->set_known(true);
+                     reply->set_ino(r.ino);
+                     return absl::OkStatus();
                    });
 }
 
 grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
-                                    proto::ErrReply* reply) {
+                                    proto::RenameReply* reply) {
   return ServeOnce("Rename", ctx, req, reply, {req->parent(), req->new_parent()}, PriorOk,
-                   [&](const RequestContext& rc, const proto::DedupeRecord*) {
-                     return volume_->Rename(rc, *req);
+                   [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
+                     ASSIGN_OR_RETURN(Removed r, volume_->Rename(rc, *req));
+                     reply->set_known(true);
+                     reply->set_moved(r.moved);
+                     reply->set_replaced(r.exchanged != 0 ? r.exchanged : r.ino);
+                     return absl::OkStatus();
                    });
 }
 

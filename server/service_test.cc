@@ -470,16 +470,28 @@ class OnceTest : public ServiceTest {
     EXPECT_TRUE(stub_->MkNod(Ctx().get(), req, &reply).ok());
     return reply;
   }
-  int RenameErr(uint64_t seq, const std::string& from, const std::string& to) {
+  proto::RenameReply Rename(uint64_t seq, const std::string& from, const std::string& to) {
     proto::RenameRequest req;
     Tag(&req, seq);
     req.set_parent(1);
     req.set_name(from);
     req.set_new_parent(1);
     req.set_new_name(to);
-    proto::ErrReply reply;
+    proto::RenameReply reply;
     EXPECT_TRUE(stub_->Rename(Ctx().get(), req, &reply).ok());
-    return reply.err();
+    return reply;
+  }
+  int RenameErr(uint64_t seq, const std::string& from, const std::string& to) {
+    return Rename(seq, from, to).err();
+  }
+  proto::RemoveReply Remove(uint64_t seq, const std::string& name) {
+    proto::RemoveRequest req;
+    Tag(&req, seq);
+    req.set_parent(1);
+    req.set_name(name);
+    proto::RemoveReply reply;
+    EXPECT_TRUE(stub_->Remove(Ctx().get(), req, &reply).ok());
+    return reply;
   }
   proto::WriteReply Write(uint64_t seq, uint64_t ino, uint64_t offset, const std::string& data) {
     proto::WriteRequest req;
@@ -511,6 +523,27 @@ TEST_F(OnceTest, RetriedRenameSucceedsInsteadOfEnoent) {
   EXPECT_EQ(RenameErr(2, "x", "y"), 0);
   EXPECT_EQ(RenameErr(2, "x", "y"), 0);       // the retry
   EXPECT_EQ(RenameErr(3, "x", "y"), ENOENT);  // a new rename of a gone name
+}
+
+TEST_F(OnceTest, RenameAndRemoveSayWhichInodesLostANameButARetryCannot) {
+  const uint64_t x = Create(1, "x").attr().ino();
+  const uint64_t y = Create(2, "y").attr().ino();
+  proto::RenameReply rn = Rename(3, "x", "y");
+  EXPECT_EQ(rn.err(), 0);
+  EXPECT_TRUE(rn.known());
+  EXPECT_EQ(rn.moved(), x);
+  EXPECT_EQ(rn.replaced(), y);
+  // The retry is answered from the dedupe record, which does not keep them.
+  proto::RenameReply again = Rename(3, "x", "y");
+  EXPECT_EQ(again.err(), 0);
+  EXPECT_FALSE(again.known());
+  proto::RemoveReply rm = Remove(4, "y");
+  EXPECT_EQ(rm.err(), 0);
+  EXPECT_TRUE(rm.known());
+  EXPECT_EQ(rm.ino(), x);
+  proto::RemoveReply rm_again = Remove(4, "y");
+  EXPECT_EQ(rm_again.err(), 0);
+  EXPECT_FALSE(rm_again.known());
 }
 
 TEST_F(OnceTest, FailedRequestsAreNotRecordedAndRunAgain) {

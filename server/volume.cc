@@ -336,8 +336,9 @@ absl::StatusOr<proto::Attr> Volume::Link(const RequestContext& ctx, uint64_t ino
   return attr;
 }
 
-absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
-                            bool is_dir, uint64_t expected_ino) {
+absl::StatusOr<Removed> Volume::Remove(const RequestContext& ctx, uint64_t parent,
+                                       const std::string& name, bool is_dir,
+                                       uint64_t expected_ino) {
   ASSIGN_OR_RETURN(Removed removed,
                    meta_->names().Remove(ctx.caller, parent, name, is_dir, expected_ino, ctx.tag));
   Recall(ctx, {LeaseKey::Dir(parent), LeaseKey::Attr(parent), LeaseKey::Attr(removed.ino),
@@ -345,10 +346,10 @@ absl::Status Volume::Remove(const RequestContext& ctx, uint64_t parent, const st
   Publish(ctx, parent, parent, name);
   Publish(ctx, removed.ino, 0, "");
   if (removed.nlink == 0) RETURN_IF_ERROR(SyncOrphan(removed.ino, ctx.tag).status());
-  return absl::OkStatus();
+  return removed;
 }
 
-absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameRequest& req) {
+absl::StatusOr<Removed> Volume::Rename(const RequestContext& ctx, const proto::RenameRequest& req) {
   ASSIGN_OR_RETURN(
       Removed replaced,
       meta_->names().Rename(ctx.caller, req.parent(), req.name(), req.new_parent(), req.new_name(),
@@ -369,7 +370,7 @@ absl::Status Volume::Rename(const RequestContext& ctx, const proto::RenameReques
     Publish(ctx, replaced.ino, 0, "");
     if (replaced.nlink == 0) RETURN_IF_ERROR(SyncOrphan(replaced.ino, ctx.tag).status());
   }
-  return absl::OkStatus();
+  return replaced;
 }
 
 absl::StatusOr<std::string> Volume::ReadLink(const RequestContext& ctx, uint64_t ino) {

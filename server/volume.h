@@ -157,9 +157,10 @@ class Volume {
   absl::StatusOr<proto::Attr> Link(const RequestContext& ctx, uint64_t ino, uint64_t new_parent,
                                    const std::string& name);
   // `expected_ino`: see Namespace::Remove.
-  absl::Status Remove(const RequestContext& ctx, uint64_t parent, const std::string& name,
-                      bool is_dir, uint64_t expected_ino = 0);
-  absl::Status Rename(const RequestContext& ctx, const proto::RenameRequest& req);
+  // Both return what lost or moved a name (Namespace::Remove, Rename).
+  absl::StatusOr<Removed> Remove(const RequestContext& ctx, uint64_t parent,
+                                 const std::string& name, bool is_dir, uint64_t expected_ino = 0);
+  absl::StatusOr<Removed> Rename(const RequestContext& ctx, const proto::RenameRequest& req);
   absl::StatusOr<std::string> ReadLink(const RequestContext& ctx, uint64_t ino);
   absl::Status ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie, uint32_t max,
                        proto::ReadDirReply* reply);
