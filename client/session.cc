@@ -22,6 +22,12 @@ Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTabl
   meta_->rpc().set_on_failover([this] {
     absl::MutexLock l(&mu_);
     kick_ = true;
+    // The recall stream follows the calls: one left on the old server (a
+    // fenced primary stays up) would keep this mount from ever taking
+    // leases at the new one.
+    if (stream_ctx_ != nullptr && stream_index_ != meta_->rpc().current()) {
+      stream_ctx_->TryCancel();
+    }
   });
 }
 
@@ -225,6 +231,11 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     const absl::Time sent = options_.clock->Now();
     std::unique_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader =
         meta_->Subscribe(&ctx, &index, leases_ != nullptr);
+    {
+      absl::MutexLock l(&mu_);
+      stream_index_ = index;
+      if (index != rpc.current()) ctx.TryCancel();  // the calls moved on meanwhile
+    }
     proto::InvalidationBatch batch;
     while (reader->Read(&batch)) {
       backoff = first_backoff;

@@ -115,6 +115,8 @@ class Session {
   // finds out whether the server is a new incarnation).
   bool kick_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The server (RpcClient index) the recall stream is on.
+  size_t stream_index_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;
 
   // The server incarnation this mount's open files are known to (0: none
   // yet). Set by Open(), then used by the heartbeat thread only.
