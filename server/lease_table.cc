@@ -103,6 +103,7 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
   Holder& h = it->second;
   const absl::Time now = options_.clock->Now();
   if (!h.up || h.until <= now) return false;
+  if (options_.recorded && !options_.recorded(client_id)) return false;
   auto heat = heat_.find(key);
   if (heat != heat_.end() && heat->second.hot_until > now) {
     ++stats_.refused_hot;

@@ -88,6 +88,11 @@ struct LeaseTableOptions {
   // forgotten already) and acknowledges. So one mount never fills
   // `max_leases` for the others.
   size_t max_leases_per_holder = 1u << 20;
+  // Whether a session's record is durable. A server that takes over knows
+  // only recorded sessions (Inherit), and waits only for them: a session
+  // whose record is not durable yet (re-created by a request after its
+  // lease ran out) takes no lease until it is. Null: every session may.
+  std::function<bool(uint64_t client_id)> recorded = nullptr;
 };
 
 struct LeaseStats {

@@ -244,5 +244,20 @@ TEST(LeaseTableCapTest, AMountOverItsCapHasSomeLeasesRecalledAndOthersStillGetLe
   EXPECT_TRUE(table.Renew(1));
 }
 
+TEST(LeaseTableRecordTest, ASessionWhoseRecordIsNotDurableTakesNoLease) {
+  FakeClock clock;
+  std::atomic<bool> recorded{false};
+  LeaseTable table(LeaseTableOptions{.clock = &clock,
+                                     .term = absl::Seconds(3),
+                                     .recorded = [&](uint64_t) { return recorded.load(); }},
+                   [](uint64_t, const proto::Invalidation&) { return true; });
+  table.StreamUp(1, true);
+  // A server taking over now would not know the session: no lease.
+  EXPECT_FALSE(table.Grant(1, LeaseKey::Attr(5), table.Epoch()));
+  EXPECT_EQ(table.HeldBy(1), 0u);
+  recorded = true;
+  EXPECT_TRUE(table.Grant(1, LeaseKey::Attr(5), table.Epoch()));
+}
+
 }  // namespace
 }  // namespace grantfs

@@ -213,7 +213,8 @@ Volume::Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
       leases_(LeaseTableOptions{.clock = options.lease_clock,
                                 .term = options.meta_lease,
                                 .hot_recalls = options.lease_hot_recalls,
-                                .max_leases_per_holder = options.max_leases_per_mount},
+                                .max_leases_per_holder = options.max_leases_per_mount,
+                                .recorded = [this](uint64_t id) { return Recorded(id); }},
               [this](uint64_t client_id, const proto::Invalidation& inv) {
                 return sessions_.PushRecall(client_id, inv);
               }),

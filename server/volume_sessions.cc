@@ -53,11 +53,21 @@ absl::Status Volume::Touch(uint64_t client_id, RequestTag* tag, const std::strin
     case SessionTable::TouchResult::kEnding:
       return absl::ResourceExhaustedError(
           absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
-    case SessionTable::TouchResult::kCreated:
+    case SessionTable::TouchResult::kCreated: {
+      // No lease until the record is durable (LeaseTableOptions::recorded):
+      // requests of this session running meanwhile see it unrecorded.
+      absl::MutexLock l(&unrecorded_mu_);
+      unrecorded_.insert(client_id);
+    }
       RecordSession(client_id, "(reconnected)", tag, peer).IgnoreError();  // retried by maintenance
       return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+bool Volume::Recorded(uint64_t client_id) {
+  absl::MutexLock l(&unrecorded_mu_);
+  return unrecorded_.count(client_id) == 0;
 }
 
 absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name,
@@ -141,7 +151,7 @@ absl::StatusOr<int> Volume::RunMaintenance() {
   std::set<uint64_t> unrecorded;
   {
     absl::MutexLock l(&unrecorded_mu_);
-    unrecorded.swap(unrecorded_);
+    unrecorded = unrecorded_;  // each leaves the set once recorded
   }
   for (const proto::SessionInfo& info : sessions_.List()) {
     if (unrecorded.count(info.client_id())) {
