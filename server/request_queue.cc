@@ -33,12 +33,13 @@ void RequestQueue::MaybeRing(LaneState* l, uint64_t id, Source* s) {
   }
 }
 
-bool RequestQueue::Submit(Lane which, uint64_t source, Task task) {
+bool RequestQueue::Submit(Lane which, uint64_t source, Task task, size_t bytes) {
   LaneState& l = lane(which);
   absl::MutexLock lock(&l.mu);
   if (l.stopping) return false;
   Source& s = l.sources[source];
-  if (l.queued >= options_.max_queued || s.tasks.size() >= l.max_per_source) {
+  const bool too_many_bytes = l.queued > 0 && l.queued_bytes + bytes > options_.max_queued_bytes;
+  if (l.queued >= options_.max_queued || s.tasks.size() >= l.max_per_source || too_many_bytes) {
     const size_t mine = s.tasks.size();
     if (s.tasks.empty() && s.running == 0) l.sources.erase(source);
     ++l.refused;
@@ -48,13 +49,15 @@ bool RequestQueue::Submit(Lane which, uint64_t source, Task task) {
     if (now - l.last_refusal_log > absl::Seconds(10)) {
       l.last_refusal_log = now;
       LOG(WARNING) << "request queue full (" << l.queued << " calls waiting, " << mine
-                   << " of this client): refused a call, " << l.refused
+                   << " of this client, " << l.queued_bytes
+                   << " bytes of requests): refused a call, " << l.refused
                    << " refused since start; clients retry";
     }
     return false;
   }
-  s.tasks.push_back(std::move(task));
+  s.tasks.push_back(Waiting{std::move(task), bytes});
   ++l.queued;
+  l.queued_bytes += bytes;
   ++l.admitted;
   l.peak_queued = std::max<uint64_t>(l.peak_queued, l.queued);
   MaybeRing(&l, source, &s);
@@ -75,7 +78,8 @@ void RequestQueue::Work(LaneState* l) {
       l->ring.pop_front();
       Source& s = l->sources[id];
       s.in_ring = false;
-      task = std::move(s.tasks.front());
+      task = std::move(s.tasks.front().task);
+      l->queued_bytes -= s.tasks.front().bytes;
       s.tasks.pop_front();
       --l->queued;
       ++l->running;

@@ -53,6 +53,12 @@ struct RequestQueueOptions {
   size_t max_queued = 8192;
   // Calls of one source waiting in a lane; a call past it is refused.
   size_t max_queued_per_source = 256;
+  // Bytes of the requests waiting in a lane (what their messages hold: a
+  // Write's data), all sources together; a call past it is refused unless
+  // nothing waits. Mounts keep their writes within the flow-control credit,
+  // so only a client that ignores it meets this bound: without it, calls
+  // counted by number could hold gigabytes of messages.
+  size_t max_queued_bytes = 512ull << 20;
   // Calls of one source running at once in the work lane; 0: half the
   // workers (at least 1).
   int max_running_per_source = 0;
@@ -88,7 +94,8 @@ class RequestQueue {
   // (any number that tells callers apart). False when a bound is reached
   // or the queue is stopping: `task` is dropped without running, and the
   // caller answers the call itself.
-  bool Submit(Lane lane, uint64_t source, Task task);
+  // `bytes`: the size of the call's request (max_queued_bytes).
+  bool Submit(Lane lane, uint64_t source, Task task, size_t bytes = 0);
 
   // Refuses new calls, runs every call already queued, then ends the
   // workers. Idempotent.
@@ -97,9 +104,13 @@ class RequestQueue {
   RequestQueueStats Stats() const;
 
  private:
+  struct Waiting {
+    Task task;
+    size_t bytes = 0;
+  };
   struct Source {
-    std::deque<Task> tasks;  // waiting, oldest first
-    size_t running = 0;      // on a worker now
+    std::deque<Waiting> tasks;  // waiting, oldest first
+    size_t running = 0;         // on a worker now
     bool in_ring = false;
   };
   // One lane's calls, threads and counters.
@@ -113,6 +124,7 @@ class RequestQueue {
     // the order they are served.
     std::deque<uint64_t> ring ABSL_GUARDED_BY(mu);
     size_t queued ABSL_GUARDED_BY(mu) = 0;
+    size_t queued_bytes ABSL_GUARDED_BY(mu) = 0;
     size_t running ABSL_GUARDED_BY(mu) = 0;
     bool stopping ABSL_GUARDED_BY(mu) = false;
     uint64_t admitted ABSL_GUARDED_BY(mu) = 0;

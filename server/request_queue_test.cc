@@ -95,6 +95,40 @@ TEST(RequestQueueTest, RefusesPastTheBoundsAndCountsIt) {
   EXPECT_EQ(ran.load(), 6);
 }
 
+TEST(RequestQueueTest, RefusesPastItsBytesOfWaitingRequests) {
+  RequestQueueOptions o;
+  o.workers = 1;
+  o.max_queued_bytes = 10 << 20;
+  RequestQueue q(o);
+  Gate gate;
+  ASSERT_TRUE(q.Submit(
+      Lane::kWork, 9, [&] { gate.Wait(); }, 16 << 20));  // running: not counted
+  gate.AwaitWaiting(1);
+  std::atomic<int> ran{0};
+  auto task = [&] { ran++; };
+  // A call larger than the bound gets in when nothing waits (it would never
+  // run otherwise)...
+  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 12 << 20));
+  // ... and then nothing more from anyone until it leaves the queue.
+  EXPECT_FALSE(q.Submit(Lane::kWork, 2, task, 1 << 20));
+  EXPECT_EQ(q.Stats().refused, 1u);
+  gate.Release();
+  // Once it ran, calls within the bound are taken again.
+  for (int i = 0; i < 3000 && (ran.load() < 1 || q.Stats().queued > 0); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(ran.load(), 1);
+  Gate gate2;
+  ASSERT_TRUE(q.Submit(Lane::kWork, 9, [&] { gate2.Wait(); }));
+  gate2.AwaitWaiting(1);
+  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 6 << 20));
+  EXPECT_TRUE(q.Submit(Lane::kWork, 2, task, 4 << 20));
+  EXPECT_FALSE(q.Submit(Lane::kWork, 3, task, 1 << 20));
+  gate2.Release();
+  q.Stop();
+  EXPECT_EQ(ran.load(), 3);
+}
+
 TEST(RequestQueueTest, OneSourceRunsOnAtMostItsShareOfTheWorkers) {
   RequestQueueOptions o;
   o.workers = 4;

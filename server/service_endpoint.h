@@ -160,15 +160,18 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   template <typename Req, typename Reply>
   Unary* Queue(Lane lane, Ctx* ctx, const Req* req, Reply* reply, Handler<Req, Reply> handler) {
     Unary* reactor = ctx->DefaultReactor();
-    const bool queued = queue_.Submit(lane, SourceOf(*ctx), [=, service = service_] {
-      // The caller gave up (cancelled, or its deadline passed) while the
-      // call waited: nothing was done, and nobody waits for the answer.
-      if (lane != Lane::kLiveness && ctx->IsCancelled()) {
-        reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "gave up while queued"));
-        return;
-      }
-      reactor->Finish((service->*handler)(ctx, req, reply));
-    });
+    const bool queued = queue_.Submit(
+        lane, SourceOf(*ctx),
+        [=, service = service_] {
+          // The caller gave up (cancelled, or its deadline passed) while the
+          // call waited: nothing was done, and nobody waits for the answer.
+          if (lane != Lane::kLiveness && ctx->IsCancelled()) {
+            reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "gave up while queued"));
+            return;
+          }
+          reactor->Finish((service->*handler)(ctx, req, reply));
+        },
+        req->ByteSizeLong());
     if (!queued) {
       reactor->Finish(
           grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "server busy: retry with a backoff"));
