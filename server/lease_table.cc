@@ -19,12 +19,25 @@ void LeaseTable::DropKeys(Holder& h, uint64_t client_id) {
   h.keys.clear();
 }
 
+void LeaseTable::ForgetRecalls(Holder& h, uint64_t client_id, uint64_t seq) {
+  while (!h.recalling.empty() && h.recalling.front().first <= seq) {
+    const auto [s, key] = h.recalling.front();
+    h.recalling.pop_front();
+    auto it = recalling_.find(key);
+    if (it == recalling_.end()) continue;
+    auto& v = it->second;
+    v.erase(std::remove(v.begin(), v.end(), std::make_pair(client_id, s)), v.end());
+    if (v.empty()) recalling_.erase(it);
+  }
+}
+
 uint64_t LeaseTable::StreamUp(uint64_t client_id, bool leases) {
   absl::MutexLock l(&mu_);
   if (!leases) {
     auto it = holders_.find(client_id);
     if (it != holders_.end()) {
       DropKeys(it->second, client_id);
+      ForgetRecalls(it->second, client_id, UINT64_MAX);
       holders_.erase(it);
     }
     return 0;
@@ -41,6 +54,7 @@ uint64_t LeaseTable::StreamUp(uint64_t client_id, bool leases) {
   // sent it).
   h.until = std::max(h.until, options_.clock->Now() + options_.term);
   // Recalls sent before are moot: the mount dropped everything.
+  ForgetRecalls(h, client_id, UINT64_MAX);
   h.acked = h.sent;
   h.unacked_sent.clear();
   return h.token;
@@ -74,6 +88,7 @@ void LeaseTable::Forget(uint64_t client_id) {
   auto it = holders_.find(client_id);
   if (it == holders_.end()) return;
   DropKeys(it->second, client_id);
+  ForgetRecalls(it->second, client_id, UINT64_MAX);
   holders_.erase(it);
 }
 
@@ -124,11 +139,16 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
 
 void LeaseTable::Evict(Holder& h, uint64_t client_id, const LeaseKey& keep, absl::Time now) {
   const size_t n = std::clamp<size_t>(options_.max_leases_per_holder / 16, 1, 1024);
+  // Attribute leases first: a directory's recall costs the mount more (its
+  // kernel names are checked again). Which ones is arbitrary (the server
+  // does not know which the mount still uses).
   std::vector<LeaseKey> victims;
   victims.reserve(n);
-  for (const LeaseKey& k : h.keys) {
-    if (victims.size() == n) break;
-    if (!(k == keep)) victims.push_back(k);
+  for (LeaseKey::Kind kind : {LeaseKey::kAttr, LeaseKey::kDir}) {
+    for (const LeaseKey& k : h.keys) {
+      if (victims.size() == n) break;
+      if (k.kind == kind && !(k == keep)) victims.push_back(k);
+    }
   }
   for (const LeaseKey& k : victims) {
     h.keys.erase(k);
@@ -147,6 +167,8 @@ uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& k
                                 absl::Time now) {
   ++h.sent;
   h.unacked_sent.push_back(now);
+  h.recalling.emplace_back(h.sent, key);
+  recalling_[key].emplace_back(client_id, h.sent);
   proto::Invalidation inv;
   inv.set_recall(h.sent);
   if (key.kind == LeaseKey::kAttr) {
@@ -206,6 +228,14 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
   std::vector<Wait> waits;
   for (const LeaseKey& key : keys) {
     changed_[key] = epoch;
+    // Holders an earlier recall of this key (a change, an eviction) has not
+    // reached yet may still answer from their copy: waited for too.
+    if (auto r = recalling_.find(key); r != recalling_.end()) {
+      for (const auto& [id, seq] : r->second) {
+        auto hit = holders_.find(id);
+        if (id != origin && hit != holders_.end()) waits.push_back({id, seq, hit->second.streams});
+      }
+    }
     auto it = leases_.find(key);
     if (it == leases_.end()) continue;
     bool others = false;
@@ -272,6 +302,7 @@ void LeaseTable::Ack(uint64_t client_id, uint64_t seq) {
     ++h.acked;
     if (!h.unacked_sent.empty()) h.unacked_sent.pop_front();
   }
+  ForgetRecalls(h, client_id, h.acked);
 }
 
 LeaseStats LeaseTable::Stats() {

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -83,10 +84,12 @@ struct LeaseTableOptions {
   // Leases one mount holds here. A mount forgets leases by itself (its
   // cache is bounded) without telling the server, so what the server counts
   // for a long-lived mount only grows: past this, a grant to it recalls
-  // `max_leases_per_holder / 16` (at most 1024) of its others, as a change
-  // would but without waiting, and the mount drops them (most it has
-  // forgotten already) and acknowledges. So one mount never fills
-  // `max_leases` for the others.
+  // `max_leases_per_holder / 16` (at most 1024) of its others, attribute
+  // leases first, as a change would but without waiting; the mount drops
+  // them and acknowledges, and a change of one of them meanwhile waits for
+  // that acknowledgement as for its own recall. Which ones is arbitrary: the
+  // server does not know which the mount still uses. So one mount never
+  // fills `max_leases` for the others.
   size_t max_leases_per_holder = 1u << 20;
   // Whether a session's record is durable. A server that takes over knows
   // only recorded sessions (Inherit), and waits only for them: a session
@@ -164,6 +167,8 @@ class LeaseTable {
     std::deque<absl::Time> unacked_sent;  // when acked + 1, acked + 2, ... were sent
     bool inherited = false;               // may hold leases of the last server
     absl::flat_hash_set<LeaseKey> keys;
+    // Recalls sent and not yet acknowledged, oldest first: (seq, key).
+    std::deque<std::pair<uint64_t, LeaseKey>> recalling;
   };
   struct Heat {
     absl::Time window_start;
@@ -177,6 +182,9 @@ class LeaseTable {
   };
 
   void DropKeys(Holder& h, uint64_t client_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the holder's recalls up to `seq` (acknowledged, or moot).
+  void ForgetRecalls(Holder& h, uint64_t client_id, uint64_t seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recalls some of a holder's leases but `keep` (max_leases_per_holder).
   void Evict(Holder& h, uint64_t client_id, const LeaseKey& keep, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -194,6 +202,12 @@ class LeaseTable {
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Holder> holders_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<LeaseKey, absl::flat_hash_set<uint64_t>> leases_ ABSL_GUARDED_BY(mu_);
+  // Keys recalled (by a change or an eviction) from holders that have not
+  // acknowledged yet: (client, recall seq). Until they do, they may still
+  // answer from the old copy, so a later change of the key waits for them
+  // too, not only the change that recalled it.
+  absl::flat_hash_map<LeaseKey, std::vector<std::pair<uint64_t, uint64_t>>> recalling_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<LeaseKey, Heat> heat_ ABSL_GUARDED_BY(mu_);
   absl::Time inherited_until_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 0;

@@ -237,11 +237,47 @@ TEST(LeaseTableCapTest, AMountOverItsCapHasSomeLeasesRecalledAndOthersStillGetLe
     EXPECT_TRUE(table.Grant(2, LeaseKey::Dir(ino), table.Epoch())) << ino;
   }
   EXPECT_EQ(table.Stats().held, 16u);
-  // A change of something mount 1 was made to give up waits for nobody.
-  table.Recall(2, {LeaseKey::Attr(given_up)});
-  // Acknowledged, the evictions leave mount 1 renewed.
+  // A change of something mount 1 was made to give up waits until mount 1
+  // acknowledged that recall: until then it may still answer from its copy.
+  std::atomic<bool> done{false};
+  std::thread change([&] {
+    table.Recall(2, {LeaseKey::Attr(given_up)});
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(done.load()) << "returned before the evicted holder acknowledged";
+  // Acknowledged, the evictions leave mount 1 renewed, and the change returns.
   table.Ack(1, 92);
+  change.join();
+  EXPECT_TRUE(done.load());
   EXPECT_TRUE(table.Renew(1));
+}
+
+TEST_F(LeaseTableTest, AChangeWaitsForAHolderAnEarlierChangeRecalledFrom) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  table_.StreamUp(3, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::Attr(9), table_.Epoch()));
+  // Change 1 (from mount 1) recalls mount 2's lease; mount 2 has not
+  // acknowledged when change 2 (from mount 3) of the same inode commits.
+  std::atomic<int> done{0};
+  std::thread first([&] {
+    table_.Recall(1, {LeaseKey::Attr(9)});
+    done++;
+  });
+  while (Pushed().empty()) absl::SleepFor(absl::Milliseconds(1));
+  std::atomic<bool> second_done{false};
+  std::thread second([&] {
+    table_.Recall(3, {LeaseKey::Attr(9)});
+    second_done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(second_done.load()) << "the second change returned while mount 2 may still "
+                                      "answer from the copy the first one recalled";
+  table_.Ack(2, 1);
+  first.join();
+  second.join();
+  EXPECT_EQ(Pushed().size(), 1u);  // one recall message: mount 2 held it once
 }
 
 TEST(LeaseTableRecordTest, ASessionWhoseRecordIsNotDurableTakesNoLease) {

@@ -63,11 +63,24 @@ uint64_t SessionTable::LostToken(uint64_t client_id, uint64_t acked) {
   return it->second.lost;
 }
 
+void SessionTable::MarkRecorded(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it != sessions_.end()) it->second.recorded = true;
+}
+
+bool SessionTable::Recorded(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  return it != sessions_.end() && it->second.recorded;
+}
+
 void SessionTable::Restore(uint64_t client_id, const std::string& client_name,
                            const std::string& peer) {
   if (client_id == 0) return;
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
+  s.recorded = true;
   if (s.name.empty() || s.name == "(reconnected)") s.name = client_name;
   if (s.peer.empty()) s.peer = peer;
   s.expires = std::max(s.expires, clock_->Now() + lease_);

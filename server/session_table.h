@@ -59,6 +59,12 @@ class SessionTable {
   // client acknowledges it by passing it as `acked`; else 0. Heartbeats
   // carry it both ways, so a lost reply loses nothing.
   uint64_t LostToken(uint64_t client_id, uint64_t acked);
+  // The session's record is durable. A session is unrecorded from Open or a
+  // re-creating Touch until then (set under the same lock that created it,
+  // so no request of the session sees it otherwise); Restore makes it
+  // recorded.
+  void MarkRecorded(uint64_t client_id);
+  bool Recorded(uint64_t client_id);
 
   // Gives every session a fresh lease (the server could not be reached).
   void RenewAll();
@@ -146,6 +152,9 @@ class SessionTable {
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()
     uint64_t lost = 0;          // re-created by Touch: token not yet acked
+    // Its record is durable (MarkRecorded, or Restore from one): a server
+    // taking over knows it.
+    bool recorded = false;
   };
   // Drops the session's opens from open_total_ and returns them as counts;
   // the session is being ended (forgetting_).

@@ -60,6 +60,23 @@ TEST_F(SessionTableTest, OpenGivesDistinctNonZeroIds) {
   EXPECT_EQ(table_.lease(), kLease);
 }
 
+TEST_F(SessionTableTest, ASessionIsUnrecordedUntilItsRecordIsDurable) {
+  const uint64_t opened = table_.Open("client");
+  EXPECT_FALSE(table_.Recorded(opened));
+  table_.MarkRecorded(opened);
+  EXPECT_TRUE(table_.Recorded(opened));
+  // Re-created by a request after its lease ran out: unrecorded from the
+  // moment it exists again, whoever looks.
+  EXPECT_EQ(table_.Touch(77), SessionTable::TouchResult::kCreated);
+  EXPECT_FALSE(table_.Recorded(77));
+  EXPECT_EQ(table_.Touch(77), SessionTable::TouchResult::kRenewed);
+  EXPECT_FALSE(table_.Recorded(77));
+  // Restored from its record at a server's start: recorded.
+  table_.Restore(88, "node", "");
+  EXPECT_TRUE(table_.Recorded(88));
+  EXPECT_FALSE(table_.Recorded(99));  // no such session
+}
+
 // A session is the node's that opened it: another node naming its id is
 // not its owner. Sessions of nobody (no TLS, or restored from a record that
 // named none) are claimed by the first node that uses them.

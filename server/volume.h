@@ -330,8 +330,8 @@ class Volume {
   // before the background thread starts; read by RunMaintenance.
   absl::Time grace_until_ = absl::InfinitePast();
   // Sessions whose record could not be written yet.
-  // Whether the session's record is durable (not in unrecorded_).
-  bool Recorded(uint64_t client_id) ABSL_LOCKS_EXCLUDED(unrecorded_mu_);
+  // Whether the session's record is durable (SessionTable::Recorded).
+  bool Recorded(uint64_t client_id);
   absl::Mutex unrecorded_mu_;
   std::set<uint64_t> unrecorded_ ABSL_GUARDED_BY(unrecorded_mu_);
 

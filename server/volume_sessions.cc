@@ -34,6 +34,8 @@ void Volume::ForgetClient(uint64_t client_id, const std::map<uint64_t, uint32_t>
   }
   leases_.Forget(client_id);
   sessions_.Forgotten(client_id);
+  absl::MutexLock l(&unrecorded_mu_);
+  unrecorded_.erase(client_id);  // nothing to record any more
 }
 
 absl::StatusOr<uint64_t> Volume::OpenSession(const std::string& client_name,
@@ -53,22 +55,16 @@ absl::Status Volume::Touch(uint64_t client_id, RequestTag* tag, const std::strin
     case SessionTable::TouchResult::kEnding:
       return absl::ResourceExhaustedError(
           absl::StrCat("session ", client_id, " is ending (lease expired); retry"));
-    case SessionTable::TouchResult::kCreated: {
-      // No lease until the record is durable (LeaseTableOptions::recorded):
-      // requests of this session running meanwhile see it unrecorded.
-      absl::MutexLock l(&unrecorded_mu_);
-      unrecorded_.insert(client_id);
-    }
+    case SessionTable::TouchResult::kCreated:
+      // No lease until the record is durable (LeaseTableOptions::recorded:
+      // the session table made it unrecorded when it re-created it).
       RecordSession(client_id, "(reconnected)", tag, peer).IgnoreError();  // retried by maintenance
       return absl::OkStatus();
   }
   return absl::OkStatus();
 }
 
-bool Volume::Recorded(uint64_t client_id) {
-  absl::MutexLock l(&unrecorded_mu_);
-  return unrecorded_.count(client_id) == 0;
-}
+bool Volume::Recorded(uint64_t client_id) { return sessions_.Recorded(client_id); }
 
 absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client_name,
                                    RequestTag* tag, const std::string& peer) {
@@ -76,6 +72,7 @@ absl::Status Volume::RecordSession(uint64_t client_id, const std::string& client
   rec.set_client_name(client_name);
   rec.set_peer(peer);
   absl::Status s = meta_->sessions().PutSession(client_id, rec, tag);
+  if (s.ok()) sessions_.MarkRecorded(client_id);
   absl::MutexLock l(&unrecorded_mu_);
   if (s.ok()) {
     unrecorded_.erase(client_id);
