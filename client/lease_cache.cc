@@ -21,16 +21,20 @@ void LeaseCache::SetTerm(absl::Duration term) {
   term_ = term - term / 20;
 }
 
-void LeaseCache::Renewed(absl::Time sent) {
+void LeaseCache::Renewed(absl::Time sent, std::optional<absl::Duration> term) {
   absl::MutexLock l(&mu_);
+  if (term.has_value()) term_ = *term - *term / 20;
   end_ = std::max(end_, sent + term_);
 }
 
-void LeaseCache::Subscribed(absl::Time sent) {
+void LeaseCache::Subscribed(absl::Time sent, std::optional<absl::Duration> term) {
   absl::MutexLock l(&mu_);
+  if (term.has_value()) term_ = *term - *term / 20;
   subscribed_ = true;
   mark_ = ++seq_;
-  end_ = std::max(end_, sent + term_);
+  // Only this stream's server counts now: not max() with what an earlier
+  // server's renewal said (its term may have been longer).
+  end_ = sent + term_;
 }
 
 std::vector<uint64_t> LeaseCache::DropAll(bool stream_down) {

@@ -77,11 +77,15 @@ class LeaseCache {
   void SetTerm(absl::Duration term) ABSL_LOCKS_EXCLUDED(mu_);
   // The server renewed the leases at a heartbeat (or subscription) sent at
   // `sent`.
-  void Renewed(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  // `term`: the renewing server's term (HeartbeatReply.meta_lease_ms),
+  // which replaces the one set before; counted with it atomically.
+  void Renewed(absl::Time sent, std::optional<absl::Duration> term = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A new recall stream is up (its first batch arrived): leases of requests
   // sent from now on are recalled on it. `sent`: when the subscription was
   // sent (it renews the leases).
-  void Subscribed(absl::Time sent) ABSL_LOCKS_EXCLUDED(mu_);
+  void Subscribed(absl::Time sent, std::optional<absl::Duration> term = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Everything is dropped: the stream broke (`stream_down`: no lease is
   // taken until Subscribed), or a renewal was refused. Returns the inodes
   // whose attributes were cached (the kernel's copies go too).

@@ -240,5 +240,18 @@ TEST_F(LeaseCacheTest, DroppingEveryAttributeRefusesRepliesInFlight) {
   EXPECT_EQ(cache_.Attr(5)->mode(), 0100600u);
 }
 
+TEST_F(LeaseCacheTest, ANewStreamCountsOnlyWithItsServersTerm) {
+  cache_.Renewed(clock_.Now(), absl::Seconds(10));  // the last server's term: 10 s
+  cache_.DropAll(/*stream_down=*/true);               // it went away
+  cache_.Subscribed(clock_.Now(), absl::Seconds(1));  // the new one's: 1 s
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  ASSERT_TRUE(cache_.Attr(5).has_value());
+  clock_.Advance(absl::Milliseconds(1100));
+  EXPECT_FALSE(cache_.Attr(5).has_value()) << "counted with the old server's 10 s";
+  cache_.Renewed(clock_.Now(), absl::Seconds(1));
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  EXPECT_TRUE(cache_.Attr(5).has_value());
+}
+
 }  // namespace
 }  // namespace grantfs

@@ -22,12 +22,6 @@ Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTabl
   meta_->rpc().set_on_failover([this] {
     absl::MutexLock l(&mu_);
     kick_ = true;
-    // The recall stream follows the calls: one left on the old server (a
-    // fenced primary stays up) would keep this mount from ever taking
-    // leases at the new one.
-    if (stream_ctx_ != nullptr && stream_index_ != meta_->rpc().current()) {
-      stream_ctx_->TryCancel();
-    }
   });
 }
 
@@ -45,7 +39,8 @@ absl::StatusOr<proto::OpenSessionReply> Session::Open(absl::Time* sent) {
     absl::MutexLock l(&mu_);
     lease_ms_ = std::max<uint64_t>(reply->lease_ms(), 300);
   }
-  SetMetaLease(reply->meta_lease_ms());
+  const absl::Duration term = SetMetaLease(reply->meta_lease_ms());
+  if (leases_ != nullptr) leases_->SetTerm(term);
   RpcClient& rpc = meta_->rpc();
   LOG(INFO) << "session " << reply->client_id() << " with " << rpc.address(rpc.current())
             << ", lease " << reply->lease_ms() << " ms";
@@ -83,7 +78,7 @@ void Session::Close() {
   meta_->CloseSession();
 }
 
-void Session::SetMetaLease(uint64_t ms) {
+absl::Duration Session::SetMetaLease(uint64_t ms) {
   absl::MutexLock l(&mu_);
   if (ms > 0 && std::max<uint64_t>(ms, 300) != meta_lease_ms_) {  // 0: a server that did not say
     const uint64_t was = meta_lease_ms_;
@@ -93,7 +88,17 @@ void Session::SetMetaLease(uint64_t ms) {
                 << " ms): the server's";
     }
   }
-  if (leases_ != nullptr) leases_->SetTerm(absl::Milliseconds(meta_lease_ms_));
+  return absl::Milliseconds(meta_lease_ms_);
+}
+
+void Session::FollowCalls() {
+  const size_t answered = meta_->rpc().current();
+  absl::MutexLock l(&mu_);
+  if (stream_ctx_ == nullptr || stream_index_ == SIZE_MAX || stream_index_ == answered) return;
+  LOG(INFO) << "recall stream on " << meta_->rpc().address(stream_index_)
+            << " but the calls are answered by " << meta_->rpc().address(answered)
+            << ": subscribing there";
+  stream_ctx_->TryCancel();
 }
 
 absl::Time Session::LeaseEnd(absl::Time sent) {
@@ -142,8 +147,8 @@ void Session::HeartbeatLoop() {
       }
       if (leases_ != nullptr) {
         if (beat->leases_renewed()) {
-          SetMetaLease(beat->meta_lease_ms());  // this server's term, before it counts
-          leases_->Renewed(sent);
+          // Counted with this server's term (after a failover, the new one's).
+          leases_->Renewed(sent, SetMetaLease(beat->meta_lease_ms()));
         } else {
           // Not renewed (no stream here yet, a recall left unanswered, or
           // they ran out): nothing leased may be trusted any more.
@@ -152,6 +157,7 @@ void Session::HeartbeatLoop() {
       }
       // A failed reclaim is tried again at the next heartbeat.
       Reclaim(beat->incarnation());
+      FollowCalls();
       mu_.Lock();
       continue;
     }
@@ -234,14 +240,12 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     {
       absl::MutexLock l(&mu_);
       stream_index_ = index;
-      if (index != rpc.current()) ctx.TryCancel();  // the calls moved on meanwhile
     }
     proto::InvalidationBatch batch;
     while (reader->Read(&batch)) {
       backoff = first_backoff;
       if (batch.subscribed() && leases_ != nullptr) {
-        SetMetaLease(batch.meta_lease_ms());
-        leases_->Subscribed(sent);
+        leases_->Subscribed(sent, SetMetaLease(batch.meta_lease_ms()));
       }
       // Recalls first: a change on another node waits for their ack.
       Recall(batch, invalidator);
@@ -279,6 +283,7 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     if (rpc.ShouldFailover(s)) next = rpc.Failover(index, s);
     absl::MutexLock l(&mu_);
     stream_ctx_ = nullptr;
+    stream_index_ = SIZE_MAX;
     if (stopping_) return;
     LOG(WARNING) << "invalidation stream from " << rpc.address(index) << " ended ("
                  << s.error_message() << "); reconnecting to " << rpc.address(next);

@@ -68,7 +68,14 @@ class Session {
   // The metadata lease term of the server that answered (OpenSession,
   // every heartbeat and subscription: after a failover it is the new
   // server's): renewals count with it, and heartbeats come every third.
-  void SetMetaLease(uint64_t ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a heartbeat succeeded: a recall stream left on another server than
+  // the one that answers the calls (a primary that lost its role but stays
+  // up) is ended, so that the mount subscribes where its leases are
+  // renewed. Only after a call succeeded there: a failover of one slow call
+  // must not cost the leases.
+  void FollowCalls() ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the term to count with (the last one said, when `ms` is 0).
+  absl::Duration SetMetaLease(uint64_t ms) ABSL_LOCKS_EXCLUDED(mu_);
   // After Open(): starts heartbeats and (if `invalidator` is not null) the
   // invalidation stream. `invalidator` must outlive Join().
   void Start(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);

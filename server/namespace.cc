@@ -368,6 +368,8 @@ absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
       if (expected_ino != 0) {
         return ErrnoStatus(ESTALE, "source and target are one inode here, not for the caller");
       }
+      removed.moved = 0;  // nothing moved: both names stay
+      removed.exchanged = 0;
       return absl::OkStatus();
     }
     const int64_t now = txn->NowNanos();

@@ -38,7 +38,10 @@ bool RequestQueue::Submit(Lane which, uint64_t source, Task task, size_t bytes) 
   absl::MutexLock lock(&l.mu);
   if (l.stopping) return false;
   Source& s = l.sources[source];
-  const bool too_many_bytes = l.queued > 0 && l.queued_bytes + bytes > options_.max_queued_bytes;
+  const size_t max_bytes = options_.max_queued_bytes;
+  const bool too_many_bytes =
+      s.tasks.empty() ? l.queued > 0 && l.queued_bytes + bytes > 2 * max_bytes
+                      : s.bytes + bytes > max_bytes / 4 || l.queued_bytes + bytes > max_bytes;
   if (l.queued >= options_.max_queued || s.tasks.size() >= l.max_per_source || too_many_bytes) {
     const size_t mine = s.tasks.size();
     if (s.tasks.empty() && s.running == 0) l.sources.erase(source);
@@ -56,6 +59,7 @@ bool RequestQueue::Submit(Lane which, uint64_t source, Task task, size_t bytes) 
     return false;
   }
   s.tasks.push_back(Waiting{std::move(task), bytes});
+  s.bytes += bytes;
   ++l.queued;
   l.queued_bytes += bytes;
   ++l.admitted;
@@ -80,6 +84,7 @@ void RequestQueue::Work(LaneState* l) {
       s.in_ring = false;
       task = std::move(s.tasks.front().task);
       l->queued_bytes -= s.tasks.front().bytes;
+      s.bytes -= s.tasks.front().bytes;
       s.tasks.pop_front();
       --l->queued;
       ++l->running;

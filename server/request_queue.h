@@ -54,10 +54,12 @@ struct RequestQueueOptions {
   // Calls of one source waiting in a lane; a call past it is refused.
   size_t max_queued_per_source = 256;
   // Bytes of the requests waiting in a lane (what their messages hold: a
-  // Write's data), all sources together; a call past it is refused unless
-  // nothing waits. Mounts keep their writes within the flow-control credit,
-  // so only a client that ignores it meets this bound: without it, calls
-  // counted by number could hold gigabytes of messages.
+  // Write's data), all sources together; a call past it is refused, and a
+  // source's calls past a quarter of it. A source with nothing waiting gets
+  // one call in up to twice the bound, so that one flooding source cannot
+  // keep the others out. Mounts keep their writes within the flow-control
+  // credit, so only a client that ignores it meets these bounds: without
+  // them, calls counted by number could hold gigabytes of messages.
   size_t max_queued_bytes = 512ull << 20;
   // Calls of one source running at once in the work lane; 0: half the
   // workers (at least 1).
@@ -110,6 +112,7 @@ class RequestQueue {
   };
   struct Source {
     std::deque<Waiting> tasks;  // waiting, oldest first
+    size_t bytes = 0;           // of `tasks`
     size_t running = 0;         // on a worker now
     bool in_ring = false;
   };

@@ -98,35 +98,32 @@ TEST(RequestQueueTest, RefusesPastTheBoundsAndCountsIt) {
 TEST(RequestQueueTest, RefusesPastItsBytesOfWaitingRequests) {
   RequestQueueOptions o;
   o.workers = 1;
-  o.max_queued_bytes = 10 << 20;
+  o.max_queued_bytes = 16 << 20;  // a source's share: 4 MiB
   RequestQueue q(o);
   Gate gate;
   ASSERT_TRUE(q.Submit(
-      Lane::kWork, 9, [&] { gate.Wait(); }, 16 << 20));  // running: not counted
+      Lane::kWork, 9, [&] { gate.Wait(); }, 64 << 20));  // running: not counted
   gate.AwaitWaiting(1);
   std::atomic<int> ran{0};
   auto task = [&] { ran++; };
-  // A call larger than the bound gets in when nothing waits (it would never
-  // run otherwise)...
-  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 12 << 20));
-  // ... and then nothing more from anyone until it leaves the queue.
-  EXPECT_FALSE(q.Submit(Lane::kWork, 2, task, 1 << 20));
-  EXPECT_EQ(q.Stats().refused, 1u);
-  gate.Release();
-  // Once it ran, calls within the bound are taken again.
-  for (int i = 0; i < 3000 && (ran.load() < 1 || q.Stats().queued > 0); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_EQ(ran.load(), 1);
-  Gate gate2;
-  ASSERT_TRUE(q.Submit(Lane::kWork, 9, [&] { gate2.Wait(); }));
-  gate2.AwaitWaiting(1);
-  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 6 << 20));
+  // A flooding source: its first call gets in whatever its size, the next
+  // ones only within its share.
+  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 3 << 20));
+  EXPECT_TRUE(q.Submit(Lane::kWork, 1, task, 1 << 20));
+  EXPECT_FALSE(q.Submit(Lane::kWork, 1, task, 1 << 20));
+  // Others fill the lane up to its bound...
   EXPECT_TRUE(q.Submit(Lane::kWork, 2, task, 4 << 20));
-  EXPECT_FALSE(q.Submit(Lane::kWork, 3, task, 1 << 20));
-  gate2.Release();
+  EXPECT_TRUE(q.Submit(Lane::kWork, 3, task, 4 << 20));
+  EXPECT_TRUE(q.Submit(Lane::kWork, 6, task, 4 << 20));   // 16 MiB waiting
+  EXPECT_FALSE(q.Submit(Lane::kWork, 3, task, 1 << 20));  // past the lane's 16
+  // ... and a source with nothing waiting still gets one call in, up to
+  // twice the bound: one source cannot keep the others out.
+  EXPECT_TRUE(q.Submit(Lane::kWork, 4, task, 12 << 20));  // 28 MiB waiting
+  EXPECT_FALSE(q.Submit(Lane::kWork, 5, task, 8 << 20));  // past 32
+  EXPECT_EQ(q.Stats().refused, 3u);
+  gate.Release();
   q.Stop();
-  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(ran.load(), 6);
 }
 
 TEST(RequestQueueTest, OneSourceRunsOnAtMostItsShareOfTheWorkers) {
