@@ -191,9 +191,12 @@ def test_a_mount_counts_its_leases_with_the_term_of_the_server_that_answers(star
     c.server.extra.append("--meta_lease_ms=1200")
     assert stop_process(c.server.proc) == 0, c.server.log()
     c.server.start()
+    # (A mount sometimes cannot reconnect to a restarted server for about
+    # 15 s: its TLS handshakes fail, "Handshake read failed". Not understood
+    # yet, and not what this test is about: hence the long wait.)
     for m in (a, b):
         wait_for(lambda m=m: "metadata lease term now 1200 ms (was 3000 ms)" in m.log(),
-                 timeout=30, what=f"{m.path} to learn the new term")
+                 timeout=90, what=f"{m.path} to learn the new term")
     # Leases still work, and a change on one node is seen at once on the other.
     with open(os.path.join(a.path, "d", "f"), "wb") as f:
         f.write(b"x")
