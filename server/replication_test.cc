@@ -323,17 +323,22 @@ TEST_F(ReplicationTest, AGrantIsAnsweredOnceTheReplicasDiskHoldsIt) {
   EXPECT_EQ(replicator_->ReplicaState(), "in sync");
 }
 
+// The replica's space hold can grow to `*limit` bytes (its "disk").
+std::function<void(ReplicaOptions*)> HoldLimit(std::atomic<uint64_t>* limit) {
+  return [limit](ReplicaOptions* o) {
+    o->hold_allocate = [limit](int fd, uint64_t offset, uint64_t length) {
+      if (offset + length > limit->load()) return ENOSPC;
+      return fallocate(fd, 0, offset, length) == 0 ? 0 : errno;
+    };
+  };
+}
+
 TEST_F(ReplicationTest, AGrantTheReplicasDiskCannotHoldIsTakenBack) {
   // The replica's "disk" holds 72 MiB for the hold: the metadata reserve
   // (64 MiB) fits, a grant of 16 MiB more does not.
   std::atomic<uint64_t> limit{72 * kMiB};
   ASSERT_NO_FATAL_FAILURE(StartPrimary());
-  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, [&limit](ReplicaOptions* o) {
-    o->hold_allocate = [&limit](int fd, uint64_t offset, uint64_t length) {
-      if (offset + length > limit.load()) return ENOSPC;
-      return fallocate(fd, 0, offset, length) == 0 ? 0 : errno;
-    };
-  }));
+  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, HoldLimit(&limit)));
   ASSERT_NO_FATAL_FAILURE(WaitInSync());
   ASSERT_OK_AND_ASSIGN(ctx_.client_id, volume_->OpenSession("grant-test"));
   uint64_t added = 0;
@@ -355,12 +360,7 @@ TEST_F(ReplicationTest, AReplicaWhoseDiskCannotHoldThePromisesIsNotInSync) {
   // 32 MiB for the hold: not even the metadata reserve (64 MiB) fits.
   std::atomic<uint64_t> limit{32 * kMiB};
   ASSERT_NO_FATAL_FAILURE(StartPrimary());
-  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, [&limit](ReplicaOptions* o) {
-    o->hold_allocate = [&limit](int fd, uint64_t offset, uint64_t length) {
-      if (offset + length > limit.load()) return ENOSPC;
-      return fallocate(fd, 0, offset, length) == 0 ? 0 : errno;
-    };
-  }));
+  ASSERT_NO_FATAL_FAILURE(StartReplica(kLease, HoldLimit(&limit)));
   // It has every change, but it could not store what grants let mounts
   // write: writers must not count on it, nor may it take over.
   ASSERT_TRUE(WaitFor([this] {

@@ -177,6 +177,23 @@ def fill_disk(path):
     return written
 
 
+def fill_behind_a_grant(mount, filler):
+    """Writes 4 MiB to mount/w0 (so that the mount holds a grant), lets
+    another program fill the file system of `filler`, then writes on until
+    write() says ENOSPC; fsync and close must succeed. Returns the bytes
+    write() accepted."""
+    fd = os.open(os.path.join(mount, "w0"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    accepted = 0
+    for index in range(4):
+        accepted += os.write(fd, block(0, index))
+    os.fsync(fd)
+    assert fill_disk(filler) > 0
+    accepted, error = write_on(fd, 0, index=4, accepted=accepted)
+    assert error is None, error
+    assert accepted > 4 * MIB, "the grant let nothing more be written"
+    return accepted
+
+
 def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp_base):
     """The space GrantFS promised (the mounts' grants, the metadata reserve)
     is held on the data disk, so a program that fills the file system behind
@@ -187,18 +204,8 @@ def test_another_program_filling_the_disk_loses_nothing_accepted(small_disk, tmp
     c.start()
     filler = os.path.join(small_disk, "filler")
     try:
-        path = os.path.join(c.n1, "w0")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        # Some data first, so that the mount holds a grant.
-        accepted = 0
-        for index in range(4):
-            accepted += os.write(fd, block(0, index))
-        os.fsync(fd)
-        assert fill_disk(filler) > 0
         # The mount writes on into its grant until write() says ENOSPC.
-        accepted, error = write_on(fd, 0, index=4, accepted=accepted)
-        assert error is None, error
-        assert accepted > 4 * MIB, "the grant let nothing more be written"
+        accepted = fill_behind_a_grant(c.n1, filler)
         with open(os.path.join(c.n2, "w0"), "rb") as f:
             got = f.read()
         assert len(got) == accepted
@@ -253,16 +260,7 @@ def test_another_program_filling_the_replicas_disk_loses_nothing_accepted(trio_d
     try:
         t.start()
         m1, m2 = t.mount("node1"), t.mount("node2")
-        fd = os.open(os.path.join(m1, "w0"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        # Some data first, so that the mount holds a grant.
-        accepted = 0
-        for index in range(4):
-            accepted += os.write(fd, block(0, index))
-        os.fsync(fd)
-        assert fill_disk(filler) > 0
-        accepted, error = write_on(fd, 0, index=4, accepted=accepted)
-        assert error is None, error
-        assert accepted > 4 * MIB, "the grant let nothing more be written"
+        accepted = fill_behind_a_grant(m1, filler)
         name, st = t.primary()
         assert name == "A" and st["replica_state"] == "in sync", st
         # The status shows the replica's full disk (its room is what it holds).
