@@ -241,7 +241,7 @@ TEST_F(LeaseCacheTest, DroppingEveryAttributeRefusesRepliesInFlight) {
 }
 
 TEST_F(LeaseCacheTest, ANewStreamCountsOnlyWithItsServersTerm) {
-  cache_.Renewed(clock_.Now(), absl::Seconds(10));  // the last server's term: 10 s
+  cache_.Renewed(clock_.Now(), absl::Seconds(10));    // the last server's term: 10 s
   cache_.DropAll(/*stream_down=*/true);               // it went away
   cache_.Subscribed(clock_.Now(), absl::Seconds(1));  // the new one's: 1 s
   cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
