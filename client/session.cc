@@ -91,8 +91,10 @@ absl::Duration Session::SetMetaLease(uint64_t ms) {
   return absl::Milliseconds(meta_lease_ms_);
 }
 
-void Session::FollowCalls() {
-  const size_t answered = meta_->rpc().current();
+void Session::FollowCalls(size_t answered) {
+  // Only when no call moved to another server since the heartbeat was sent
+  // (then it is `answered` that answered it).
+  if (meta_->rpc().current() != answered) return;
   absl::MutexLock l(&mu_);
   if (stream_ctx_ == nullptr || stream_index_ == SIZE_MAX || stream_index_ == answered) return;
   LOG(INFO) << "recall stream on " << meta_->rpc().address(stream_index_)
@@ -133,6 +135,7 @@ void Session::HeartbeatLoop() {
     mu_.Unlock();
     const absl::Time sent = options_.clock->Now();
     bool unreachable = false;
+    const size_t asked = meta_->rpc().current();
     absl::StatusOr<proto::HeartbeatReply> beat = meta_->Heartbeat(lost_acked, &unreachable);
     if (beat.ok()) {
       failures = 0;
@@ -157,7 +160,7 @@ void Session::HeartbeatLoop() {
       }
       // A failed reclaim is tried again at the next heartbeat.
       Reclaim(beat->incarnation());
-      FollowCalls();
+      FollowCalls(asked);
       mu_.Lock();
       continue;
     }

@@ -73,7 +73,8 @@ class Session {
   // up) is ended, so that the mount subscribes where its leases are
   // renewed. Only after a call succeeded there: a failover of one slow call
   // must not cost the leases.
-  void FollowCalls() ABSL_LOCKS_EXCLUDED(mu_);
+  // `answered`: the server the heartbeat was sent to.
+  void FollowCalls(size_t answered) ABSL_LOCKS_EXCLUDED(mu_);
   // Returns the term to count with (the last one said, when `ms` is 0).
   absl::Duration SetMetaLease(uint64_t ms) ABSL_LOCKS_EXCLUDED(mu_);
   // After Open(): starts heartbeats and (if `invalidator` is not null) the

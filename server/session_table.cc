@@ -76,11 +76,11 @@ bool SessionTable::Recorded(uint64_t client_id) {
 }
 
 void SessionTable::Restore(uint64_t client_id, const std::string& client_name,
-                           const std::string& peer) {
+                           const std::string& peer, bool recorded) {
   if (client_id == 0) return;
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
-  s.recorded = true;
+  s.recorded = s.recorded || recorded;
   if (s.name.empty() || s.name == "(reconnected)") s.name = client_name;
   if (s.peer.empty()) s.peer = peer;
   s.expires = std::max(s.expires, clock_->Now() + lease_);

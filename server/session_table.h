@@ -61,8 +61,8 @@ class SessionTable {
   uint64_t LostToken(uint64_t client_id, uint64_t acked);
   // The session's record is durable. A session is unrecorded from Open or a
   // re-creating Touch until then (set under the same lock that created it,
-  // so no request of the session sees it otherwise); Restore makes it
-  // recorded.
+  // so no request of the session sees it otherwise); Restore from a record
+  // makes it recorded.
   void MarkRecorded(uint64_t client_id);
   bool Recorded(uint64_t client_id);
 
@@ -75,7 +75,10 @@ class SessionTable {
   // client may still have files open that this server does not know of.
   // A session stops reclaiming when Reclaimed() is called for it or when it
   // ends.
-  void Restore(uint64_t client_id, const std::string& client_name, const std::string& peer = "");
+  // `recorded`: restored from its durable record (else from a grant, a lock
+  // or an orphan that names it: unrecorded until MarkRecorded).
+  void Restore(uint64_t client_id, const std::string& client_name, const std::string& peer = "",
+               bool recorded = false);
   void StartGrace();
   // Returns true when that was the last reclaiming session.
   bool Reclaimed(uint64_t client_id);

@@ -71,9 +71,14 @@ TEST_F(SessionTableTest, ASessionIsUnrecordedUntilItsRecordIsDurable) {
   EXPECT_FALSE(table_.Recorded(77));
   EXPECT_EQ(table_.Touch(77), SessionTable::TouchResult::kRenewed);
   EXPECT_FALSE(table_.Recorded(77));
-  // Restored from its record at a server's start: recorded.
-  table_.Restore(88, "node", "");
+  // Restored from its record at a server's start: recorded; known only from
+  // a grant, a lock or an orphan: not until its record is written.
+  table_.Restore(88, "node", "", /*recorded=*/true);
   EXPECT_TRUE(table_.Recorded(88));
+  table_.Restore(89, "(restored)");
+  EXPECT_FALSE(table_.Recorded(89));
+  table_.MarkRecorded(89);
+  EXPECT_TRUE(table_.Recorded(89));
   EXPECT_FALSE(table_.Recorded(99));  // no such session
 }
 

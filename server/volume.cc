@@ -142,10 +142,8 @@ absl::Status Volume::Recover() {
   // failover. The sessions get a fresh lease to come back in; those that do
   // not release what they held when it runs out.
   ASSIGN_OR_RETURN(auto sessions, meta_->sessions().ListSessions());
-  std::set<uint64_t> recorded;
   for (const auto& [client_id, rec] : sessions) {
-    sessions_.Restore(client_id, rec.client_name(), rec.peer());
-    recorded.insert(client_id);
+    sessions_.Restore(client_id, rec.client_name(), rec.peer(), /*recorded=*/true);
   }
   for (uint64_t client_id : meta_->space().GrantHolders())
     sessions_.Restore(client_id, "(restored)");
@@ -172,7 +170,7 @@ absl::Status Volume::Recover() {
   // A session known only from a grant, a lock or an orphan (its record
   // was never written) gets one, so that the next server waits for it too.
   for (const proto::SessionInfo& info : sessions_.List()) {
-    if (!recorded.count(info.client_id())) {
+    if (!sessions_.Recorded(info.client_id())) {
       RecordSession(info.client_id(), info.client_name(), nullptr, info.peer())
           .IgnoreError();  // retried
     }

@@ -329,9 +329,9 @@ class Volume {
   // When grace ends for every session still reclaiming: set by Recover,
   // before the background thread starts; read by RunMaintenance.
   absl::Time grace_until_ = absl::InfinitePast();
-  // Sessions whose record could not be written yet.
   // Whether the session's record is durable (SessionTable::Recorded).
   bool Recorded(uint64_t client_id);
+  // Sessions whose record could not be written yet (retried by maintenance).
   absl::Mutex unrecorded_mu_;
   std::set<uint64_t> unrecorded_ ABSL_GUARDED_BY(unrecorded_mu_);
 
