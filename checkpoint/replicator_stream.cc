@@ -3,6 +3,7 @@
 // usable copy (checkpoint/snapshot_sender.h), then the log's records in
 // order; another reads the acknowledgements, which move the replica's
 // state (syncing, in sync) and renew the primary's lease.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "checkpoint/replicator.h"
 #include "checkpoint/snapshot_sender.h"
+#include "common/keepalive.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/wire.h"
@@ -70,7 +72,17 @@ void Replicator::StreamLoop() {
       if (stopping_ || fenced_) return;
       auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
       if (options_.clock->Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
-      mu_.AwaitWithTimeout(absl::Condition(&stop), backoff);
+      // The wait polls the connection attempt to the replica
+      // (WaitForConnected, common/keepalive.h): in slices, so that stopping
+      // waits at most one.
+      const absl::Time until = absl::Now() + backoff;
+      while (!stop() && absl::Now() < until) {
+        mu_.Unlock();
+        const bool connected =
+            WaitForConnected(channel_.get(), std::min(until - absl::Now(), absl::Milliseconds(100)));
+        mu_.Lock();
+        if (connected) break;
+      }
     }
     VLOG(1) << "replication stream to " << options_.peer << " ended: " << st;
     backoff = std::min(backoff * 2, absl::Seconds(1));

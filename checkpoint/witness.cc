@@ -401,12 +401,24 @@ WitnessClient::WitnessClient(const std::string& address, const Transport& transp
 
 absl::StatusOr<proto::WitnessReply> WitnessClient::Update(const proto::WitnessRequest& req,
                                                           absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx.set_deadline(absl::ToChronoTime(deadline));
   transport_.AddTo(&ctx);
   proto::WitnessReply reply;
   grpc::Status s = stub_->Update(&ctx, req, &reply);
   if (s.ok()) return reply;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // A call on a channel that is reconnecting fails at once, and nothing
+    // polls the connection attempt meanwhile: poll it for what is left of
+    // this call's time, at most 100 ms (WaitForConnected,
+    // common/keepalive.h), so that the next call finds it connected. Not
+    // asked again here: the call may have reached the witness.
+    const absl::Duration left = deadline - absl::Now();
+    if (left > absl::ZeroDuration()) {
+      WaitForConnected(channel_.get(), std::min(left, absl::Milliseconds(100)));
+    }
+  }
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::UnavailableError(

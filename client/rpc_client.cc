@@ -98,18 +98,8 @@ size_t RpcClient::Failover(size_t seen, const grpc::Status& why) {
   return next;
 }
 
-void RpcClient::WaitForServer(absl::Duration d) {
-  const absl::Time deadline = absl::Now() + d;
-  grpc::Channel* ch = servers_[current()].channel.get();
-  grpc_connectivity_state st = ch->GetState(/*try_to_connect=*/true);
-  // A channel that is ready already leads to a server that refused the call
-  // ("not the primary", busy): the whole backoff is waited.
-  for (;;) {
-    // Returns at the next state change or at the deadline, polling meanwhile.
-    if (!ch->WaitForStateChange(st, absl::ToChronoTime(deadline))) return;
-    st = ch->GetState(/*try_to_connect=*/true);
-    if (st == GRPC_CHANNEL_READY) return;  // newly connected: try it now
-  }
+bool RpcClient::WaitForServer(absl::Duration d) {
+  return WaitForConnected(servers_[current()].channel.get(), d);
 }
 
 void RpcClient::PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const {

@@ -179,13 +179,9 @@ class RpcClient {
   }
 
   // Waits `d`, or less if the current server's channel gets connected
-  // meanwhile (it is tried at once). Unlike a sleep, the wait polls gRPC: a call
-  // that fails fast on a channel in TRANSIENT_FAILURE polls nothing, and
-  // the connection attempts gRPC makes in the background would then be
-  // noticed only by its 5 s backup poller (the attempt times out first:
-  // seconds of pause after a failover). Every wait between retries goes
-  // through here.
-  void WaitForServer(absl::Duration d);
+  // meanwhile (true: try it at once), polling gRPC: WaitForConnected
+  // (common/keepalive.h). Every wait between retries goes through here.
+  bool WaitForServer(absl::Duration d);
 
   // Sets the deadline and the secret on a context (also for streams).
   void PrepareContext(grpc::ClientContext* ctx, absl::Duration timeout) const;

@@ -126,10 +126,13 @@ void Session::HeartbeatLoop() {
         leases_ != nullptr ? std::min(lease_ms_, meta_lease_ms_) / 3 : lease_ms_ / 3;
     mu_.AwaitWithTimeout(absl::Condition(&stop_or_kick), absl::Milliseconds(period_ms));
     if (kick_) {
-      // At most one heartbeat per 100 ms while servers keep failing.
+      // At most one heartbeat per 100 ms while servers keep failing. The
+      // wait polls the connection attempt to the server (WaitForServer): a
+      // sleep here would leave its handshake stalled.
       kick_ = false;
-      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+      mu_.Unlock();
+      meta_->rpc().WaitForServer(absl::Milliseconds(100));
+      mu_.Lock();
     }
     if (stopping_) break;
     mu_.Unlock();
@@ -290,9 +293,22 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     if (stopping_) return;
     LOG(WARNING) << "invalidation stream from " << rpc.address(index) << " ended ("
                  << s.error_message() << "); reconnecting to " << rpc.address(next);
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop), backoff)) return;
+    if (!WaitToReconnect(backoff)) return;
     backoff = std::min(backoff * 2, max_backoff);
+  }
+}
+
+bool Session::WaitToReconnect(absl::Duration backoff) {
+  // In slices, so that unmounting waits at most one.
+  const absl::Time until = absl::Now() + backoff;
+  for (;;) {
+    if (stopping_) return false;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    mu_.Unlock();
+    const bool connected = meta_->rpc().WaitForServer(std::min(left, absl::Milliseconds(100)));
+    mu_.Lock();
+    if (connected) return !stopping_;
   }
 }
 

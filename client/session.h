@@ -95,6 +95,11 @@ class Session {
   // heartbeat). Heartbeat thread only.
   bool Reclaim(uint64_t incarnation) ABSL_LOCKS_EXCLUDED(mu_);
   void SubscribeLoop(Invalidator* invalidator) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits `backoff` before the stream is opened again, less when the
+  // server's channel gets connected meanwhile, polling its connection
+  // attempt (RpcClient::WaitForServer); mu_ is released while waiting.
+  // False when the mount is stopping.
+  bool WaitToReconnect(absl::Duration backoff) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every leased thing is dropped, here and in the kernel (`invalidator`
   // may be null).
   void DropLeases(bool stream_down, Invalidator* invalidator);

@@ -2,6 +2,8 @@
 
 #include <grpc/grpc.h>
 
+#include "absl/time/clock.h"
+
 namespace grantfs {
 
 void AllowClientKeepalive(grpc::ServerBuilder* builder) {
@@ -21,6 +23,17 @@ void SetReconnect(grpc::ChannelArguments* args, int max_backoff_ms) {
   args->SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args->SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   args->SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
+}
+
+bool WaitForConnected(grpc::Channel* channel, absl::Duration d) {
+  const auto deadline = absl::ToChronoTime(absl::Now() + d);
+  grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+  for (;;) {
+    // Returns at the next state change or at the deadline, polling meanwhile.
+    if (!channel->WaitForStateChange(st, deadline)) return false;
+    st = channel->GetState(/*try_to_connect=*/true);
+    if (st == GRPC_CHANNEL_READY) return true;
+  }
 }
 
 }  // namespace grantfs

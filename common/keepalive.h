@@ -1,4 +1,4 @@
-// gRPC keepalive between GrantFS clients and servers.
+// gRPC keepalive and reconnection between GrantFS clients and servers.
 //
 // Clients that know several servers (failover) ping every second and drop a
 // connection whose ping is not answered within a second, so a server cut
@@ -10,8 +10,11 @@
 #ifndef GRANTFS_COMMON_KEEPALIVE_H_
 #define GRANTFS_COMMON_KEEPALIVE_H_
 
+#include <grpcpp/channel.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/channel_arguments.h>
+
+#include "absl/time/time.h"
 
 namespace grantfs {
 
@@ -33,6 +36,21 @@ void SetFastKeepalive(grpc::ChannelArguments* args);
 // backoff: it is 1 s here (100 ms cut off the handshakes of a loaded server
 // that had just taken over).
 void SetReconnect(grpc::ChannelArguments* args, int max_backoff_ms);
+
+// Waits up to `d` for `channel` to become connected, polling gRPC meanwhile;
+// true when it did (try the server now), false at the end of `d`. A channel
+// that is connected already leads to a server that refused a call: the whole
+// of `d` is waited then (unless the connection drops and comes back).
+//
+// Every wait between attempts to reach a server must go through here, not
+// through a sleep: gRPC's synchronous client makes progress on a connection
+// attempt (TCP connect, TLS and HTTP/2 handshakes) only while some thread
+// polls, and a call on a channel in TRANSIENT_FAILURE fails at once without
+// polling. With only sleeps between attempts, each handshake stalls until
+// its 1 s deadline (SetReconnect), and only gRPC's 5 s backup poller moves
+// one on by chance: a mount stayed cut off from a restarted server for 15 s
+// to more than 90 s.
+bool WaitForConnected(grpc::Channel* channel, absl::Duration d);
 
 }  // namespace grantfs
 

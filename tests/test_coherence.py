@@ -46,7 +46,9 @@ import time
 import pytest
 
 import coherence
+from kit.processes import stop_process
 from kit.topology import Standalone
+from kit.waits import wait_for
 
 LONG = os.environ.get("GRANTFS_LONG") == "1"
 ROUNDS = int(os.environ.get("COHERENCE_ROUNDS") or (10_000 if LONG else 500))
@@ -175,6 +177,27 @@ def test_local_disk_is_the_reference(tmp_base):
 
 
 # --- a stopped node ---------------------------------------------------------------------
+
+
+def test_a_mount_counts_its_leases_with_the_term_of_the_server_that_answers(start):
+    """The server restarts with another --meta_lease_ms: the mount learns the
+    new term from its subscription and heartbeats (not only when it opened
+    its session), counts its leases with it, and still answers from them."""
+    c = start(nodes=2, server_extra=["--meta_lease_ms=3000"])
+    a, b = c.mounts
+    os.mkdir(os.path.join(a.path, "d"))
+    assert os.listdir(os.path.join(b.path, "d")) == []
+    c.server.extra = [x for x in c.server.extra if not x.startswith("--meta_lease_ms=")]
+    c.server.extra.append("--meta_lease_ms=1200")
+    assert stop_process(c.server.proc) == 0, c.server.log()
+    c.server.start()
+    for m in (a, b):
+        wait_for(lambda m=m: "metadata lease term now 1200 ms (was 3000 ms)" in m.log(),
+                 timeout=20, what=f"{m.path} to learn the new term")
+    # Leases still work, and a change on one node is seen at once on the other.
+    with open(os.path.join(a.path, "d", "f"), "wb") as f:
+        f.write(b"x")
+    assert os.listdir(os.path.join(b.path, "d")) == ["f"]
 
 
 def test_a_stopped_node_delays_a_change_by_at_most_its_lease(start):
