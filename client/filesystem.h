@@ -75,9 +75,12 @@ class FileSystem {
   void Stop();
 
   InodeTable& inodes() { return inodes_; }
-  // The kernel dropped `n` references to `ino` (FUSE forget).
-  void Forget(uint64_t ino, uint64_t n) {
-    if (inodes_.Forget(ino, n) == 0) names_.ForgetInode(ino);
+  // The kernel dropped `n` references to `ino` (FUSE forget). True when it
+  // holds none any more (it forgot the inode, and its cached pages).
+  bool Forget(uint64_t ino, uint64_t n) {
+    if (inodes_.Forget(ino, n) != 0) return false;
+    names_.ForgetInode(ino);
+    return true;
   }
   RpcClient& rpc() { return *rpc_; }
   // Null when read-ahead is off.

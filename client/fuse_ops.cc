@@ -156,15 +156,17 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ReplyEntryOr(req, parent, r);
 }
 
+void Forget(FuseAdapter* a, uint64_t ino, uint64_t nlookup) {
+  if (a->fs()->Forget(ino, nlookup)) a->ForgetListing(ino);
+}
+
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  Adapter(req)->fs()->Forget(ino, nlookup);
+  Forget(Adapter(req), ino, nlookup);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; ++i) {
-    Adapter(req)->fs()->Forget(forgets[i].ino, forgets[i].nlookup);
-  }
+  for (size_t i = 0; i < count; ++i) Forget(Adapter(req), forgets[i].ino, forgets[i].nlookup);
   fuse_reply_none(req);
 }
 
@@ -241,6 +243,7 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = 0;
+  Adapter(req)->OpenDir(ino, fi);
   fuse_reply_open(req, fi);
 }
 
@@ -640,6 +643,67 @@ void FuseAdapter::InvalidateAllNames() {
   // The kernel took it before; failing now, a name it holds may be stale
   // until its lease would have run out: said loudly.
   if (r != 0) LOG(ERROR) << "FUSE_NOTIFY_INC_EPOCH failed: " << strerror(-r);
+}
+
+void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
+  // Without either flag the kernel neither uses nor fills its copy, and
+  // drops it at this open.
+  fi->cache_readdir = 0;
+  fi->keep_cache = 0;
+  LeaseCache* leases = fs_->leases();
+  fuse_session* se = session_.load();
+  if (leases == nullptr || se == nullptr) return;
+  const uint64_t epoch = leases->ListingEpoch(dir);
+  if (epoch == 0) return;
+  bool older = false;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = listings_.find(dir);
+    older = it != listings_.end() && it->second != epoch;
+    if (!older) listings_[dir] = epoch;
+  }
+  if (older) {
+    // Pages and all; an opendir holds no lock that dropping them takes.
+    const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
+    if (r != 0 && r != -ENOENT) {
+      LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
+      return;  // not cached this time
+    }
+    absl::MutexLock l(&mu_);
+    listings_[dir] = epoch;
+  }
+  fi->cache_readdir = 1;
+  fi->keep_cache = 1;
+}
+
+void FuseAdapter::InvalidateListing(uint64_t dir) {
+  {
+    absl::MutexLock l(&mu_);
+    if (!listings_.contains(dir)) return;
+  }
+  fuse_session* se = session_.load();
+  if (se == nullptr) return;
+  // The readdir cache's pages are locked only while an entry is copied in,
+  // never while the kernel waits for this mount.
+  const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
+  if (r != 0 && r != -ENOENT) {
+    LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
+  }
+}
+
+void FuseAdapter::InvalidateAllListings() {
+  std::vector<uint64_t> dirs;
+  {
+    absl::MutexLock l(&mu_);
+    dirs.reserve(listings_.size());
+    for (const auto& [dir, epoch] : listings_) dirs.push_back(dir);
+  }
+  for (uint64_t dir : dirs) InvalidateListing(dir);
+}
+
+void FuseAdapter::ForgetListing(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  listings_.erase(dir);
 }
 
 void FuseAdapter::NoteLockOwner(uint64_t ino, uint64_t owner) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "client/filesystem.h"
 
@@ -50,6 +51,19 @@ class FuseAdapter : public Invalidator {
   // kernel for the lease (EntryTimeout).
   bool KernelDropsAllNames();
 
+  // The kernel's cache of directory listings (FOPEN_CACHE_DIR). Sets the
+  // flags of an opendir of `dir`: the kernel may keep and use its copy of
+  // the listing only while the mount holds the complete listing under a
+  // lease (LeaseCache::ListingEpoch), and only a copy made under that same
+  // lease. A copy that may be older (made under an earlier lease: a late
+  // readdir reply may have refilled it after a recall) is dropped first.
+  void OpenDir(uint64_t dir, fuse_file_info* fi) ABSL_LOCKS_EXCLUDED(mu_);
+  // Invalidator: the kernel's copy goes, with its pages.
+  void InvalidateListing(uint64_t dir) override ABSL_LOCKS_EXCLUDED(mu_);
+  void InvalidateAllListings() override ABSL_LOCKS_EXCLUDED(mu_);
+  // The kernel forgot `dir` (and its pages with it).
+  void ForgetListing(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+
   // POSIX locks taken through this mount, so close releases only when needed.
   void NoteLockOwner(uint64_t ino, uint64_t owner);
   bool TakeLockOwner(uint64_t ino, uint64_t owner);
@@ -63,6 +77,11 @@ class FuseAdapter : public Invalidator {
 
   absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
   std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);
+  // Directories whose listing the kernel was let keep, and the
+  // ListingEpoch it was let keep it under. An entry stays after its lease
+  // ends, so that the next opendir drops what the kernel kept; it goes
+  // when the kernel forgets the directory.
+  absl::flat_hash_map<uint64_t, uint64_t> listings_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace grantfs

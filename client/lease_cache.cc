@@ -157,6 +157,13 @@ LeaseCache::Name LeaseCache::Lookup(uint64_t dir, const std::string& name, uint6
   return Name::kPresent;
 }
 
+uint64_t LeaseCache::ListingEpoch(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !it->second.all_names || !Valid()) return 0;
+  return it->second.epoch;
+}
+
 bool LeaseCache::List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out) {
   absl::MutexLock l(&mu_);
   auto it = dirs_.find(dir);
@@ -264,6 +271,7 @@ void LeaseCache::PutEmptyDir(const Ticket& t, uint64_t dir, uint64_t parent) {
   dir_order_.push_back(dir);
   d.all_names = true;
   d.ordered = true;
+  d.epoch = ++listing_epochs_;
   // As the server lists them (server/namespace.cc ReadDir).
   d.order[1] = {".", dir};
   d.order[2] = {"..", parent};
@@ -303,6 +311,7 @@ void LeaseCache::PutPage(const Ticket& t, uint64_t dir, uint64_t cookie,
   dir_order_.push_back(dir);
   d.all_names = true;
   d.ordered = true;
+  d.epoch = ++listing_epochs_;
   for (auto& [name, ci] : done.entries) {
     d.order[ci.first] = {name, ci.second};
     if (name == "." || name == "..") continue;

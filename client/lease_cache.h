@@ -121,6 +121,11 @@ class LeaseCache {
   // every entry; false when it is not all cached.
   bool List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Names the lease on the complete listing of `dir` (every name, "not
+  // there" for the rest), while it is valid: a number given each time the
+  // listing is leased anew, never reused; 0 when no complete listing is
+  // leased.
+  uint64_t ListingEpoch(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- replies -----------------------------------------------------------
   // Each keeps what a reply leased, unless the ticket says it may be stale.
@@ -191,6 +196,7 @@ class LeaseCache {
     // answered from it. (name, inode)
     bool ordered = false;
     std::map<uint64_t, std::pair<std::string, uint64_t>> order;
+    uint64_t epoch = 0;  // ListingEpoch, set with all_names
   };
   struct Pending {  // a listing being read page by page
     Ticket ticket;
@@ -236,6 +242,7 @@ class LeaseCache {
   absl::flat_hash_map<uint64_t, std::vector<std::string>> no_xattr_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> attr_order_ ABSL_GUARDED_BY(mu_);  // for Trim, oldest first
   absl::flat_hash_map<uint64_t, Dir> dirs_ ABSL_GUARDED_BY(mu_);
+  uint64_t listing_epochs_ ABSL_GUARDED_BY(mu_) = 0;  // ListingEpoch numbers given
   std::deque<uint64_t> dir_order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   size_t names_ ABSL_GUARDED_BY(mu_) = 0;

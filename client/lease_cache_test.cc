@@ -125,6 +125,51 @@ TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {
   EXPECT_EQ(cache_.Lookup(2, "b", &ino), LeaseCache::Name::kUnknown);
 }
 
+TEST_F(LeaseCacheTest, EachLeaseOnACompleteListingHasItsOwnEpoch) {
+  auto list = [this](uint64_t dir) {
+    proto::ReadDirReply page;
+    page.set_leased(true);
+    page.set_eof(true);
+    proto::DirEntry* e = page.add_entries();
+    e->set_name("a");
+    e->set_cookie(3);
+    cache_.PutPage(cache_.Take(), dir, 0, page);
+  };
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  // A single name leased is not the listing.
+  cache_.PutName(cache_.Take(), 2, "x", 9);
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  list(2);
+  const uint64_t first = cache_.ListingEpoch(2);
+  EXPECT_NE(first, 0u);
+  // Own changes keep the lease, and its epoch.
+  cache_.NameAdded(2, "c", 12);
+  cache_.NameRemoved(2, "a");
+  EXPECT_EQ(cache_.ListingEpoch(2), first);
+  // Another directory, a directory made here: epochs of their own.
+  list(3);
+  cache_.PutEmptyDir(cache_.Take(), 4, 2);
+  EXPECT_NE(cache_.ListingEpoch(3), 0u);
+  EXPECT_NE(cache_.ListingEpoch(4), 0u);
+  EXPECT_NE(cache_.ListingEpoch(3), first);
+  EXPECT_NE(cache_.ListingEpoch(4), cache_.ListingEpoch(3));
+  // Recalled, then leased again: a new epoch.
+  cache_.Recall({LeaseCache::Kind::kDir, 2});
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  list(2);
+  const uint64_t second = cache_.ListingEpoch(2);
+  EXPECT_NE(second, 0u);
+  EXPECT_NE(second, first);
+  // None once the leases run out, nor after everything was dropped.
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  cache_.Renewed(clock_.Now());
+  EXPECT_EQ(cache_.ListingEpoch(2), second);
+  cache_.DropAll(/*stream_down=*/false);
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  EXPECT_EQ(cache_.ListingEpoch(3), 0u);
+}
+
 TEST_F(LeaseCacheTest, AListingRecalledBetweenPagesIsNotKept) {
   const LeaseCache::Ticket t = cache_.Take();
   proto::ReadDirReply first;

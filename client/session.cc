@@ -316,6 +316,7 @@ void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
   std::vector<uint64_t> inos = leases_->DropAll(stream_down);
   if (invalidator == nullptr) return;
   invalidator->InvalidateAllNames();
+  invalidator->InvalidateAllListings();
   for (uint64_t ino : inos) invalidator->InvalidateInode(ino, /*data=*/false);
 }
 
@@ -328,6 +329,9 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
     if (leases_ == nullptr) continue;
     if (inv.dir() != 0) {
       leases_->Recall({LeaseCache::Kind::kDir, inv.dir()});
+      // Before the ack: a directory stream rewound after the change must
+      // list it.
+      invalidator->InvalidateListing(inv.dir());
       names = true;
     } else {
       leases_->Recall({LeaseCache::Kind::kAttr, inv.ino()});

@@ -39,6 +39,13 @@ class Invalidator {
   // lock the kernel may hold. Nothing to do by default (a kernel that does
   // not hold leased names).
   virtual void InvalidateAllNames() {}
+  // The lease on the names of directory `dir` ended: the kernel's copy of
+  // its listing, if it keeps one (fuse_ops.cc, FuseAdapter::OpenDir), is
+  // dropped. Takes no lock the kernel may hold while it waits for the
+  // mount. Nothing to do by default.
+  virtual void InvalidateListing(uint64_t dir) {}
+  // The same for every listing the kernel keeps (the leases were dropped).
+  virtual void InvalidateAllListings() {}
 };
 
 struct SessionOptions {

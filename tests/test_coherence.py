@@ -36,6 +36,7 @@ Must run as root (FUSE, chown). Every mount is unmounted, every stopped
 mount continued and every process stopped at teardown, also on a failure.
 """
 
+import ctypes
 import errno
 import os
 import signal
@@ -325,6 +326,102 @@ def test_the_xattrs_ls_asks_for_are_answered_locally_and_recalled(start, leases)
     # The other files were not touched: still answered by A, as before.
     assert errs(os.path.join(a, "f4")) == want
     assert os.listxattr(os.path.join(a, "f4")) == []
+
+
+def test_a_listing_the_kernel_keeps_follows_every_change(start):
+    """Under a lease on a directory's whole listing the kernel keeps its own
+    copy of it (FOPEN_CACHE_DIR), used by later opendirs with no request to
+    the mount. After each change on node B (and on A itself), and after a
+    server restart, A's next listing shows it: through a new opendir, and
+    through a directory stream that stayed open and is rewound. (Two guards
+    keep the kernel's copy exact: the mount lets it be used only under the
+    lease that made it and drops it at a recall; and the kernel itself,
+    with auto_inval_data, drops it when the directory's mtime changed, which
+    every name change does. This test cannot tell which one acted.)"""
+    c = start(nodes=2, server_extra=EXACT)
+    a, b = (os.path.join(m.path, "d") for m in c.mounts)
+    os.mkdir(a)
+    names = {f"f{i}" for i in range(5)}
+    for n in names:
+        with open(os.path.join(a, n), "w") as f:
+            f.write("x")
+    stream = DirStream(a)
+    try:
+        def check(what):
+            for _ in range(2):  # the second listing from what A keeps
+                # First, before a path walk or an fstat refreshes the
+                # directory's attributes (the kernel also drops its copy
+                # when it sees a new mtime).
+                assert stream.relist() == names, f"after {what}: A's open stream rewound"
+                assert set(os.listdir(a)) == names, f"after {what}: a new opendir on A"
+
+        check("the start")
+        os.listdir(b)
+        steps = [
+            ("a create on B", lambda: open(os.path.join(b, "new"), "w").close(), {"new"}, set()),
+            ("an unlink on B", lambda: os.unlink(os.path.join(b, "f0")), set(), {"f0"}),
+            ("a rename on B", lambda: os.rename(os.path.join(b, "f1"), os.path.join(b, "g1")),
+             {"g1"}, {"f1"}),
+            ("a rename out on B",
+             lambda: os.rename(os.path.join(b, "f2"), os.path.join(b, "..", "out")), set(), {"f2"}),
+            ("a rename in on B",
+             lambda: os.rename(os.path.join(b, "..", "out"), os.path.join(b, "back")), {"back"},
+             set()),
+            ("a mkdir on B", lambda: os.mkdir(os.path.join(b, "sub")), {"sub"}, set()),
+            ("a link on B", lambda: os.link(os.path.join(b, "f3"), os.path.join(b, "l3")), {"l3"},
+             set()),
+            ("a symlink on B", lambda: os.symlink("f3", os.path.join(b, "s3")), {"s3"}, set()),
+            ("an rmdir on B", lambda: os.rmdir(os.path.join(b, "sub")), set(), {"sub"}),
+            ("a create on A", lambda: open(os.path.join(a, "mine"), "w").close(), {"mine"}, set()),
+            ("an unlink on A", lambda: os.unlink(os.path.join(a, "f4")), set(), {"f4"}),
+        ]
+        for what, change, added, removed in steps:
+            change()
+            names |= added
+            names -= removed
+            check(what)
+        c.server.stop()  # SIGTERM; every mount drops its leases
+        c.server.start()
+        open(os.path.join(b, "after-restart"), "w").close()
+        names.add("after-restart")
+        check("a server restart and a create on B")
+    finally:
+        stream.close()
+
+
+class DirStream:
+    """A directory stream of libc (opendir), kept open: relist() rewinds it
+    (rewinddir) and reads it to the end, as a program would, with nothing
+    else in between (os.listdir(fd) would fstat it first)."""
+
+    def __init__(self, path):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.opendir.restype = ctypes.c_void_p
+        self.libc.opendir.argtypes = [ctypes.c_char_p]
+        self.libc.readdir.restype = ctypes.c_void_p
+        self.libc.readdir.argtypes = [ctypes.c_void_p]
+        self.libc.rewinddir.argtypes = [ctypes.c_void_p]
+        self.libc.closedir.argtypes = [ctypes.c_void_p]
+        self.dirp = self.libc.opendir(os.fsencode(path))
+        if not self.dirp:
+            raise OSError(ctypes.get_errno(), f"opendir {path}")
+
+    def relist(self):
+        self.libc.rewinddir(self.dirp)
+        names = set()
+        while True:
+            ctypes.set_errno(0)
+            ent = self.libc.readdir(self.dirp)
+            if not ent:
+                if ctypes.get_errno() != 0:
+                    raise OSError(ctypes.get_errno(), "readdir")
+                return names - {".", ".."}
+            # struct dirent (glibc, 64-bit): d_ino 8, d_off 8, d_reclen 2,
+            # d_type 1, then d_name.
+            names.add(os.fsdecode(ctypes.string_at(ent + 19)))
+
+    def close(self):
+        self.libc.closedir(self.dirp)
 
 
 def test_two_nodes_alternating_in_one_directory(start):
