@@ -36,6 +36,7 @@
 #include "common/errno_status.h"
 #include "common/grpc_status.h"
 #include "common/transport.h"
+#include "glog/logging.h"
 #include "proto/grantfs.grpc.pb.h"
 
 namespace grantfs {
@@ -118,6 +119,7 @@ class RpcClient {
   absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
+    VLOG(3) << "rpc " << name;
     const absl::Time give_up = options_.clock->Now() + options_.retry_for;
     absl::Duration backoff = absl::Milliseconds(20);
     size_t failed = 0;  // attempts since the last sleep
