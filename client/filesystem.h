@@ -218,11 +218,13 @@ class FileSystem {
   //   (an extent's buffer is taken or given back under it); write_cache.h.
   //   Both are leaves. They are in other objects, so no
   //   ABSL_ACQUIRED_BEFORE can name them: the order is written here.
+  //   FuseAdapter::mu_ before InodeTable's (FuseAdapter::ForgetListing
+  //   counts the kernel's references under it).
   // The leaves: mu_ here; Session::mu_ (RpcClient's failover hook takes it,
   // and RpcClient calls the hook with no lock held); OpenHandleTable::mu_
   // (a reclaim waits on it, released); XattrCache::mu_; NameCache's and
-  // InodeTable's; ReadAhead's (its fetches, PrefetchRpc, run outside it);
-  // FuseAdapter::mu_. So FileSystem takes mu_ only around its own fields.
+  // InodeTable's; ReadAhead's (its fetches, PrefetchRpc, run outside it).
+  // So FileSystem takes mu_ only around its own fields.
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;

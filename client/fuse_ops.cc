@@ -691,19 +691,11 @@ void FuseAdapter::InvalidateListing(uint64_t dir) {
   }
 }
 
-void FuseAdapter::InvalidateAllListings() {
-  std::vector<uint64_t> dirs;
-  {
-    absl::MutexLock l(&mu_);
-    dirs.reserve(listings_.size());
-    for (const auto& [dir, epoch] : listings_) dirs.push_back(dir);
-  }
-  for (uint64_t dir : dirs) InvalidateListing(dir);
-}
-
 void FuseAdapter::ForgetListing(uint64_t dir) {
   absl::MutexLock l(&mu_);
-  listings_.erase(dir);
+  // Checked again under mu_: a lookup since the forget made a new kernel
+  // inode, which an opendir (it takes mu_) may have let cache already.
+  if (fs_->inodes().Count(dir) == 0) listings_.erase(dir);
 }
 
 void FuseAdapter::NoteLockOwner(uint64_t ino, uint64_t owner) {

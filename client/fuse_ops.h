@@ -58,10 +58,14 @@ class FuseAdapter : public Invalidator {
   // lease. A copy that may be older (made under an earlier lease: a late
   // readdir reply may have refilled it after a recall) is dropped first.
   void OpenDir(uint64_t dir, fuse_file_info* fi) ABSL_LOCKS_EXCLUDED(mu_);
-  // Invalidator: the kernel's copy goes, with its pages.
+  // Invalidator: the kernel's copy goes, with its pages. (When every lease
+  // is dropped nothing is done here: the next opendir of each directory
+  // comes under a new epoch, and the kernel, whose attributes of every
+  // leased directory are dropped then, discards a copy whose directory's
+  // mtime changed when a rewound stream reads it again.)
   void InvalidateListing(uint64_t dir) override ABSL_LOCKS_EXCLUDED(mu_);
-  void InvalidateAllListings() override ABSL_LOCKS_EXCLUDED(mu_);
-  // The kernel forgot `dir` (and its pages with it).
+  // The kernel may have forgotten `dir` (and its pages with it): its entry
+  // goes if the kernel holds no reference to it now.
   void ForgetListing(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   // POSIX locks taken through this mount, so close releases only when needed.
@@ -75,7 +79,9 @@ class FuseAdapter : public Invalidator {
   // KernelDropsAllNames: -1 not tried yet, 0 no, 1 yes.
   std::atomic<int> epochs_{-1};
 
-  absl::Mutex mu_;  // a leaf (lock order: filesystem.h)
+  // Lock order: mu_, then InodeTable's (ForgetListing); otherwise a leaf
+  // (filesystem.h).
+  absl::Mutex mu_;
   std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);
   // Directories whose listing the kernel was let keep, and the
   // ListingEpoch it was let keep it under. An entry stays after its lease

@@ -160,14 +160,19 @@ LeaseCache::Name LeaseCache::Lookup(uint64_t dir, const std::string& name, uint6
 uint64_t LeaseCache::ListingEpoch(uint64_t dir) {
   absl::MutexLock l(&mu_);
   auto it = dirs_.find(dir);
-  if (it == dirs_.end() || !it->second.all_names || !Valid()) return 0;
+  if (it == dirs_.end() || !it->second.all_names || !attrs_.contains(dir) || !Valid()) return 0;
   return it->second.epoch;
 }
 
 bool LeaseCache::List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out) {
   absl::MutexLock l(&mu_);
   auto it = dirs_.find(dir);
-  if (it == dirs_.end() || !it->second.ordered || !Valid()) {
+  // Only with the directory's attributes leased too: the kernel stamps its
+  // copy of a listing with the directory's mtime (and drops the copy when
+  // that changes), so the listing must never be newer-looking than the
+  // change it misses: a getattr that reached the server (new mtime) beside
+  // a listing answered here (old names) would make a stale copy look fresh.
+  if (it == dirs_.end() || !it->second.ordered || !attrs_.contains(dir) || !Valid()) {
     ++stats_.misses;
     return false;
   }

@@ -118,13 +118,14 @@ class LeaseCache {
   Name Lookup(uint64_t dir, const std::string& name, uint64_t* ino) ABSL_LOCKS_EXCLUDED(mu_);
   // The complete listing of `dir` after `cookie` (at most `max` entries,
   // "." and ".." first as the server lists them), with the attributes of
-  // every entry; false when it is not all cached.
+  // every entry; false when it is not all cached, or the attributes of
+  // `dir` itself are not.
   bool List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Names the lease on the complete listing of `dir` (every name, "not
-  // there" for the rest), while it is valid: a number given each time the
-  // listing is leased anew, never reused; 0 when no complete listing is
-  // leased.
+  // there" for the rest), while it is valid and the attributes of `dir`
+  // are leased too (as List): a number given each time the listing is
+  // leased anew, never reused; 0 otherwise.
   uint64_t ListingEpoch(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- replies -----------------------------------------------------------

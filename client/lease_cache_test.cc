@@ -127,6 +127,7 @@ TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {
 
 TEST_F(LeaseCacheTest, EachLeaseOnACompleteListingHasItsOwnEpoch) {
   auto list = [this](uint64_t dir) {
+    cache_.PutAttr(cache_.Take(), AttrOf(dir, 040755));
     proto::ReadDirReply page;
     page.set_leased(true);
     page.set_eof(true);
@@ -142,13 +143,17 @@ TEST_F(LeaseCacheTest, EachLeaseOnACompleteListingHasItsOwnEpoch) {
   list(2);
   const uint64_t first = cache_.ListingEpoch(2);
   EXPECT_NE(first, 0u);
-  // Own changes keep the lease, and its epoch.
+  // Own changes keep the lease, and its epoch; they drop the directory's
+  // attributes, and without those there is none until they are back.
   cache_.NameAdded(2, "c", 12);
   cache_.NameRemoved(2, "a");
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  cache_.PutAttr(cache_.Take(), AttrOf(2, 040755));
   EXPECT_EQ(cache_.ListingEpoch(2), first);
   // Another directory, a directory made here: epochs of their own.
   list(3);
   cache_.PutEmptyDir(cache_.Take(), 4, 2);
+  cache_.PutAttr(cache_.Take(), AttrOf(4, 040755));
   EXPECT_NE(cache_.ListingEpoch(3), 0u);
   EXPECT_NE(cache_.ListingEpoch(4), 0u);
   EXPECT_NE(cache_.ListingEpoch(3), first);

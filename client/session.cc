@@ -316,7 +316,6 @@ void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
   std::vector<uint64_t> inos = leases_->DropAll(stream_down);
   if (invalidator == nullptr) return;
   invalidator->InvalidateAllNames();
-  invalidator->InvalidateAllListings();
   for (uint64_t ino : inos) invalidator->InvalidateInode(ino, /*data=*/false);
 }
 

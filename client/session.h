@@ -44,8 +44,6 @@ class Invalidator {
   // dropped. Takes no lock the kernel may hold while it waits for the
   // mount. Nothing to do by default.
   virtual void InvalidateListing(uint64_t dir) {}
-  // The same for every listing the kernel keeps (the leases were dropped).
-  virtual void InvalidateAllListings() {}
 };
 
 struct SessionOptions {
