@@ -78,8 +78,8 @@ void Replicator::StreamLoop() {
       const absl::Time until = absl::Now() + backoff;
       while (!stop() && absl::Now() < until) {
         mu_.Unlock();
-        const bool connected =
-            WaitForConnected(channel_.get(), std::min(until - absl::Now(), absl::Milliseconds(100)));
+        const bool connected = WaitForConnected(
+            channel_.get(), std::min(until - absl::Now(), absl::Milliseconds(100)));
         mu_.Lock();
         if (connected) break;
       }

@@ -8,6 +8,7 @@ nothing cached).
 """
 
 import fcntl
+import hashlib
 import os
 import random
 import stat
@@ -285,55 +286,87 @@ def test_plain_restart_keeps_everything(cluster, tmp_base):
     check_everywhere(cluster, tmp_base, recorded, data, gone)
 
 
+# Writes argv[2] MiB to the new file argv[1], 1 MiB per write(), an fsync
+# every 16 MiB and at the end; MiB #i is chunk(i) (below: the test makes the
+# same bytes). Prints "written N" and "synced N" (bytes) as it goes, then
+# "done", or "error ERRNO" at the first failure. A process of its own: a
+# thread blocked in a write to a killed server made the test process's next
+# fork (starting the server again) wait for that write to give up (60 s).
+WRITER = r"""
+import hashlib, os, sys
+path, total = sys.argv[1], int(sys.argv[2])
+MiB = 1 << 20
+def chunk(i):
+    return hashlib.shake_256(b"chunk %d" % i).digest(MiB)
+try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for i in range(total):
+            view = memoryview(chunk(i))
+            while view:
+                view = view[os.write(fd, view):]
+            print("written", (i + 1) * MiB, flush=True)
+            if (i + 1) % 16 == 0:
+                os.fsync(fd)
+                print("synced", (i + 1) * MiB, flush=True)
+        os.fsync(fd)
+        print("synced", total * MiB, flush=True)
+    finally:
+        os.close(fd)
+    print("done", flush=True)
+except OSError as e:
+    print("error", e.errno, flush=True)
+"""
+
+
+def chunk(i):
+    return hashlib.shake_256(b"chunk %d" % i).digest(MiB)
+
+
 def test_kill9_during_a_write_keeps_everything_up_to_the_last_fsync(cluster):
     total_mib = 200
-    chunks = [os.urandom(MiB) for _ in range(total_mib)]
     path1 = os.path.join(cluster.n1, "being-written")
     state = {"synced": 0, "written": 0, "error": None, "done": False}
     lock = threading.Lock()
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path1, str(total_mib)],
+                            stdout=subprocess.PIPE, text=True)
 
-    def writer():
-        try:
-            fd = os.open(path1, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                for i, c in enumerate(chunks):
-                    write_all(fd, c)
-                    with lock:
-                        state["written"] = (i + 1) * MiB
-                    if (i + 1) % 16 == 0:
-                        os.fsync(fd)
-                        with lock:
-                            state["synced"] = (i + 1) * MiB
-                os.fsync(fd)
-                with lock:
-                    state["synced"] = total_mib * MiB
-                    state["done"] = True
-            finally:
-                os.close(fd)
-        except OSError as e:
+    def follow():
+        for line in proc.stdout:
+            what, _, value = line.strip().partition(" ")
             with lock:
-                state["error"] = e
+                if what in ("written", "synced"):
+                    state[what] = int(value)
+                elif what == "done":
+                    state["done"] = True
+                elif what == "error":
+                    state["error"] = int(value)
 
-    t = threading.Thread(target=writer, daemon=True)
+    t = threading.Thread(target=follow, daemon=True)
     t.start()
-    deadline = time.monotonic() + 120
-    # Kill halfway between two fsyncs (48 MiB synced, 56 MiB written), so
-    # that acknowledged but unsynced writes are in flight too.
-    while True:
+    try:
+        deadline = time.monotonic() + 120
+        # Kill halfway between two fsyncs (48 MiB synced, 56 MiB written), so
+        # that acknowledged but unsynced writes are in flight too.
+        while True:
+            with lock:
+                written, err = state["written"], state["error"]
+            if written >= 56 * MiB or err is not None or proc.poll() is not None:
+                break
+            assert time.monotonic() < deadline, "writer made no progress to 56 MiB in 120 s"
+            time.sleep(0.001)
+        assert err is None, f"writer failed before the kill: errno {err}"
+        cluster.server.kill9()
         with lock:
-            written, err = state["written"], state["error"]
-        if written >= 56 * MiB or err is not None or not t.is_alive():
-            break
-        assert time.monotonic() < deadline, "writer made no progress to 56 MiB in 120 s"
-        time.sleep(0.001)
-    assert err is None, f"writer failed before the kill: {err!r}"
-    cluster.server.kill9()
-    with lock:
-        at_kill = dict(state)
-    assert not at_kill["done"], "the writer finished before the kill; nothing was tested"
-    cluster.server.start()
-    t.join(timeout=150)
-    assert not t.is_alive(), "writer still blocked 150 s after the restart"
+            at_kill = dict(state)
+        assert not at_kill["done"], "the writer finished before the kill; nothing was tested"
+        cluster.server.start()
+        proc.wait(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    t.join(timeout=30)
     with lock:
         final = dict(state)
     print(f"writer at the kill: {at_kill}; at the end: {final}")
@@ -354,12 +387,16 @@ def test_kill9_during_a_write_keeps_everything_up_to_the_last_fsync(cluster):
     with open(path2, "rb") as f:
         for i in range(final["synced"] // MiB):
             got = f.read(MiB)
-            assert got == chunks[i], (
+            assert got == chunk(i), (
                 f"MiB #{i} differs (last fsync at {final['synced'] // MiB} MiB; "
                 f"state at kill {at_kill}, final {final})")
     # Bytes of writes the kill cut off before they committed are gone from
     # the restarted server's disk (server/orphan_chunks.h): the offline
-    # check of its stopped copy finds no chunk file without a record.
+    # check of its stopped copy finds no chunk file without a record. The
+    # mounts go first: a mount unmounted after its server stopped retries
+    # its last calls for --retry_ms (60 s) before it gives up.
+    for m in cluster.mounts:
+        m.unmount()
     cluster.server.stop()
     assert_offline_fsck_clean(cluster.server.data_dir)
 
@@ -376,13 +413,14 @@ sys.stdin.read()
 
 def test_every_mount_reclaims_its_locks_after_each_of_several_restarts(tmp_base):
     """After a restart the server keeps what the mounts of the last run held
-    (locks, open files) until each mount has come back, at most a lease
-    (then it releases them: the mount is presumed gone). Every mount must
-    come back within that, at every restart: the lock each one holds stays
-    its own. (Mounts used to stay cut off from a restarted server for 15 s
-    to over 90 s about one restart in five, when their first reconnects were
-    refused: their TLS handshakes stalled, nothing polling them.)"""
-    c = Standalone(tmp_base, nodes=2, lease_ms=3000)
+    (locks, open files) until each mount has come back, at most a lease (8 s
+    here; then it releases them: the mount is presumed gone). Every mount
+    must come back within that, at every one of 8 restarts: the lock each
+    one holds stays its own. (Mounts used to stay cut off from a restarted
+    server for 15 s to over 90 s about one restart in five, when their first
+    reconnects were refused: their TLS handshakes stalled, nothing polling
+    them. 16 chances to catch that.)"""
+    c = Standalone(tmp_base, nodes=2, lease_ms=8000)
     holders = []
     try:
         c.start()
@@ -392,7 +430,7 @@ def test_every_mount_reclaims_its_locks_after_each_of_several_restarts(tmp_base)
                                  stdout=subprocess.PIPE, text=True)
             holders.append(h)
             assert h.stdout.readline().strip() == "held"
-        for restart in range(1, 6):
+        for restart in range(1, 9):
             c.server.stop()  # SIGTERM: the mounts' next reconnects are refused
             c.server.start()
 
