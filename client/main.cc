@@ -2,9 +2,11 @@
 //
 //   grantfs-mount [flags] SERVER[:PORT][,SERVER2...]:/ MOUNTPOINT [-o opt,...] [-f]
 //
-// Also works as mount.grantfs, so `mount -t grantfs SERVER:/ /mnt/x` and
-// /etc/fstab entries use it. Without -f (or --foreground) it returns once the
-// mount is up and keeps serving in the background.
+// Also works as mount.grantfs (`cmake --install` puts that link in /sbin), so
+// `mount -t grantfs SERVER:/ /mnt/x -o leases=off` and /etc/fstab entries
+// use it: a -o option that names a flag sets it, the rest go to FUSE.
+// Without -f (or --foreground) it returns once the mount is up and keeps
+// serving in the background.
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -63,16 +66,35 @@ struct Args {
   bool foreground = false;
 };
 
+// A -o option that names one of this program's flags ("leases=off",
+// "tls_dir=/etc/grantfs", "insecure"): set like --NAME=VALUE, after the
+// command line's flags. So an /etc/fstab line can say everything a command
+// line can. False (with *error) when NAME is a flag but VALUE is not valid
+// for it; *taken says whether it was one.
+bool SetFlagOption(const std::string& option, bool* taken, std::string* error) {
+  const size_t eq = option.find('=');
+  const std::string name = option.substr(0, eq);
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  *taken = flag != nullptr;
+  if (flag == nullptr) return true;
+  // A bare name sets a boolean flag.
+  const std::string value = eq == std::string::npos ? "true" : option.substr(eq + 1);
+  if (!flag->ParseFrom(value, error)) {
+    *error = absl::StrCat("-o ", option, ": ", *error);
+    return false;
+  }
+  return true;
+}
+
 // Splits mount(8)-style arguments from the absl flags.
 bool ParseArgs(int argc, char** argv, Args* out) {
   std::vector<char*> rest = {argv[0]};
   std::vector<std::string> positional;
+  std::vector<std::string> options;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-o" && i + 1 < argc) {
-      for (auto& o : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) {
-        out->fuse_opts.emplace_back(o);
-      }
+      for (auto& o : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) options.emplace_back(o);
     } else if (a == "-f") {
       out->foreground = true;
     } else if (a == "-n" || a == "-s" || a == "-v") {
@@ -87,6 +109,15 @@ bool ParseArgs(int argc, char** argv, Args* out) {
   }
   std::vector<char*> parsed_rest;
   for (char* p : absl::ParseCommandLine(rest.size(), rest.data())) parsed_rest.push_back(p);
+  for (const std::string& o : options) {
+    bool taken = false;
+    std::string error;
+    if (!SetFlagOption(o, &taken, &error)) {
+      fprintf(stderr, "grantfs-mount: %s\n", error.c_str());
+      return false;
+    }
+    if (!taken) out->fuse_opts.push_back(o);
+  }
   if (positional.size() != 2) return false;
   std::string spec = positional[0];
   // SERVERS:/ or SERVERS:/path (only the root is exported for now).
@@ -223,7 +254,8 @@ int main(int argc, char** argv) {
     const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
     fo.cache.dirty_limit = std::clamp<uint64_t>(ram / 8, 256ull << 20, 2048ull << 20);
   }
-  LOG(INFO) << "dirty limit " << (fo.cache.dirty_limit >> 20) << " MiB";
+  LOG(INFO) << "metadata leases " << (fo.leases ? "on" : "off") << ", write mode " << mode
+            << ", dirty limit " << (fo.cache.dirty_limit >> 20) << " MiB";
   fo.cache.flushers = std::max(1, absl::GetFlag(FLAGS_flushers));
   fo.cache.extent_bytes =
       static_cast<uint64_t>(std::clamp(absl::GetFlag(FLAGS_extent_kib), 1024, 8192)) << 10;
