@@ -22,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -64,21 +65,55 @@ struct Args {
   std::string mountpoint;
   std::vector<std::string> fuse_opts;
   bool foreground = false;
+  bool fake = false;  // mount -f: checks only
 };
 
+std::string Basename(const char* path) {
+  const std::string p(path);
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
 // A -o option that names one of this program's flags ("leases=off",
-// "tls_dir=/etc/grantfs", "insecure"): set like --NAME=VALUE, after the
-// command line's flags. So an /etc/fstab line can say everything a command
-// line can. False (with *error) when NAME is a flag but VALUE is not valid
-// for it; *taken says whether it was one.
+// "tls_dir=/etc/grantfs"; a boolean one bare, "insecure", or negated,
+// "noinsecure"): set like --NAME=VALUE, after the command line's flags. So
+// an /etc/fstab line can say everything a command line can. False (with
+// *error) when it names a flag but cannot set it; *taken says whether it
+// named one.
 bool SetFlagOption(const std::string& option, bool* taken, std::string* error) {
   const size_t eq = option.find('=');
-  const std::string name = option.substr(0, eq);
+  std::string name = option.substr(0, eq);
+  std::string value = eq == std::string::npos ? "" : option.substr(eq + 1);
   absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr && eq == std::string::npos && absl::StartsWith(name, "no")) {
+    flag = absl::FindCommandLineFlag(name.substr(2));
+    if (flag != nullptr && flag->IsOfType<bool>()) {
+      name = name.substr(2);
+      value = "false";
+    } else {
+      flag = nullptr;
+    }
+  }
   *taken = flag != nullptr;
   if (flag == nullptr) return true;
-  // A bare name sets a boolean flag.
-  const std::string value = eq == std::string::npos ? "true" : option.substr(eq + 1);
+  // absl's own flags read other sources when parsed from a command line; a
+  // -o option arrives after that.
+  if (name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok") {
+    *error = absl::StrCat("-o ", option, ": not an option of grantfs-mount");
+    return false;
+  }
+  // mount(8) and systemd wait for the helper to return.
+  if (name == "foreground") {
+    *error = absl::StrCat("-o ", option, ": a mount through mount(8) runs in the background");
+    return false;
+  }
+  if (eq == std::string::npos && value.empty()) {
+    if (!flag->IsOfType<bool>()) {
+      *error = absl::StrCat("-o ", option, ": needs a value (", name, "=...)");
+      return false;
+    }
+    value = "true";
+  }
   if (!flag->ParseFrom(value, error)) {
     *error = absl::StrCat("-o ", option, ": ", *error);
     return false;
@@ -96,7 +131,13 @@ bool ParseArgs(int argc, char** argv, Args* out) {
     if (a == "-o" && i + 1 < argc) {
       for (auto& o : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) options.emplace_back(o);
     } else if (a == "-f") {
-      out->foreground = true;
+      // To mount(8), whose helper this is when called mount.grantfs, -f
+      // means "fake": do everything but mount.
+      if (absl::StartsWith(Basename(argv[0]), "mount.")) {
+        out->fake = true;
+      } else {
+        out->foreground = true;
+      }
     } else if (a == "-n" || a == "-s" || a == "-v") {
       // mount(8) helper flags: no mtab, sloppy, verbose.
     } else if ((a == "-t" || a == "-N") && i + 1 < argc) {
@@ -140,9 +181,15 @@ std::vector<std::string> FuseMountOptions(const Args& args) {
   std::vector<std::string> keep = {"default_permissions", "allow_other",
                                    "fsname=grantfs:" + absl::StrJoin(args.servers, "\\,"),
                                    "subtype=grantfs"};
+  // mount(8)'s and systemd's own, and atime policies FUSE does not take (a
+  // FUSE mount keeps the kernel's default, relatime).
+  static const char* const kDropped[] = {
+      "rw",       "defaults",   "_netdev",     "auto",          "noauto",   "user",      "nouser",
+      "users",    "nousers",    "owner",       "noowner",       "group",    "nogroup",   "nofail",
+      "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime"};
   for (const std::string& o : args.fuse_opts) {
-    if (o == "rw" || o == "defaults" || o == "_netdev" || o == "auto" || o == "noauto" ||
-        o == "user" || o == "nouser" || o == "nofail" || o.rfind("x-", 0) == 0) {
+    if (std::find(std::begin(kDropped), std::end(kDropped), o) != std::end(kDropped) ||
+        absl::StartsWith(o, "x-") || absl::StartsWith(o, "comment=")) {
       continue;
     }
     keep.push_back(o);
@@ -160,6 +207,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
+  if (args.fake) return 0;
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 

@@ -15,7 +15,7 @@ import pytest
 
 from kit.build import MOUNT, REPO, binary
 from kit.keys import use_cluster_keys
-from kit.mount import forget, is_mounted
+from kit.mount import forget, is_mounted, track
 from kit.server import Server
 from kit.waits import wait_for
 
@@ -31,35 +31,43 @@ def install_dir():
     pytest.fail("no configured build directory to install from")
 
 
-def test_cmake_install_puts_the_programs_and_the_mount_helper_in_place(tmp_base):
+@pytest.mark.parametrize("prefix", ["/usr/local", "/opt/grantfs"])
+def test_cmake_install_puts_the_programs_and_the_mount_helper_in_place(tmp_base, prefix):
     dest = os.path.join(tmp_base, "root")
-    r = subprocess.run(["cmake", "--install", install_dir()], capture_output=True, text=True,
-                       timeout=300, env=dict(os.environ, DESTDIR=dest))
+    r = subprocess.run(["cmake", "--install", install_dir(), "--prefix", prefix],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, DESTDIR=dest))
     assert r.returncode == 0, r.stdout + r.stderr
     for prog in ("grantfs-server", "grantfs-mount", "grantfsctl"):
-        path = os.path.join(dest, "usr/local/bin", prog)
+        path = dest + os.path.join(prefix, "bin", prog)
         assert os.access(path, os.X_OK), f"{path} not installed: {r.stdout}"
+    # Where mount(8) looks, whatever the prefix; pointing at the program
+    # where it will be once the tree is copied to / (DESTDIR is packaging).
     link = os.path.join(dest, "sbin/mount.grantfs")
-    assert os.readlink(link) == "/usr/local/bin/grantfs-mount", r.stdout
+    assert os.readlink(link) == os.path.join(prefix, "bin/grantfs-mount"), r.stdout
     # The installed program runs (its usage, exit 2 without arguments).
-    run = subprocess.run([os.path.join(dest, "usr/local/bin/grantfs-mount")],
+    run = subprocess.run([dest + os.path.join(prefix, "bin/grantfs-mount")],
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 2 and "usage" in run.stderr
 
 
 @pytest.fixture
 def helper():
-    """/sbin/mount.grantfs -> this build's grantfs-mount for the test (what
-    was there before is put back afterwards)."""
+    """/sbin/mount.grantfs -> this build's grantfs-mount for the test; what
+    was there before is put back afterwards (also after a run that was
+    killed: its saved copy is restored first)."""
     saved = HELPER + ".saved-by-test"
+    if os.path.lexists(saved):  # a killed run's: the original
+        os.replace(saved, HELPER)
     had = os.path.lexists(HELPER)
     if had:
         os.rename(HELPER, saved)
-    os.symlink(os.path.abspath(binary(MOUNT)), HELPER)
     try:
+        os.symlink(os.path.abspath(binary(MOUNT)), HELPER)
         yield HELPER
     finally:
-        os.unlink(HELPER)
+        if os.path.lexists(HELPER):
+            os.unlink(HELPER)
         if had:
             os.rename(saved, HELPER)
 
@@ -97,15 +105,36 @@ def check_mount(path, log, leases):
             assert f"metadata leases {leases}," in f.read()
     finally:
         r = subprocess.run(["umount", path], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True, timeout=60)
         forget(path)
     assert r.returncode == 0, r.stderr
     assert not is_mounted(path)
+    wait_for(lambda: not daemons_of(path), timeout=30, what="the mount's daemon to exit")
 
-    def daemon_gone():
-        ps = subprocess.run(["pgrep", "-f", f"grantfs-mount .* {path}"], capture_output=True)
-        return ps.returncode == 1
 
-    wait_for(daemon_gone, timeout=30, what="grantfs-mount to exit after umount")
+def daemons_of(path):
+    """Pids of processes whose command line names `path` (the mount's
+    daemon: mount(8) ran it as /sbin/mount.grantfs SPEC PATH ...)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.fsencode(path) in argv and any(b"mount" in a for a in argv[:1]):
+            found.append(int(pid))
+    return found
+
+
+def mount8(argv, path):
+    """Runs mount(8); the mount it makes is unmounted (lazily) at exit if a
+    test fails before it does."""
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if is_mounted(path):
+        track(path)
+    return r
 
 
 def test_mount_t_grantfs_runs_the_helper_with_flags_as_options(tmp_base, helper, server):
@@ -113,10 +142,14 @@ def test_mount_t_grantfs_runs_the_helper_with_flags_as_options(tmp_base, helper,
     log = os.path.join(tmp_base, "mount.log")
     os.mkdir(mnt)
     opts = f"leases=off,log_file={log},tls_dir={use_cluster_keys()},noatime"
-    r = subprocess.run(["mount", "-t", "grantfs", "-o", opts, f"{server.addr}:/", mnt],
-                       capture_output=True, text=True, timeout=60)
+    r = mount8(["mount", "-t", "grantfs", "-o", opts, f"{server.addr}:/", mnt], mnt)
     assert r.returncode == 0, r.stderr + (open(log).read() if os.path.exists(log) else "")
+    assert daemons_of(mnt), "no daemon serves the mount"
     check_mount(mnt, log, "off")
+    # mount -f (fake): everything but the mount.
+    r = mount8(["mount", "-f", "-t", "grantfs", f"{server.addr}:/", mnt], mnt)
+    assert r.returncode == 0, r.stderr
+    assert not is_mounted(mnt) and not daemons_of(mnt)
 
 
 def test_an_fstab_line_mounts_with_its_options(tmp_base, helper, server):
@@ -126,19 +159,25 @@ def test_an_fstab_line_mounts_with_its_options(tmp_base, helper, server):
     fstab = os.path.join(tmp_base, "fstab")
     with open(fstab, "w") as f:
         f.write(f"# a test fstab\n{server.addr}:/ {mnt} grantfs "
-                f"_netdev,noauto,log_file={log},tls_dir={use_cluster_keys()} 0 0\n")
-    r = subprocess.run(["mount", "--fstab", fstab, mnt], capture_output=True, text=True,
-                       timeout=60)
+                f"defaults,relatime,_netdev,noauto,noinsecure,log_file={log},"
+                f"tls_dir={use_cluster_keys()} 0 0\n")
+    r = mount8(["mount", "--fstab", fstab, mnt], mnt)
     assert r.returncode == 0, r.stderr + (open(log).read() if os.path.exists(log) else "")
     check_mount(mnt, log, "on")
 
 
-def test_a_bad_option_value_is_refused_and_nothing_is_mounted(tmp_base, helper, server):
+@pytest.mark.parametrize("option,says", [
+    ("rpc_timeout_ms=soon", "rpc_timeout_ms=soon"),
+    ("tls_dir", "needs a value"),
+    ("flagfile=/etc/passwd", "not an option of grantfs-mount"),
+    ("foreground", "runs in the background"),
+])
+def test_an_option_it_cannot_take_is_refused_and_nothing_is_mounted(tmp_base, helper, server,
+                                                                     option, says):
     mnt = os.path.join(tmp_base, "mnt")
     os.mkdir(mnt)
-    r = subprocess.run(["mount", "-t", "grantfs", "-o", "rpc_timeout_ms=soon",
-                        f"{server.addr}:/", mnt], capture_output=True, text=True, timeout=60)
+    r = mount8(["mount", "-t", "grantfs", "-o", option, f"{server.addr}:/", mnt], mnt)
     assert r.returncode != 0
-    assert "rpc_timeout_ms=soon" in r.stderr
+    assert says in r.stderr, r.stderr
     assert not is_mounted(mnt)
     shutil.rmtree(mnt)

@@ -29,6 +29,12 @@ def forget(path):
     _live_mounts.discard(path)
 
 
+def track(path):
+    """path is a mount of ours, made by other means (mount(8)): unmounted
+    lazily at exit, or by cleanup_mounts_under, unless forgotten first."""
+    _live_mounts.add(path)
+
+
 def cleanup_mounts_under(base):
     """Lazily unmounts every mount of ours under base."""
     for m in list(_live_mounts):
