@@ -26,7 +26,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suitelib import (failover_section, fs_sections, group_commit, modes, report,  # noqa: E402
-                      rpc_sections)
+                      rpc_sections, tls_section)
 from suitelib.context import Context, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import Results  # noqa: E402
@@ -44,6 +44,7 @@ GROUPS = [
     ((7,), rpc_sections.thread_scaling),
     ((8,), failover_section.failover_drill),
     ((9,), group_commit.group_commit),
+    ((10,), tls_section.tls_cost),
 ]
 TITLES = {
     1: "mkfile and dd (PxFS)", 2: "Time split (PxFS chunk.py)",
@@ -54,6 +55,7 @@ TITLES = {
     7: "Server thread scaling (Linux knfsd SFS table)",
     8: "Failover drill (from the checkpoint issue)",
     9: "Group commit of concurrent metadata changes",
+    10: "What TLS costs",
 }
 
 HOWTO = """\
@@ -84,15 +86,15 @@ def parse_args(argv):
     p.add_argument("--insecure", action="store_true",
                    help="run every GrantFS process without TLS (GRANTFS_INSECURE=1), to see "
                         "what TLS costs; the report says so")
-    p.add_argument("--sections", default="1,2,3,4,5,6,7,8,9",
+    p.add_argument("--sections", default="1,2,3,4,5,6,7,8,9,10",
                    help="comma-separated section numbers to run (default: all)")
     a = p.parse_args(argv)
     try:
         wanted = {int(x) for x in a.sections.split(",") if x.strip()}
     except ValueError:
-        p.error(f"--sections: expected numbers from 1 to 9, got '{a.sections}'")
+        p.error(f"--sections: expected numbers from 1 to {max(TITLES)}, got '{a.sections}'")
     if not wanted or not wanted <= set(TITLES):
-        p.error(f"--sections: expected numbers from 1 to 9, got '{a.sections}'")
+        p.error(f"--sections: expected numbers from 1 to {max(TITLES)}, got '{a.sections}'")
     for nums, _ in GROUPS:  # 1 and 2 come from the same runs: either means both
         if set(nums) & wanted:
             wanted |= set(nums)

@@ -27,10 +27,11 @@ SUITE = os.path.join(REPO, "bench", "suite.py")
 SECTIONS = {
     1: "mkfile and dd", 2: "Time split", 3: "Latency sweep", 4: "Parallel build",
     5: "Metadata and dbench", 6: "RPC microbenchmarks", 7: "Server under offered load",
-    8: "Failover drill", 9: "Group commit",
+    8: "Failover drill", 9: "Group commit", 10: "What TLS costs",
 }
 CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench",
-        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "group_commit", "runs"]
+        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "group_commit", "tls_cost",
+        "runs"]
 PNGS = ["time_split", "latency_sweep", "thread_scaling"]
 
 
@@ -91,8 +92,8 @@ def run_suite(*args, timeout=60):
 
 
 def test_bad_arguments_are_refused_precisely(tmp_path):
-    r = run_suite("--sections", "1,10")
-    assert r.returncode == 2 and "--sections: expected numbers from 1 to 9" in r.stderr
+    r = run_suite("--sections", "1,11")
+    assert r.returncode == 2 and "--sections: expected numbers from 1 to 10" in r.stderr
     r = run_suite("--quick", "--smoke")
     assert r.returncode == 2 and "not allowed with" in r.stderr
     r = run_suite("--smoke", "--build", str(tmp_path / "nobuild"), "--out", str(tmp_path))
@@ -139,6 +140,8 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     assert bytes_lost and bytes_lost[0].split("|")[3].strip().startswith("0"), bytes_lost
     # Section 9: both servers, every number of callers.
     assert "| standalone | 1 | " in md and "| trio (replica in sync) | 16 | " in md
+    # Section 10: TLS on and off, side by side.
+    assert "| TLS on (default) |" in md and "| TLS off (--insecure) |" in md
     assert "bench/run.sh" in md and "sudo" not in md  # how to regenerate it, as root (no sudo)
 
     for name in CSVS:
@@ -154,7 +157,8 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
                          ("group_commit", "mkdir"),
                          ("tree_walk", "wall"), ("pingpong", "ops/s"),
                          ("dbench", "throughput"), ("parallel_build", "wall"),
-                         ("rpc", "median"), ("latency_sweep", "write() MB/s")):
+                         ("rpc", "median"), ("latency_sweep", "write() MB/s"),
+                         ("tls_cost", "dd MB/s incl. fsync"), ("tls_cost", "creates/s")):
         rows = [row for row in _numbers(os.path.join(out, "bench", f"{name}.csv"))
                 if row["metric"] == metric]
         assert rows and all(float(row["median"]) > 0 for row in rows), (name, metric)

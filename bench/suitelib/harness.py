@@ -44,7 +44,8 @@ class Harness:
         self.progress = progress
         # Every process runs with TLS and these certificates (tests/kit/keys.py),
         # unless the suite runs --insecure (GRANTFS_INSECURE=1).
-        if os.environ.get("GRANTFS_INSECURE") != "1":
+        self.insecure = os.environ.get("GRANTFS_INSECURE") == "1"
+        if not self.insecure:
             use_cluster_keys(build)
         self.base = tempfile.mkdtemp(prefix="grantfs-bench.", dir=workdir)
         os.chmod(self.base, 0o755)
@@ -85,9 +86,11 @@ class Harness:
 
     # --- servers and proxies ---------------------------------------------------
 
-    def start_server(self, name, capacity, threads=None, timeout=30):
+    def start_server(self, name, capacity, threads=None, timeout=30, insecure=False):
         """A fresh grantfs-server (own data directory); returns once it
-        accepts connections. Readiness is the listening port, not a call."""
+        accepts connections. Readiness is the listening port, not a call.
+        insecure: without TLS and authentication (--insecure), whatever the
+        suite's mode."""
         port = free_port()
         data = self.path(name)
         os.makedirs(data, exist_ok=True)  # the server refuses a missing data directory
@@ -95,6 +98,8 @@ class Harness:
                 f"--listen=127.0.0.1:{port}", f"--capacity={capacity}"]
         if threads is not None:
             argv.append(f"--threads={threads}")
+        if insecure:
+            argv.append("--insecure")
         p = self.start_process(name, argv)
 
         def up():
@@ -131,13 +136,18 @@ class Harness:
         wait_mounted(p.popen, path, p.log_path, timeout, name)
         return path
 
-    def mount_grantfs(self, name, server_addr, write_mode="fastwrite", leases="on"):
+    def mount_grantfs(self, name, server_addr, write_mode="fastwrite", leases="on",
+                      insecure=False):
         """A grantfs-mount of the server's root at NAME. leases="off" mounts
         without metadata leases (every lookup, getattr and readdir an RPC,
-        cached by the kernel for 1 s)."""
+        cached by the kernel for 1 s); insecure: without TLS (--insecure),
+        for a server started so."""
         path = self.path(name)
-        return self._fuse(name, [self.bin("client/grantfs-mount"), f"{server_addr}:/", path, "-f",
-                                 f"--write_mode={write_mode}", f"--leases={leases}"], path)
+        argv = [self.bin("client/grantfs-mount"), f"{server_addr}:/", path, "-f",
+                f"--write_mode={write_mode}", f"--leases={leases}"]
+        if insecure:
+            argv.append("--insecure")
+        return self._fuse(name, argv, path)
 
     def mount_passthrough(self, name, src=None):
         """grantfs-passthrough of a fresh local directory (or of `src`, an

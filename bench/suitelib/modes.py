@@ -13,6 +13,8 @@ full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       (extrapolated from quick mode on a loaded machine: making the tree
       through GrantFS ~100 s, each GrantFS ls -lR 10-15 s, a ping-pong run
       ~20 s, a leases-off meta run ~1 min); not yet measured in full mode.
+      Section 10 (TLS on and off: 1 GiB dd and 2,000 creates on each, 3 runs)
+      took 67 s in full mode.
 quick: the same sections, small sizes; about 4 minutes (section 5 took 128 s at
        load 3-4 on 2 cores, ~75 s of it the lease measurements).
 smoke: the smallest run that still exercises every section (the e2e test).
@@ -46,6 +48,8 @@ MODES = {
         drill_creates=2000,     # 8: creates, the same comparison
         gc_ops=2000,            # 9: mkdirs per point
         gc_callers=(1, 4, 16),  # 9: concurrent callers
+        tls_dd_mib=1024,        # 10: dd with TLS on and off
+        tls_creates=2000,       # 10: creates with TLS on and off
         capacity="16G",
     ),
     "quick": dict(
@@ -75,6 +79,8 @@ MODES = {
         drill_creates=300,
         gc_ops=400,
         gc_callers=(1, 4, 16),
+        tls_dd_mib=128,
+        tls_creates=300,
         capacity="4G",
     ),
     "smoke": dict(
@@ -104,6 +110,8 @@ MODES = {
         drill_creates=50,
         gc_ops=64,
         gc_callers=(1, 4, 16),
+        tls_dd_mib=16,
+        tls_creates=50,
         capacity="2G",
     ),
 }
