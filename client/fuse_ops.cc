@@ -645,9 +645,23 @@ void FuseAdapter::InvalidateAllNames() {
   if (r != 0) LOG(ERROR) << "FUSE_NOTIFY_INC_EPOCH failed: " << strerror(-r);
 }
 
+namespace {
+// Drops the kernel's cached listing of `dir` (its pages; its attributes go
+// too). True when it is gone (or the kernel does not hold `dir`). Takes no
+// lock the kernel may hold while it waits for the mount: the readdir
+// cache's pages are locked only while an entry is copied in.
+bool DropKernelListing(fuse_session* se, uint64_t dir) {
+  const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
+  if (r == 0 || r == -ENOENT) return true;
+  LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
+  return false;
+}
+}  // namespace
+
 void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
-  // Without either flag the kernel neither uses nor fills its copy, and
-  // drops it at this open.
+  // Without cache_readdir the kernel neither uses nor fills its copy for
+  // this open (and without keep_cache, kernels that honour it for
+  // directories drop the copy).
   fi->cache_readdir = 0;
   fi->keep_cache = 0;
   LeaseCache* leases = fs_->leases();
@@ -663,12 +677,8 @@ void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
     if (!older) listings_[dir] = epoch;
   }
   if (older) {
-    // Pages and all; an opendir holds no lock that dropping them takes.
-    const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
-    if (r != 0 && r != -ENOENT) {
-      LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
-      return;  // not cached this time
-    }
+    // An opendir holds no lock that dropping the pages takes.
+    if (!DropKernelListing(se, dir)) return;  // not cached this time
     absl::MutexLock l(&mu_);
     listings_[dir] = epoch;
   }
@@ -682,13 +692,7 @@ void FuseAdapter::InvalidateListing(uint64_t dir) {
     if (!listings_.contains(dir)) return;
   }
   fuse_session* se = session_.load();
-  if (se == nullptr) return;
-  // The readdir cache's pages are locked only while an entry is copied in,
-  // never while the kernel waits for this mount.
-  const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
-  if (r != 0 && r != -ENOENT) {
-    LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
-  }
+  if (se != nullptr) DropKernelListing(se, dir);
 }
 
 void FuseAdapter::ForgetListing(uint64_t dir) {
