@@ -70,19 +70,10 @@ void Replicator::StreamLoop() {
       if (state_ == State::kSyncing) state_ = State::kConnecting;
       if (!st.ok()) last_error_ = std::string(st.message());
       if (stopping_ || fenced_) return;
-      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; };
       if (options_.clock->Now() - began > absl::Seconds(2)) backoff = absl::Milliseconds(100);
-      // The wait polls the connection attempt to the replica
-      // (WaitForConnected, common/keepalive.h): in slices, so that stopping
-      // waits at most one.
-      const absl::Time until = absl::Now() + backoff;
-      while (!stop() && absl::Now() < until) {
-        mu_.Unlock();
-        const bool connected = WaitForConnected(
-            channel_.get(), std::min(until - absl::Now(), absl::Milliseconds(100)));
-        mu_.Lock();
-        if (connected) break;
-      }
+      // The wait polls the connection attempt to the replica.
+      WaitToRetry(channel_.get(), backoff, &mu_,
+                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || fenced_; });
     }
     VLOG(1) << "replication stream to " << options_.peer << " ended: " << st;
     backoff = std::min(backoff * 2, absl::Seconds(1));

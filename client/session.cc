@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "client/async_invalidator.h"
+#include "common/keepalive.h"
 #include "glog/logging.h"
 
 namespace grantfs {
@@ -299,17 +300,9 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
 }
 
 bool Session::WaitToReconnect(absl::Duration backoff) {
-  // In slices, so that unmounting waits at most one.
-  const absl::Time until = absl::Now() + backoff;
-  for (;;) {
-    if (stopping_) return false;
-    const absl::Duration left = until - absl::Now();
-    if (left <= absl::ZeroDuration()) return true;
-    mu_.Unlock();
-    const bool connected = meta_->rpc().WaitForServer(std::min(left, absl::Milliseconds(100)));
-    mu_.Lock();
-    if (connected) return !stopping_;
-  }
+  RpcClient& rpc = meta_->rpc();
+  return WaitToRetry(rpc.channel(rpc.current()), backoff, &mu_,
+                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; });
 }
 
 void Session::DropLeases(bool stream_down, Invalidator* invalidator) {

@@ -2,6 +2,8 @@
 
 #include <grpc/grpc.h>
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 
 namespace grantfs {
@@ -33,6 +35,20 @@ bool WaitForConnected(grpc::Channel* channel, absl::Duration d) {
     if (!channel->WaitForStateChange(st, deadline)) return false;
     st = channel->GetState(/*try_to_connect=*/true);
     if (st == GRPC_CHANNEL_READY) return true;
+  }
+}
+
+bool WaitToRetry(grpc::Channel* channel, absl::Duration d, absl::Mutex* mu,
+                 absl::FunctionRef<bool()> stop) {
+  const absl::Time until = absl::Now() + d;
+  for (;;) {
+    if (stop()) return false;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    mu->Unlock();
+    const bool connected = WaitForConnected(channel, std::min(left, absl::Milliseconds(100)));
+    mu->Lock();
+    if (connected) return !stop();
   }
 }
 

@@ -14,6 +14,9 @@
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace grantfs {
@@ -51,6 +54,13 @@ void SetReconnect(grpc::ChannelArguments* args, int max_backoff_ms);
 // one on by chance: a mount stayed cut off from a restarted server for 15 s
 // to more than 90 s.
 bool WaitForConnected(grpc::Channel* channel, absl::Duration d);
+
+// WaitForConnected for a retry loop that holds `mu`: in slices of at most
+// 100 ms, `mu` released during each and taken again to call `stop` (with
+// `mu` held) before the next, so that stopping waits one slice at most.
+// True when the wait ended (connected, or `d` passed) without `stop`.
+bool WaitToRetry(grpc::Channel* channel, absl::Duration d, absl::Mutex* mu,
+                 absl::FunctionRef<bool()> stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu);
 
 }  // namespace grantfs
 
