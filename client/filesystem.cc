@@ -47,6 +47,7 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   if (options_.leases) leases_ = std::make_unique<LeaseCache>();
   SessionOptions so;
   so.client_name = options_.client_name;
+  so.root_path = options_.root_path;
   so.clock = options_.grants.clock;
   session_ =
       std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get(), leases_.get());
@@ -58,6 +59,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   absl::Time sent;
   ASSIGN_OR_RETURN(proto::OpenSessionReply reply, session_->Open(&sent));
   if (reply.max_file_size() > 0) max_file_size_.store(reply.max_file_size());
+  if (reply.root_ino() != 0) root_ino_.store(reply.root_ino());
   {
     absl::MutexLock l(&mu_);
     started_ = true;

@@ -47,6 +47,9 @@ namespace grantfs {
 struct FileSystemOptions {
   // Name shown in the server's session list (host and mount point).
   std::string client_name;
+  // The directory the mount shows as its root (`SERVERS:/PATH`): "/" or a
+  // normalized path (common/names.h).
+  std::string root_path = "/";
   // Largest read or write sent in one request.
   uint32_t max_io_bytes = 1 << 20;
   // Fastwrite (grants + write cache) or one RPC per write.
@@ -75,6 +78,10 @@ class FileSystem {
   void Stop();
 
   InodeTable& inodes() { return inodes_; }
+  // The inode the mount shows as its root (the kernel's node 1): the
+  // volume's root, or what FileSystemOptions::root_path named when the
+  // session opened.
+  uint64_t root_ino() const { return root_ino_.load(std::memory_order_relaxed); }
   // The kernel dropped `n` references to `ino` (FUSE forget). True when it
   // holds none any more (it forgot the inode, and its cached pages).
   bool Forget(uint64_t ino, uint64_t n) {
@@ -205,6 +212,7 @@ class FileSystem {
   std::unique_ptr<LeaseCache> leases_;  // null when leases are off
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
+  std::atomic<uint64_t> root_ino_{1};  // set once, by Start
   // Open handles: what a reclaim names (Session), given out by Open.
   OpenHandleTable handles_;
   std::unique_ptr<GrantPool> pool_;    // fastwrite only

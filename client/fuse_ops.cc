@@ -19,6 +19,10 @@ namespace {
 
 FuseAdapter* Adapter(fuse_req_t req) { return static_cast<FuseAdapter*>(fuse_req_userdata(req)); }
 
+// The server's inode of a node id the kernel sent (FuseAdapter::ServerIno);
+// every op converts its node ids first.
+uint64_t ServerIno(fuse_req_t req, fuse_ino_t node) { return Adapter(req)->ServerIno(node); }
+
 // The one place an error becomes a FUSE reply.
 void ReplyError(fuse_req_t req, const absl::Status& s) {
   int err = ToErrno(s);
@@ -109,7 +113,7 @@ void ReplyEntry(fuse_req_t req, uint64_t parent, const proto::Attr& attr) {
   FuseAdapter* a = Adapter(req);
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
-  e.ino = attr.ino();
+  e.ino = a->KernelNode(attr.ino());
   e.attr = ToStat(attr);
   // Counted first: a recall from now on reaches the kernel's copy.
   a->fs()->inodes().Ref(attr.ino());
@@ -143,6 +147,7 @@ void ReplyStatus(fuse_req_t req, const absl::Status& s) {
 // --- namespace ---------------------------------------------------------------
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  parent = ServerIno(req, parent);
   auto r = Adapter(req)->fs()->Lookup(CredsOf(req), parent, name);
   if (!r.ok() && ToErrno(r.status()) == ENOENT) {
     // A negative entry, cached for entry_timeout (creates elsewhere are
@@ -161,20 +166,25 @@ void Forget(FuseAdapter* a, uint64_t ino, uint64_t nlookup) {
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  ino = ServerIno(req, ino);
   Forget(Adapter(req), ino, nlookup);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; ++i) Forget(Adapter(req), forgets[i].ino, forgets[i].nlookup);
+  for (size_t i = 0; i < count; ++i) {
+    Forget(Adapter(req), ServerIno(req, forgets[i].ino), forgets[i].nlookup);
+  }
   fuse_reply_none(req);
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  ino = ServerIno(req, ino);
   ReplyAttr(req, Adapter(req)->fs()->GetAttr(CredsOf(req), ino));
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  ino = ServerIno(req, ino);
   using V = proto::SetAttrRequest;
   proto::SetAttrRequest r;
   r.set_ino(ino);
@@ -200,40 +210,50 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent,
                Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, mode, rdev,
                                          fuse_req_ctx(req)->umask, true));
 }
 
 void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent,
                Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, S_IFDIR | mode, 0,
                                          fuse_req_ctx(req)->umask, true));
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  parent = ServerIno(req, parent);
   ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, false));
 }
 
 void OpRmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  parent = ServerIno(req, parent);
   ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, true));
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent, Adapter(req)->fs()->Symlink(CredsOf(req), parent, name, link));
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
+  parent = ServerIno(req, parent);
+  newparent = ServerIno(req, newparent);
   ReplyStatus(req,
               Adapter(req)->fs()->Rename(CredsOf(req), parent, name, newparent, newname, flags));
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  ino = ServerIno(req, ino);
+  newparent = ServerIno(req, newparent);
   ReplyEntryOr(req, newparent, Adapter(req)->fs()->Link(CredsOf(req), ino, newparent, newname));
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->ReadLink(CredsOf(req), ino);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_readlink(req, r->c_str());
@@ -242,6 +262,7 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
 // --- directories ---------------------------------------------------------------
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ino = ServerIno(req, ino);
   fi->fh = 0;
   Adapter(req)->OpenDir(ino, fi);
   fuse_reply_open(req, fi);
@@ -250,6 +271,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // Fills up to `size` bytes of entries after cookie `off`; with `plus`, each
 // entry (but "." and "..") hands the kernel a lookup reference.
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   // An entry takes ~32 bytes (plain) or ~150 (plus) plus its name.
   const uint32_t max_entries = std::max<size_t>(1, size / (plus ? 160 : 40));
@@ -266,7 +288,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
     if (plus) {
       fuse_entry_param ep;
       memset(&ep, 0, sizeof(ep));
-      ep.ino = dots ? 0 : e.attr().ino();
+      ep.ino = dots ? 0 : a->KernelNode(e.attr().ino());
       ep.attr = st;
       // Counted first: a recall from now on reaches the kernel's copy.
       if (!dots) {
@@ -308,6 +330,7 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
 // --- files -----------------------------------------------------------------------
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ino = ServerIno(req, ino);
   uint64_t handle = 0;
   auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags, &handle);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -322,6 +345,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
+  parent = ServerIno(req, parent);
   FuseAdapter* a = Adapter(req);
   uint64_t handle = 0;
   auto opened = a->fs()->Create(CredsOf(req), parent, name, mode & 07777, fuse_req_ctx(req)->umask,
@@ -330,7 +354,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   const proto::Attr attr = *opened;
   fuse_entry_param e;
   memset(&e, 0, sizeof(e));
-  e.ino = attr.ino();
+  e.ino = a->KernelNode(attr.ino());
   e.attr = ToStat(attr);
   a->fs()->inodes().Ref(attr.ino());  // first: a recall from now on reaches the kernel's copy
   e.attr_timeout = AttrTimeout(a, attr);
@@ -344,6 +368,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->Read(CredsOf(req, /*with_groups=*/false), ino, off, size);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_buf(req, r->data(), r->size());
@@ -351,12 +376,14 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info*) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->Write(CredsOf(req, /*with_groups=*/false), ino, off, buf, size);
   if (!r.ok()) return ReplyError(req, r.status());
   fuse_reply_write(req, *r);
 }
 
 void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   // close(2) drops the POSIX locks the closing process held on the file.
   if (a->TakeLockOwner(ino, fi->lock_owner)) {
@@ -372,6 +399,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   if (fi->flock_release) {
     proto::LockRange all;
@@ -386,11 +414,13 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ino = ServerIno(req, ino);
   ReplyStatus(req, Adapter(req)->fs()->Fsync(CredsOf(req), ino));
 }
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  fuse_file_info*) {
+  ino = ServerIno(req, ino);
   if (offset < 0 || length <= 0) {
     fuse_reply_err(req, EINVAL);
     return;
@@ -420,6 +450,7 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
+  ino = ServerIno(req, ino);
   ReplyStatus(
       req, Adapter(req)->fs()->SetXattr(CredsOf(req), ino, name, std::string(value, size), flags));
 }
@@ -436,12 +467,14 @@ void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
 }
 
 void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->GetXattr(CredsOf(req), ino, name);
   if (!r.ok()) return ReplyError(req, r.status());
   ReplySized(req, *r, size);
 }
 
 void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->ListXattr(CredsOf(req), ino);
   if (!r.ok()) return ReplyError(req, r.status());
   std::string list;
@@ -450,6 +483,7 @@ void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  ino = ServerIno(req, ino);
   ReplyStatus(req, Adapter(req)->fs()->RemoveXattr(CredsOf(req), ino, name));
 }
 
@@ -465,6 +499,7 @@ proto::LockRange ToRange(const struct flock* lock) {
 }
 
 void OpGetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock) {
+  ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->GetLock(CredsOf(req), ino, fi->lock_owner, ToRange(lock));
   if (!r.ok()) return ReplyError(req, r.status());
   struct flock out;
@@ -480,6 +515,7 @@ void OpGetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* l
 }
 
 void OpSetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock, int sleep) {
+  ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   proto::LockRange range = ToRange(lock);
   range.set_pid(fuse_req_ctx(req)->pid);
@@ -490,6 +526,7 @@ void OpSetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* l
 }
 
 void OpFlock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
+  ino = ServerIno(req, ino);
   proto::LockRange range;
   switch (op & ~LOCK_NB) {
     case LOCK_SH:
@@ -584,19 +621,30 @@ const fuse_lowlevel_ops* FuseAdapter::Ops() {
   return &ops;
 }
 
+uint64_t FuseAdapter::ServerIno(uint64_t node) const {
+  const uint64_t root = fs_->root_ino();
+  if (node == FUSE_ROOT_ID) return root;
+  return node == root ? 0 : node;
+}
+
+uint64_t FuseAdapter::KernelNode(uint64_t ino) const {
+  return ino == fs_->root_ino() ? FUSE_ROOT_ID : ino;
+}
+
 void FuseAdapter::InvalidateInode(uint64_t ino, bool data) {
   fs_->ForgetXattrs(ino);
   fuse_session* se = session_.load();
-  if (se == nullptr || fs_->inodes().Count(ino) == 0) return;
+  // The kernel holds the root without a lookup: it is never counted.
+  if (se == nullptr || (fs_->inodes().Count(ino) == 0 && ino != fs_->root_ino())) return;
   // off -1: attributes only; off 0, len 0: attributes and every cached page.
-  int r = fuse_lowlevel_notify_inval_inode(se, ino, data ? 0 : -1, 0);
+  int r = fuse_lowlevel_notify_inval_inode(se, KernelNode(ino), data ? 0 : -1, 0);
   if (r != 0 && r != -ENOENT) LOG(WARNING) << "invalidating inode " << ino << ": " << strerror(-r);
 }
 
 void FuseAdapter::InvalidateEntry(uint64_t parent, const std::string& name) {
   fuse_session* se = session_.load();
-  if (se == nullptr || (fs_->inodes().Count(parent) == 0 && parent != FUSE_ROOT_ID)) return;
-  int r = fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
+  if (se == nullptr || (fs_->inodes().Count(parent) == 0 && parent != fs_->root_ino())) return;
+  int r = fuse_lowlevel_notify_inval_entry(se, KernelNode(parent), name.c_str(), name.size());
   if (r != 0 && r != -ENOENT) {
     LOG(WARNING) << "invalidating entry " << parent << "/" << name << ": " << strerror(-r);
   }
@@ -646,12 +694,12 @@ void FuseAdapter::InvalidateAllNames() {
 }
 
 namespace {
-// Drops the kernel's cached listing of `dir` (its pages; its attributes go
+// Drops the kernel's cached listing of `dir` (its node `node`: its pages; its attributes go
 // too). True when it is gone (or the kernel does not hold `dir`). Takes no
 // lock the kernel may hold while it waits for the mount: the readdir
 // cache's pages are locked only while an entry is copied in.
-bool DropKernelListing(fuse_session* se, uint64_t dir) {
-  const int r = fuse_lowlevel_notify_inval_inode(se, dir, 0, 0);
+bool DropKernelListing(fuse_session* se, fuse_ino_t node, uint64_t dir) {
+  const int r = fuse_lowlevel_notify_inval_inode(se, node, 0, 0);
   if (r == 0 || r == -ENOENT) return true;
   LOG(WARNING) << "dropping the kernel's listing of " << dir << ": " << strerror(-r);
   return false;
@@ -678,7 +726,7 @@ void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
   }
   if (older) {
     // An opendir holds no lock that dropping the pages takes.
-    if (!DropKernelListing(se, dir)) return;  // not cached this time
+    if (!DropKernelListing(se, KernelNode(dir), dir)) return;  // not cached this time
     absl::MutexLock l(&mu_);
     listings_[dir] = epoch;
   }
@@ -692,7 +740,7 @@ void FuseAdapter::InvalidateListing(uint64_t dir) {
     if (!listings_.contains(dir)) return;
   }
   fuse_session* se = session_.load();
-  if (se != nullptr) DropKernelListing(se, dir);
+  if (se != nullptr) DropKernelListing(se, KernelNode(dir), dir);
 }
 
 void FuseAdapter::ForgetListing(uint64_t dir) {

@@ -38,6 +38,13 @@ class FuseAdapter : public Invalidator {
 
   void set_session(fuse_session* se) { session_ = se; }
   FileSystem* fs() { return fs_; }
+  // Node ids are the server's inode numbers, but for the mount's root: the
+  // kernel's node 1 is FileSystem::root_ino (the volume's root, 1, or the
+  // directory the mount's path names). ServerIno gives 0 (refused by the
+  // server, EINVAL) for the root's own inode number, which the kernel is
+  // never handed.
+  uint64_t ServerIno(uint64_t node) const;
+  uint64_t KernelNode(uint64_t ino) const;
   const FuseOptions& options() const { return options_; }
 
   // Invalidator: forwards a change seen on another node to the kernel.

@@ -256,7 +256,7 @@ int Init() {
   std::string unknown;
   grantfs::ParseNodeOptions(o.node_options, &unknown);
   if (!unknown.empty()) {
-    fprintf(stderr, "grantfsctl init: unknown --node_options: %s (root, ro, anon)\n",
+    fprintf(stderr, "grantfsctl init: unknown --node_options: %s (root, ro, anon, subtree=/PATH)\n",
             unknown.c_str());
     return 2;
   }

@@ -1,6 +1,10 @@
 // grantfs-mount: mounts a GrantFS volume over FUSE.
 //
-//   grantfs-mount [flags] SERVER[:PORT][,SERVER2...]:/ MOUNTPOINT [-o opt,...] [-f]
+//   grantfs-mount [flags] SERVER[:PORT][,SERVER2...]:/[PATH] MOUNTPOINT [-o opt,...] [-f]
+//
+// PATH (default "/") is the directory of the volume the mount shows as its
+// root; a node whose certificate restricts it to a subtree may name only
+// that subtree or a directory below it.
 //
 // Also works as mount.grantfs (`cmake --install` puts that link in /sbin), so
 // `mount -t grantfs SERVER:/ /mnt/x -o leases=off` and /etc/fstab entries
@@ -29,6 +33,7 @@
 #include "client/filesystem.h"
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
+#include "common/names.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 
@@ -63,6 +68,7 @@ namespace {
 struct Args {
   std::vector<std::string> servers;
   std::string mountpoint;
+  std::string root = "/";  // SERVERS:/PATH: the directory shown as the mount's root
   std::vector<std::string> fuse_opts;
   bool foreground = false;
   bool fake = false;  // mount -f: checks only
@@ -161,9 +167,17 @@ bool ParseArgs(int argc, char** argv, Args* out) {
   }
   if (positional.size() != 2) return false;
   std::string spec = positional[0];
-  // SERVERS:/ or SERVERS:/path (only the root is exported for now).
-  const size_t colon_slash = spec.rfind(":/");
-  if (colon_slash != std::string::npos) spec = spec.substr(0, colon_slash);
+  // SERVERS:/ or SERVERS:/PATH (no server address holds ":/").
+  const size_t colon_slash = spec.find(":/");
+  if (colon_slash != std::string::npos) {
+    absl::StatusOr<std::string> root = grantfs::NormalizePath(spec.substr(colon_slash + 1));
+    if (!root.ok()) {
+      fprintf(stderr, "grantfs-mount: %s\n", std::string(root.status().message()).c_str());
+      return false;
+    }
+    out->root = *root;
+    spec = spec.substr(0, colon_slash);
+  }
   for (auto& s : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
     std::string server(s);
     if (server.find(':') == std::string::npos) server += ":7420";
@@ -201,7 +215,7 @@ std::vector<std::string> FuseMountOptions(const Args& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfs-mount [flags] SERVER[:PORT][,SERVER...]:/ MOUNTPOINT [-o opts] [-f]");
+      "grantfs-mount [flags] SERVER[:PORT][,SERVER...]:/[PATH] MOUNTPOINT [-o opts] [-f]");
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
@@ -277,6 +291,7 @@ int main(int argc, char** argv) {
   gethostname(host, sizeof(host) - 1);
   grantfs::FileSystemOptions fo;
   fo.client_name = absl::StrCat(host, ":", args.mountpoint);
+  fo.root_path = args.root;
   const std::string leases = absl::GetFlag(FLAGS_leases);
   if (leases != "on" && leases != "off" && leases != "true" && leases != "false") {
     LOG(ERROR) << "--leases must be on or off, not '" << leases << "'";
@@ -319,7 +334,8 @@ int main(int argc, char** argv) {
   grantfs::FuseAdapter adapter(&fs, fuse_options);
 
   if (absl::Status s = fs.Start(&adapter); !s.ok()) {
-    LOG(ERROR) << "cannot reach " << absl::StrJoin(args.servers, " or ") << ": " << s;
+    LOG(ERROR) << "cannot mount " << args.root << " of " << absl::StrJoin(args.servers, " or ")
+               << ": " << s;
     report(1);
     return 1;
   }
@@ -345,7 +361,8 @@ int main(int argc, char** argv) {
     report(1);
     return 1;
   }
-  LOG(INFO) << "mounted " << absl::StrJoin(args.servers, ",") << " on " << args.mountpoint;
+  LOG(INFO) << "mounted " << absl::StrJoin(args.servers, ",") << ":" << args.root << " on "
+            << args.mountpoint;
   report(0);
 
   pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);

@@ -20,9 +20,11 @@ void Stamp(const Creds& c, Req* req) {
 
 // --- the session ------------------------------------------------------------
 
-absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(const std::string& client_name) {
+absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(const std::string& client_name,
+                                                                const std::string& root) {
   proto::OpenSessionRequest req;
   req.set_client_name(client_name);
+  req.set_root(root);
   proto::OpenSessionReply reply;
   RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
   rpc_->set_client_id(reply.client_id());

@@ -47,7 +47,9 @@ class MetaClient {
 
   // --- the session ---------------------------------------------------------
   // Opens the session (with retries) and sets the client id on the RpcClient.
-  absl::StatusOr<proto::OpenSessionReply> OpenSession(const std::string& client_name);
+  // `root`: the directory the mount shows as its root ("/": the volume's).
+  absl::StatusOr<proto::OpenSessionReply> OpenSession(const std::string& client_name,
+                                                      const std::string& root = "/");
   // One attempt on the current server with a 5 s deadline: the heartbeat
   // loop is its own retry. A failure that should move the mount to the next
   // server (RpcClient::ShouldFailover) does so and sets `*failed_over`.

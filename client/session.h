@@ -49,6 +49,8 @@ class Invalidator {
 struct SessionOptions {
   // Name shown in the server's session list (host and mount point).
   std::string client_name;
+  // The directory the mount shows as its root (OpenSessionRequest.root).
+  std::string root_path = "/";
   // Measures leases (the grant's, GrantPoolOptions::clock). Not owned.
   Clock* clock = Clock::Monotonic();
 };

@@ -2,6 +2,9 @@
 
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/errno_status.h"
 
 namespace grantfs {
@@ -46,6 +49,27 @@ absl::Status ValidateRange(uint64_t offset, uint64_t length) {
     return ErrnoStatus(EFBIG, "beyond the maximum file size");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> NormalizePath(absl::string_view path) {
+  if (path.empty() || path[0] != '/') {
+    return ErrnoStatus(EINVAL, absl::StrCat("\"", path, "\" is not an absolute path"));
+  }
+  if (path.size() >= kPathMax) return ErrnoStatus(ENAMETOOLONG, "path");
+  std::vector<std::string> names;
+  for (absl::string_view n : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    std::string name(n);
+    if (!ValidateName(name).ok()) {
+      return ErrnoStatus(
+          EINVAL, absl::StrCat("\"", path, "\": \"", name, "\" is not a name a path may hold"));
+    }
+    names.push_back(std::move(name));
+  }
+  return "/" + absl::StrJoin(names, "/");
+}
+
+std::vector<std::string> PathNames(const std::string& normalized) {
+  return absl::StrSplit(normalized, '/', absl::SkipEmpty());
 }
 
 }  // namespace grantfs

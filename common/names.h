@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace grantfs {
 
@@ -27,6 +30,16 @@ absl::Status ValidateXattr(const std::string& name, size_t value_size);
 
 // OK when [offset, offset + length) stays within kMaxFileSize, else EFBIG.
 absl::Status ValidateRange(uint64_t offset, uint64_t length);
+
+// A path inside the file system (a mount's root, a node's subtree):
+// absolute, each name valid (ValidateName: no "." or ".."), repeated and
+// trailing slashes dropped: "/a//b/" -> "/a/b", "/" -> "/". EINVAL (with
+// why) otherwise.
+absl::StatusOr<std::string> NormalizePath(absl::string_view path);
+
+// The names of a normalized path, from the root: "/a/b" -> {"a", "b"};
+// "/" -> {}.
+std::vector<std::string> PathNames(const std::string& normalized);
 
 }  // namespace grantfs
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common/errno_status.h"
 #include "gtest/gtest.h"
@@ -101,6 +102,19 @@ TEST(ValidateRange, PastTheMaximumFileSizeIsEfbig) {
   EXPECT_EQ(ToErrno(ValidateRange(kMax, 1)), EFBIG);
   EXPECT_EQ(ToErrno(ValidateRange(1, kMax)), EFBIG);
   EXPECT_EQ(ToErrno(ValidateRange(kMax, kMax)), EFBIG);
+}
+
+TEST(NormalizePath, AbsolutePathsOfValidNames) {
+  EXPECT_EQ(*NormalizePath("/"), "/");
+  EXPECT_EQ(*NormalizePath("//"), "/");
+  EXPECT_EQ(*NormalizePath("/a//b/"), "/a/b");
+  EXPECT_EQ(*NormalizePath("/proj/x y"), "/proj/x y");
+  for (const char* bad : {"", "a/b", "/a/../b", "/a/./b", "/..", "./a"}) {
+    EXPECT_EQ(ToErrno(NormalizePath(bad).status()), EINVAL) << bad;
+  }
+  EXPECT_EQ(ToErrno(NormalizePath("/" + std::string(kPathMax, 'a')).status()), ENAMETOOLONG);
+  EXPECT_EQ(PathNames("/a/b"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(PathNames("/").empty());
 }
 
 }  // namespace

@@ -12,8 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace grantfs {
 namespace {
@@ -117,11 +119,19 @@ absl::StatusOr<Owned<X509>> NewCertificate(EVP_PKEY* key, const std::string& com
                                  -1, 0) != 1) {
     return SslError("certificate name");
   }
-  if (!options.empty() &&
-      X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_ASC,
-                                 reinterpret_cast<const unsigned char*>(options.c_str()), -1, -1,
-                                 0) != 1) {
-    return SslError("certificate options");
+  // One organizational unit per option: X.509 bounds each to 64 bytes,
+  // and a subtree's path takes most of one.
+  for (absl::string_view word : absl::StrSplit(options, ',', absl::SkipWhitespace())) {
+    const std::string w(absl::StripAsciiWhitespace(word));
+    if (w.size() > kMaxOptionBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the certificate option \"", w, "\" is over ", kMaxOptionBytes, " bytes"));
+    }
+    if (X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_ASC,
+                                   reinterpret_cast<const unsigned char*>(w.c_str()), -1, -1,
+                                   0) != 1) {
+      return SslError("certificate options");
+    }
   }
   if (X509_set_issuer_name(cert.get(), issuer != nullptr ? X509_get_subject_name(issuer) : name) !=
           1 ||
@@ -180,13 +190,21 @@ absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::str
 
 namespace {
 
+// Every entry `nid` of the certificate's subject, joined with ",".
 absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid) {
   absl::StatusOr<Owned<X509>> cert = CertFromPem(cert_pem);
   if (!cert.ok()) return cert.status();
-  char buf[256];
-  const int n =
-      X509_NAME_get_text_by_NID(X509_get_subject_name(cert->get()), nid, buf, sizeof(buf));
-  return n < 0 ? std::string() : std::string(buf, n);
+  const X509_NAME* name = X509_get_subject_name(cert->get());
+  std::string out;
+  for (int i = X509_NAME_get_index_by_NID(name, nid, -1); i >= 0;
+       i = X509_NAME_get_index_by_NID(name, nid, i)) {
+    const ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+    if (data == nullptr) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ",",
+                    absl::string_view(reinterpret_cast<const char*>(ASN1_STRING_get0_data(data)),
+                                      static_cast<size_t>(ASN1_STRING_length(data))));
+  }
+  return out;
 }
 
 }  // namespace

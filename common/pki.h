@@ -14,6 +14,7 @@
 #ifndef GRANTFS_COMMON_PKI_H_
 #define GRANTFS_COMMON_PKI_H_
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,10 @@ namespace grantfs {
 // The DNS name in every server certificate; clients connect with it as the
 // TLS target name, whatever address they dial.
 inline constexpr char kServerTlsName[] = "grantfs-server";
+
+// The longest option a certificate carries (X.509 bounds an organizational
+// unit to 64 characters).
+inline constexpr size_t kMaxOptionBytes = 64;
 
 // A certificate and its private key, PEM.
 struct CertAndKey {
@@ -38,15 +43,17 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(const std::string& common_na
 // A certificate for `common_name` ("server:a", "node:n1", "admin:ops"),
 // signed by `ca`. Server certificates (common names "server:...") can serve
 // TLS (with the DNS name kServerTlsName) and call other servers; the others
-// can only call. `options` (a node's: "root,ro", common/transport.h
-// NodePolicy) go in the subject's organizational unit, signed with the rest.
+// can only call. `options` (a node's: "root,ro,subtree=/a", common/transport.h
+// CallerPolicy) go in the subject's organizational units, one per option
+// (each at most kMaxOptionBytes: X.509's bound), signed with the rest.
 absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::string& common_name,
                                             absl::Time not_before, absl::Time not_after,
                                             const std::string& options = "");
 
 // The common name of a PEM certificate ("" when it has none).
 absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem);
-// The options of a PEM certificate (its organizational unit; "" when none).
+// The options of a PEM certificate (its organizational units, joined with
+// ","; "" when none).
 absl::StatusOr<std::string> CertificateOptions(const std::string& cert_pem);
 
 }  // namespace grantfs

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/errno_status.h"
+#include "common/names.h"
 #include "common/pki.h"
 #include "glog/logging.h"
 
@@ -99,6 +100,17 @@ CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown) 
       p.read_only = true;
     } else if (word == "anon") {
       p.anon = true;
+    } else if (absl::ConsumePrefix(&word, "subtree=")) {
+      absl::StatusOr<std::string> path = NormalizePath(word);
+      if (path.ok()) {
+        p.subtree = *path == "/" ? "" : *path;
+      } else {
+        p.subtree = kUnreachableSubtree;
+        if (unknown != nullptr) {
+          absl::StrAppend(unknown, unknown->empty() ? "" : ",", "subtree=", word, " (",
+                          path.status().message(), ")");
+        }
+      }
     } else if (unknown != nullptr) {
       absl::StrAppend(unknown, unknown->empty() ? "" : ",", word);
     }

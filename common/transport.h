@@ -38,17 +38,26 @@ enum PeerKind : int {
 // certificate names its options (common/pki.h, `grantfsctl init
 // --node_options`): "root" (its root is root; without it uid 0 and gid 0
 // become nobody, 65534: root squash), "ro" (read-only: changes get EROFS),
-// "anon" (every caller on it is nobody: its uids are not trusted). Admins,
-// and every caller of an insecure transport, get "root".
+// "anon" (every caller on it is nobody: its uids are not trusted),
+// "subtree=/PATH" (it reaches only the directory PATH and what is below it:
+// server/subtree.h). Admins, and every caller of an insecure transport, get
+// "root" and the whole tree.
 struct CallerPolicy {
   bool root = false;
   bool read_only = false;
   bool anon = false;
+  std::string subtree;  // "" or "/": the whole tree; else "/a/b" (normalized)
 };
 inline constexpr uint32_t kNobody = 65534;
+// The subtree of a policy whose subtree option could not be read: the
+// server refuses every call of such a node.
+inline constexpr char kUnreachableSubtree[] = "/\x01unreachable";
 
-// The policy of `options` ("root,ro"); unknown words are listed in
-// *unknown (if given) and ignored.
+// The policy of `options` ("root,ro,subtree=/a"); unknown words, and a
+// subtree that is not an absolute path of valid names (no "." or ".."),
+// are listed in *unknown (if given) and ignored, except that a bad subtree
+// leaves the policy one that reaches nothing ("subtree=" of an invalid
+// path is kUnreachableSubtree): what cannot be read allows the least.
 CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown = nullptr);
 
 class Transport {

@@ -134,10 +134,9 @@ absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_
     txn->counters().set_next_ino(ino + 1);
     txn->counters().set_inodes(txn->counters().inodes() + 1);
     if (tag != nullptr) tag->value = ino;  // a retry answers with it
-    if (IsDir(inode)) {
-      inode.set_parent(parent);
-      dir.set_nlink(dir.nlink() + 1);
-    }
+    // A directory's "..", a file's directory (server/subtree.h).
+    inode.set_parent(parent);
+    if (IsDir(inode)) dir.set_nlink(dir.nlink() + 1);
     proto::DirentRecord d;
     d.set_ino(ino);
     d.set_cookie(txn->counters().next_cookie());
@@ -395,8 +394,8 @@ absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
       txn->PutDirent(parent, name, a);
       txn->PutDirent(new_parent, new_name, b);
       if (cross) {
-        if (src_is_dir) src_inode.set_parent(new_parent);
-        if (dst_is_dir) dst_inode->set_parent(parent);
+        src_inode.set_parent(new_parent);
+        dst_inode->set_parent(parent);
         if (src_is_dir != dst_is_dir) {
           const int delta = src_is_dir ? 1 : -1;  // subdir moved to new_parent
           dst_dir.set_nlink(dst_dir.nlink() + delta);
@@ -435,10 +434,8 @@ absl::StatusOr<Removed> Namespace::Rename(const Caller& caller, uint64_t parent,
       moved.set_cookie(txn->counters().next_cookie());
       txn->counters().set_next_cookie(moved.cookie() + 1);
       txn->PutDirent(new_parent, new_name, moved);
-      if (src_is_dir && cross) {
-        src_inode.set_parent(new_parent);
-        dst_dir.set_nlink(dst_dir.nlink() + 1);
-      }
+      if (cross) src_inode.set_parent(new_parent);  // a file's too (server/subtree.h)
+      if (src_is_dir && cross) dst_dir.set_nlink(dst_dir.nlink() + 1);
       src_inode.set_ctime_ns(now);
       txn->PutInode(src->ino(), src_inode);
       txn->PutInode(new_parent, dst_dir);

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/service_call.h"
+#include "server/subtree.h"
 
 namespace grantfs {
 
@@ -27,7 +28,15 @@ GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
 
 grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionRequest* req,
                                          proto::OpenSessionReply* reply) {
-  return Serve("OpenSession", ctx, req, reply, {}, [&](const RequestContext&) -> absl::Status {
+  return Serve("OpenSession", ctx, req, reply, {}, [&](const RequestContext& rc) -> absl::Status {
+    // The directory the mount shows as its root: the volume's, or the one
+    // its path names (`mount SERVER:/PATH`), within the node's subtree.
+    absl::StatusOr<std::string> path = NormalizePath(req->root().empty() ? "/" : req->root());
+    if (!path.ok()) return path.status();
+    absl::StatusOr<uint64_t> root = ResolveDirectory(&volume_->meta(), *path);
+    if (!root.ok()) return root.status();
+    if (absl::Status in = Reaches(ctx, rc, "OpenSession", *root); !in.ok()) return in;
+    reply->set_root_ino(*root);
     absl::StatusOr<uint64_t> id =
         volume_->OpenSession(req->client_name(), options_.transport.PeerName(*ctx));
     if (!id.ok()) return id.status();
@@ -64,12 +73,20 @@ grpc::Status GrantFsService::Reclaim(Ctx* ctx, const proto::ReclaimRequest* req,
     if (rc.client_id == 0) return ErrnoStatus(EINVAL, "reclaim needs a session");
     std::vector<std::pair<uint64_t, uint64_t>> opens;
     opens.reserve(req->opens_size());
+    std::vector<uint64_t> unreached;  // outside the node's subtree: lost to it
     for (const proto::ReclaimRequest::Open& o : req->opens()) {
       if (!ValidIno(o.ino())) return ErrnoStatus(EINVAL, "inode 0");
+      if (!Reaches(ctx, rc, "Reclaim", o.ino()).ok()) {
+        unreached.push_back(o.ino());
+        continue;
+      }
       opens.emplace_back(o.ino(), o.handle());
     }
     auto r = volume_->Reclaim(rc, opens);
-    if (r.ok()) reply->mutable_lost()->Add(r->begin(), r->end());
+    if (r.ok()) {
+      reply->mutable_lost()->Add(r->begin(), r->end());
+      reply->mutable_lost()->Add(unreached.begin(), unreached.end());
+    }
     reply->set_incarnation(volume_->incarnation());
     return r.status();
   });

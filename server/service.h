@@ -83,10 +83,19 @@ class GrantFsService final {
   grpc::Status Authenticate(Ctx* ctx, int kinds = kNodePeer | kAdminPeer);
   // Authenticates the call and renews the session; fills `rc`.
   grpc::Status Begin(Ctx* ctx, const proto::RequestHeader& header, RequestContext* rc);
+  // OK when the caller's node reaches inode `ino` (server/subtree.h; always
+  // when it is not restricted to a subtree). Otherwise PERMISSION_DENIED,
+  // logged with `op`, or the errno of the walk (ENOENT: no such inode).
+  absl::Status Reaches(Ctx* ctx, const RequestContext& rc, const char* op, uint64_t ino);
+  // What a node restricted to a subtree sees of a page of directory `dir`
+  // (which it reaches): ".." of its top is the top itself, as at "/" of a
+  // chroot, and names of inodes outside (links from outside) are left out.
+  void ConfineListing(const RequestContext& rc, uint64_t dir, proto::ReadDirReply* reply);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode
-  // numbers that must not be 0 (EINVAL), then `body(rc)`, whose status
+  // numbers that must not be 0 (EINVAL) and that the caller's node must
+  // reach (Reaches: PERMISSION_DENIED), then `body(rc)`, whose status
   // becomes reply->err (Done in server/service_call.h).
   template <typename Req, typename Reply, typename Body>
   grpc::Status Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,

@@ -1,9 +1,12 @@
 #include "server/service_call.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/transport.h"
+#include "server/subtree.h"
 
 namespace grantfs {
 namespace service_call {
@@ -79,6 +82,21 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
                             rc->caller.groups.end());
   }
   rc->read_only = policy.read_only;
+  if (!policy.subtree.empty()) {
+    // Looked up at each call: another node may rename or remove it.
+    absl::StatusOr<uint64_t> top =
+        policy.subtree == kUnreachableSubtree
+            ? absl::StatusOr<uint64_t>(absl::InvalidArgumentError("its path cannot be read"))
+            : ResolveDirectory(&volume_->meta(), policy.subtree);
+    if (!top.ok()) {
+      LOG(WARNING) << "server: refused a call from " << ctx->peer() << " (\""
+                   << options_.transport.PeerName(*ctx) << "\"): its subtree " << policy.subtree
+                   << " is not a directory: " << top.status().message();
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "the node's subtree " + policy.subtree + " is not a directory");
+    }
+    rc->top = *top;
+  }
   // A session is its node's: another node that names it is refused.
   const std::string peer = options_.transport.PeerName(*ctx);
   if (!volume_->sessions().BelongsTo(rc->client_id, peer)) {
@@ -90,6 +108,56 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
   }
   return grpc::Status::OK;
+}
+
+absl::Status GrantFsService::Reaches(Ctx* ctx, const RequestContext& rc, const char* op,
+                                     uint64_t ino) {
+  if (rc.top == 0) return absl::OkStatus();
+  absl::StatusOr<bool> below = IsBelow(&volume_->meta(), rc.top, ino);
+  if (!below.ok()) return below.status();
+  if (*below) return absl::OkStatus();
+  LOG(WARNING) << "server: refused " << op << " from " << ctx->peer() << " (\""
+               << options_.transport.PeerName(*ctx) << "\"): inode " << ino
+               << " is outside the node's subtree";
+  return absl::PermissionDeniedError(absl::StrCat("inode ", ino, " is outside the node's subtree"));
+}
+
+void GrantFsService::ConfineListing(const RequestContext& rc, uint64_t dir,
+                                    proto::ReadDirReply* reply) {
+  auto* entries = reply->mutable_entries();
+  std::optional<proto::Attr> self;  // `dir`'s attributes, when needed
+  int kept = 0;
+  for (int i = 0; i < entries->size(); ++i) {
+    proto::DirEntry& e = (*entries)[i];
+    bool keep = true;
+    if (e.name() == "..") {
+      if (dir == rc.top) {
+        if (!self) {
+          absl::StatusOr<proto::Attr> a = volume_->meta().inodes().GetAttr(dir);
+          if (a.ok()) self = *a;
+        }
+        if (self) {
+          *e.mutable_attr() = *self;
+        } else {
+          keep = false;
+        }
+      }
+    } else if (e.name() != ".") {
+      // Most entries were made in `dir`: one step; a link from elsewhere
+      // walks up from where its file was made.
+      absl::StatusOr<bool> here = IsBelow(&volume_->meta(), dir, e.attr().ino());
+      keep = here.ok() && *here;
+      if (!keep) {
+        absl::StatusOr<bool> below = IsBelow(&volume_->meta(), rc.top, e.attr().ino());
+        keep = below.ok() && *below;
+      }
+    }
+    if (keep) {
+      if (kept != i) entries->SwapElements(kept, i);
+      ++kept;
+    }
+  }
+  entries->DeleteSubrange(kept, entries->size() - kept);
 }
 
 }  // namespace grantfs

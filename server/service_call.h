@@ -60,6 +60,11 @@ grpc::Status Done(const char* op, const absl::Status& s, Reply* reply) {
   if (absl::IsResourceExhausted(s) && !HasErrno(s)) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message()));
   }
+  // The caller may not do this at all (server/subtree.h; logged where it
+  // was decided).
+  if (absl::IsPermissionDenied(s) && !HasErrno(s)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, std::string(s.message()));
+  }
   const int err = ToErrno(s);
   reply->set_err(err);
   switch (err) {
@@ -156,6 +161,8 @@ grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Rep
   for (uint64_t ino : inos) {
     if (!service_call::ValidIno(ino))
       return service_call::Done(op, ErrnoStatus(EINVAL, "inode 0"), reply);
+    if (absl::Status in = Reaches(ctx, rc, op, ino); !in.ok())
+      return service_call::Done(op, in, reply);
   }
   return service_call::Done(op, body(rc), reply);
 }

@@ -127,6 +127,11 @@ grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
     LeaseTable& leases = volume_->leases();
     const uint64_t epoch = leases.Epoch();
     auto r = volume_->Lookup(rc, req->parent(), req->name());
+    // ".." of the node's top, or a name another node linked in from
+    // outside (server/subtree.h).
+    if (r.ok()) {
+      if (absl::Status in = Reaches(ctx, rc, "Lookup", r->ino()); !in.ok()) return in;
+    }
     // "Not there" is leased too (a negative entry).
     if (r.ok() || ToErrno(r.status()) == ENOENT) {
       const LeaseKey dir = LeaseKey::Dir(req->parent());
@@ -187,6 +192,10 @@ grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
         bool created = false;
         const uint64_t epoch = volume_->leases().Epoch();
         auto r = volume_->MkNod(rc, *req, &created);
+        // An existing name (no O_EXCL) may be a link from outside.
+        if (r.ok() && !created) {
+          if (absl::Status in = Reaches(ctx, rc, "MkNod", r->ino()); !in.ok()) return in;
+        }
         if (r.ok()) {
           *reply->mutable_attr() = *r;
           if (created) {
@@ -279,6 +288,7 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
       reply->clear_entries();
       return s;
     }
+    if (rc.top != 0) ConfineListing(rc, req->ino(), reply);
     if (leases.Takes(rc.client_id)) {
       reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->ino()), epoch));
       for (proto::DirEntry& e : *reply->mutable_entries()) {

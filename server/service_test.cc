@@ -293,6 +293,183 @@ TEST_F(ServiceTlsTest, NodeOptionsSquashRootAndMakeNodesReadOnly) {
   EXPECT_EQ(found.err(), 0);
 }
 
+// A node restricted to a subtree ("subtree=/proj") reaches /proj and what
+// is below it, nothing else: every call naming an inode outside is refused
+// with PERMISSION_DENIED, and nothing outside changes.
+TEST_F(ServiceTlsTest, ANodeRestrictedToASubtreeReachesNothingOutsideIt) {
+  auto admin = Stub("node:t", "root");
+  auto node = Stub("node:p", "root,subtree=/proj");
+  const auto mknod = [&](proto::GrantFs::Stub* s, uint64_t parent, const std::string& name,
+                         uint32_t mode = S_IFREG | 0644) {
+    proto::MkNodRequest req;
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(mode);
+    proto::AttrReply reply;
+    grpc::Status st = s->MkNod(Ctx().get(), req, &reply);
+    EXPECT_TRUE(st.ok() || st.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    return std::make_tuple(st.error_code(), static_cast<int>(reply.err()), reply.attr());
+  };
+  const auto getattr = [&](proto::GrantFs::Stub* s, uint64_t ino) {
+    proto::GetAttrRequest req;
+    req.set_ino(ino);
+    proto::AttrReply reply;
+    grpc::Status st = s->GetAttr(Ctx().get(), req, &reply);
+    return std::make_pair(st.error_code(), static_cast<int>(reply.err()));
+  };
+  const auto lookup = [&](proto::GrantFs::Stub* s, uint64_t parent, const std::string& name) {
+    proto::LookupRequest req;
+    req.set_parent(parent);
+    req.set_name(name);
+    proto::AttrReply reply;
+    grpc::Status st = s->Lookup(Ctx().get(), req, &reply);
+    return std::make_tuple(st.error_code(), static_cast<int>(reply.err()), reply.attr());
+  };
+  constexpr auto kDenied = grpc::StatusCode::PERMISSION_DENIED;
+  constexpr auto kOk = grpc::StatusCode::OK;
+
+  // Before /proj exists the node can do nothing, not even open a session.
+  proto::OpenSessionRequest open_root;
+  open_root.set_root("/proj");
+  proto::OpenSessionReply opened;
+  EXPECT_EQ(node->OpenSession(Ctx().get(), open_root, &opened).error_code(), kDenied);
+
+  auto [c1, e1, proj] = mknod(admin.get(), kRootIno, "proj", S_IFDIR | 0755);
+  ASSERT_EQ(e1, 0);
+  auto [c2, e2, secret_dir] = mknod(admin.get(), kRootIno, "secret", S_IFDIR | 0755);
+  ASSERT_EQ(e2, 0);
+  auto [c3, e3, secret] = mknod(admin.get(), secret_dir.ino(), "key");
+  ASSERT_EQ(e3, 0);
+  auto [c4, e4, sub] = mknod(admin.get(), proj.ino(), "sub", S_IFDIR | 0755);
+  ASSERT_EQ(e4, 0);
+
+  // Its session may show /proj or a directory below it as its root, not "/".
+  ASSERT_TRUE(node->OpenSession(Ctx().get(), open_root, &opened).ok());
+  EXPECT_EQ(opened.err(), 0);
+  EXPECT_EQ(opened.root_ino(), proj.ino());
+  open_root.set_root("/proj/sub/");
+  ASSERT_TRUE(node->OpenSession(Ctx().get(), open_root, &opened).ok());
+  EXPECT_EQ(opened.root_ino(), sub.ino());
+  for (const char* outside : {"/", "/secret", "/proj/.."}) {
+    open_root.set_root(outside);
+    grpc::Status st = node->OpenSession(Ctx().get(), open_root, &opened);
+    EXPECT_TRUE(st.error_code() == kDenied || (st.ok() && opened.err() == EINVAL)) << outside;
+  }
+
+  // Inside: everything works, and what it makes is inside.
+  auto [c5, e5, mine] = mknod(node.get(), sub.ino(), "mine");
+  EXPECT_EQ(c5, kOk);
+  EXPECT_EQ(e5, 0);
+  EXPECT_EQ(getattr(node.get(), mine.ino()), std::make_pair(kOk, 0));
+  EXPECT_EQ(getattr(node.get(), proj.ino()), std::make_pair(kOk, 0));
+  EXPECT_EQ(std::get<1>(lookup(node.get(), proj.ino(), "sub")), 0);
+
+  // Outside: refused, by inode and by name, whatever the call.
+  EXPECT_EQ(getattr(node.get(), kRootIno).first, kDenied);
+  EXPECT_EQ(getattr(node.get(), secret_dir.ino()).first, kDenied);
+  EXPECT_EQ(getattr(node.get(), secret.ino()).first, kDenied);
+  EXPECT_EQ(std::get<0>(lookup(node.get(), kRootIno, "secret")), kDenied);
+  EXPECT_EQ(std::get<0>(lookup(node.get(), proj.ino(), "..")), kDenied);  // ".." of its top
+  EXPECT_EQ(std::get<0>(mknod(node.get(), secret_dir.ino(), "planted")), kDenied);
+  // An inode number not made yet is refused too (it may be made outside).
+  EXPECT_NE(getattr(node.get(), mine.ino() + 1000), std::make_pair(kOk, 0));
+  {
+    proto::ReadDirRequest req;
+    req.set_ino(secret_dir.ino());
+    proto::ReadDirReply reply;
+    EXPECT_EQ(node->ReadDir(Ctx().get(), req, &reply).error_code(), kDenied);
+    EXPECT_EQ(reply.entries_size(), 0);
+  }
+  {
+    proto::RenameRequest req;  // moving its file out, or a secret in
+    req.set_parent(sub.ino());
+    req.set_name("mine");
+    req.set_new_parent(secret_dir.ino());
+    req.set_new_name("mine");
+    proto::RenameReply reply;
+    EXPECT_EQ(node->Rename(Ctx().get(), req, &reply).error_code(), kDenied);
+    req.set_parent(secret_dir.ino());
+    req.set_name("key");
+    req.set_new_parent(sub.ino());
+    req.set_new_name("key");
+    EXPECT_EQ(node->Rename(Ctx().get(), req, &reply).error_code(), kDenied);
+  }
+  {
+    proto::LinkRequest req;  // a name inside for a file outside
+    req.set_ino(secret.ino());
+    req.set_new_parent(sub.ino());
+    req.set_new_name("stolen");
+    proto::AttrReply reply;
+    EXPECT_EQ(node->Link(Ctx().get(), req, &reply).error_code(), kDenied);
+  }
+  {
+    proto::SetXattrRequest req;
+    req.set_ino(secret.ino());
+    req.set_name("user.x");
+    req.set_value("1");
+    proto::ErrReply reply;
+    EXPECT_EQ(node->SetXattr(Ctx().get(), req, &reply).error_code(), kDenied);
+  }
+
+  // A link another node made from outside into the subtree counts where its
+  // file was made: not listed, not looked up. ".." of the top is the top.
+  {
+    proto::LinkRequest req;
+    req.set_ino(secret.ino());
+    req.set_new_parent(proj.ino());
+    req.set_new_name("linked-in");
+    proto::AttrReply reply;
+    ASSERT_TRUE(admin->Link(Ctx().get(), req, &reply).ok());
+    ASSERT_EQ(reply.err(), 0);
+  }
+  EXPECT_EQ(std::get<0>(lookup(node.get(), proj.ino(), "linked-in")), kDenied);
+  {
+    proto::ReadDirRequest req;
+    req.set_ino(proj.ino());
+    req.set_max_entries(100);
+    proto::ReadDirReply reply;
+    ASSERT_TRUE(node->ReadDir(Ctx().get(), req, &reply).ok());
+    std::vector<std::string> names;
+    for (const proto::DirEntry& e : reply.entries()) {
+      names.push_back(e.name());
+      EXPECT_NE(e.attr().ino(), kRootIno) << e.name();
+      EXPECT_NE(e.attr().ino(), secret.ino()) << e.name();
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{".", "..", "sub"}));
+  }
+
+  // Nothing outside changed; the admin's view is whole.
+  EXPECT_EQ(std::get<1>(lookup(admin.get(), secret_dir.ino(), "planted")), ENOENT);
+  EXPECT_EQ(std::get<1>(lookup(admin.get(), secret_dir.ino(), "key")), 0);
+  EXPECT_EQ(std::get<1>(lookup(admin.get(), sub.ino(), "mine")), 0);
+  EXPECT_EQ(std::get<1>(lookup(admin.get(), sub.ino(), "stolen")), ENOENT);
+
+  // Moved out by another node, its file is out of its reach; renamed away,
+  // its top no longer names a directory: every call is refused.
+  {
+    proto::RenameRequest req;
+    req.set_parent(sub.ino());
+    req.set_name("mine");
+    req.set_new_parent(secret_dir.ino());
+    req.set_new_name("mine");
+    proto::RenameReply reply;
+    ASSERT_TRUE(admin->Rename(Ctx().get(), req, &reply).ok());
+    ASSERT_EQ(reply.err(), 0);
+  }
+  EXPECT_EQ(getattr(node.get(), mine.ino()).first, kDenied);
+  {
+    proto::RenameRequest req;
+    req.set_parent(kRootIno);
+    req.set_name("proj");
+    req.set_new_parent(kRootIno);
+    req.set_new_name("proj-old");
+    proto::RenameReply reply;
+    ASSERT_TRUE(admin->Rename(Ctx().get(), req, &reply).ok());
+    ASSERT_EQ(reply.err(), 0);
+  }
+  EXPECT_EQ(getattr(node.get(), proj.ino()).first, kDenied);
+}
+
 TEST_F(ServiceTest, InodeZeroIsEinval) {
   proto::GetAttrRequest req;
   proto::AttrReply reply;

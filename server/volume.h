@@ -118,6 +118,9 @@ struct RequestContext {
   // The caller's node is read-only (common/transport.h CallerPolicy):
   // changes get EROFS.
   bool read_only = false;
+  // The caller's node reaches only this directory and what is below it
+  // (server/subtree.h); 0: the whole tree.
+  uint64_t top = 0;
   // The request's exactly-once tag (server/dedupe.h): every change of the
   // metadata store made for the request gets it. Null: the changes record
   // nothing (no session, a request that changes nothing, or a retry whose

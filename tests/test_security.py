@@ -182,3 +182,76 @@ def test_root_squash_and_read_only_nodes(cluster, tmp_base):
         ro.unmount()
     with open(cluster.server.log_path) as f:
         assert "a read-only node" in f.read()
+
+
+def test_a_node_restricted_to_a_subtree_sees_only_it(cluster, tmp_base):
+    """A node certificate with "subtree=/proj" mounts /proj (or below) and
+    reaches nothing outside it; mounting "/" is refused. Any node may mount a
+    directory as its root (SERVER:/PATH)."""
+    keys = os.path.join(tmp_base, "keys-copy")
+    shutil.copytree(os.environ["GRANTFS_TLS_DIR"], keys)
+    r = run([CTL_BIN, "init", f"--tls_dir={keys}", "--nodes=proj",
+             "--node_options=root,subtree=/proj"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run([CTL_BIN, "init", f"--tls_dir={keys}", "--nodes=y", "--node_options=subtree=proj"])
+    assert r.returncode == 2 and "subtree=proj" in r.stderr, r.stderr
+    os.makedirs(os.path.join(cluster.n1, "proj", "sub"))
+    os.makedirs(os.path.join(cluster.n1, "secret"))
+    with open(os.path.join(cluster.n1, "proj", "a"), "w") as f:
+        f.write("A")
+    with open(os.path.join(cluster.n1, "secret", "key"), "w") as f:
+        f.write("S")
+    addr = cluster.server.addr
+    identity = [f"--tls_dir={keys}", "--identity=node-proj"]
+
+    # "/" is outside its subtree: the mount fails and says why.
+    mnt = os.path.join(tmp_base, "whole")
+    os.makedirs(mnt)
+    r = run([MOUNT_BIN, f"{addr}:/", mnt, *identity, f"--log_file={mnt}.log", "--retry_ms=2000"])
+    assert r.returncode != 0 and not is_mounted(mnt)
+    with open(mnt + ".log") as f:
+        assert "outside the node's subtree" in f.read()
+
+    p = Mount(addr, os.path.join(tmp_base, "p"), identity, root="/proj").start()
+    sub = Mount(addr, os.path.join(tmp_base, "sub"), root="/proj/sub").start()
+    try:
+        assert sorted(os.listdir(p.path)) == ["a", "sub"]
+        assert os.stat(p.path).st_ino == os.stat(os.path.join(cluster.n1, "proj")).st_ino
+        with open(os.path.join(p.path, "a")) as f:
+            assert f.read() == "A"
+        with open(os.path.join(p.path, "b"), "w") as f:
+            f.write("B")
+        with open(os.path.join(cluster.n1, "proj", "b")) as f:
+            assert f.read() == "B"
+        os.rename(os.path.join(p.path, "b"), os.path.join(p.path, "sub", "b"))
+        # A change on another node shows at once, at the mount's root too:
+        # the kernel's node 1 is /proj here.
+        with open(os.path.join(cluster.n1, "proj", "c"), "w") as f:
+            f.write("C")
+        assert os.path.exists(os.path.join(p.path, "c"))
+        assert sorted(os.listdir(p.path)) == ["a", "c", "sub"]
+        os.unlink(os.path.join(cluster.n1, "proj", "c"))
+        assert not os.path.exists(os.path.join(p.path, "c"))
+        os.chmod(os.path.join(cluster.n1, "proj"), 0o750)
+        assert os.stat(p.path).st_mode & 0o777 == 0o750
+        # The same of the volume's root on a mount of "/".
+        mode = os.stat(cluster.n2).st_mode & 0o777
+        os.chmod(cluster.n1, 0o711)
+        try:
+            assert os.stat(cluster.n2).st_mode & 0o777 == 0o711
+        finally:
+            os.chmod(cluster.n1, mode)
+        # Any node may mount a directory as its root.
+        assert sorted(os.listdir(sub.path)) == ["b"]
+        with open(os.path.join(sub.path, "d"), "w") as f:
+            f.write("D")
+        assert sorted(os.listdir(os.path.join(p.path, "sub"))) == ["b", "d"]
+        os.mkdir(os.path.join(sub.path, "dd"))
+        assert os.path.isdir(os.path.join(cluster.n1, "proj", "sub", "dd"))
+    finally:
+        p.unmount()
+        sub.unmount()
+    # Nothing outside was touched.
+    assert sorted(os.listdir(os.path.join(cluster.n1, "secret"))) == ["key"]
+    with open(cluster.server.log_path) as f:
+        assert "outside the node's subtree" in f.read()

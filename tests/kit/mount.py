@@ -90,10 +90,12 @@ def start_fuse(argv, path, log_path, timeout=20.0):
 
 class Mount:
     """One grantfs-mount process (foreground) serving `path`, of the servers
-    `server_addr` ("HOST:PORT[,HOST:PORT]"). Log: path + ".log"."""
+    `server_addr` ("HOST:PORT[,HOST:PORT]"), showing directory `root` of the
+    volume as its root. Log: path + ".log"."""
 
-    def __init__(self, server_addr, path, extra=(), build=None):
+    def __init__(self, server_addr, path, extra=(), build=None, root="/"):
         self.server_addr = server_addr
+        self.root = root
         self.path = path
         self.extra = list(extra)
         self.build = build
@@ -101,7 +103,8 @@ class Mount:
         self.log_path = path.rstrip("/") + ".log"
 
     def argv(self):
-        return [binary(MOUNT, self.build), f"{self.server_addr}:/", self.path, "-f", *self.extra]
+        return [binary(MOUNT, self.build), f"{self.server_addr}:{self.root}", self.path, "-f",
+                *self.extra]
 
     def start(self):
         self.proc = start_fuse(self.argv(), self.path, self.log_path)
