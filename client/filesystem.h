@@ -40,6 +40,7 @@
 #include "client/session.h"
 #include "client/write_cache.h"
 #include "client/xattr_cache.h"
+#include "common/metrics.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -94,6 +95,9 @@ class FileSystem {
   ReadAhead* read_ahead() { return ra_.get(); }
   // Null when leases are off.
   LeaseCache* leases() { return leases_.get(); }
+  // What the cache, the grant and the kernel hold now, as metrics
+  // (client/mount_metrics.cc, docs/metrics.md).
+  void WriteMetrics(MetricsText* out);
   // How long the kernel may keep `attr`, which it is handed now: what is
   // left of its lease when these are the leased attributes (0 otherwise:
   // an older copy may have come back after a change). Leases off, or the

@@ -147,6 +147,7 @@ void ReplyStatus(fuse_req_t req, const absl::Status& s) {
 // --- namespace ---------------------------------------------------------------
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  OpTimer timer(Adapter(req)->Timing("lookup"));
   parent = ServerIno(req, parent);
   auto r = Adapter(req)->fs()->Lookup(CredsOf(req), parent, name);
   if (!r.ok() && ToErrno(r.status()) == ENOENT) {
@@ -166,12 +167,14 @@ void Forget(FuseAdapter* a, uint64_t ino, uint64_t nlookup) {
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  OpTimer timer(Adapter(req)->Timing("forget"));
   ino = ServerIno(req, ino);
   Forget(Adapter(req), ino, nlookup);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  OpTimer timer(Adapter(req)->Timing("batch_forget"));
   for (size_t i = 0; i < count; ++i) {
     Forget(Adapter(req), ServerIno(req, forgets[i].ino), forgets[i].nlookup);
   }
@@ -179,11 +182,13 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
 }
 
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("getattr"));
   ino = ServerIno(req, ino);
   ReplyAttr(req, Adapter(req)->fs()->GetAttr(CredsOf(req), ino));
 }
 
 void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("setattr"));
   ino = ServerIno(req, ino);
   using V = proto::SetAttrRequest;
   proto::SetAttrRequest r;
@@ -210,6 +215,7 @@ void OpSetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
 }
 
 void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  OpTimer timer(Adapter(req)->Timing("mknod"));
   parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent,
                Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, mode, rdev,
@@ -217,6 +223,7 @@ void OpMkNod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  OpTimer timer(Adapter(req)->Timing("mkdir"));
   parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent,
                Adapter(req)->fs()->MkNod(CredsOf(req), parent, name, S_IFDIR | mode, 0,
@@ -224,22 +231,26 @@ void OpMkDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  OpTimer timer(Adapter(req)->Timing("unlink"));
   parent = ServerIno(req, parent);
   ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, false));
 }
 
 void OpRmDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  OpTimer timer(Adapter(req)->Timing("rmdir"));
   parent = ServerIno(req, parent);
   ReplyStatus(req, Adapter(req)->fs()->Remove(CredsOf(req), parent, name, true));
 }
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  OpTimer timer(Adapter(req)->Timing("symlink"));
   parent = ServerIno(req, parent);
   ReplyEntryOr(req, parent, Adapter(req)->fs()->Symlink(CredsOf(req), parent, name, link));
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
+  OpTimer timer(Adapter(req)->Timing("rename"));
   parent = ServerIno(req, parent);
   newparent = ServerIno(req, newparent);
   ReplyStatus(req,
@@ -247,12 +258,14 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  OpTimer timer(Adapter(req)->Timing("link"));
   ino = ServerIno(req, ino);
   newparent = ServerIno(req, newparent);
   ReplyEntryOr(req, newparent, Adapter(req)->fs()->Link(CredsOf(req), ino, newparent, newname));
 }
 
 void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  OpTimer timer(Adapter(req)->Timing("readlink"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->ReadLink(CredsOf(req), ino);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -262,6 +275,7 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
 // --- directories ---------------------------------------------------------------
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("opendir"));
   ino = ServerIno(req, ino);
   fi->fh = 0;
   Adapter(req)->OpenDir(ino, fi);
@@ -313,16 +327,22 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
 }
 
 void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("readdir"));
   ReadDirCommon(req, ino, size, off, false);
 }
 
 void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("readdirplus"));
   ReadDirCommon(req, ino, size, off, true);
 }
 
-void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("releasedir"));
+  fuse_reply_err(req, 0);
+}
 
 void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("fsyncdir"));
   // Every metadata change is durable on the server before it is answered.
   fuse_reply_err(req, 0);
 }
@@ -330,6 +350,7 @@ void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
 // --- files -----------------------------------------------------------------------
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("open"));
   ino = ServerIno(req, ino);
   uint64_t handle = 0;
   auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags, &handle);
@@ -345,6 +366,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("create"));
   parent = ServerIno(req, parent);
   FuseAdapter* a = Adapter(req);
   uint64_t handle = 0;
@@ -368,6 +390,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("read"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->Read(CredsOf(req, /*with_groups=*/false), ino, off, size);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -376,6 +399,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("write"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->Write(CredsOf(req, /*with_groups=*/false), ino, off, buf, size);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -383,6 +407,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
 }
 
 void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("flush"));
   ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   // close(2) drops the POSIX locks the closing process held on the file.
@@ -399,6 +424,7 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  OpTimer timer(Adapter(req)->Timing("release"));
   ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   if (fi->flock_release) {
@@ -414,12 +440,14 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("fsync"));
   ino = ServerIno(req, ino);
   ReplyStatus(req, Adapter(req)->fs()->Fsync(CredsOf(req), ino));
 }
 
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  fuse_file_info*) {
+  OpTimer timer(Adapter(req)->Timing("fallocate"));
   ino = ServerIno(req, ino);
   if (offset < 0 || length <= 0) {
     fuse_reply_err(req, EINVAL);
@@ -429,6 +457,7 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t l
 }
 
 void OpStatFs(fuse_req_t req, fuse_ino_t) {
+  OpTimer timer(Adapter(req)->Timing("statfs"));
   auto r = Adapter(req)->fs()->StatFs(CredsOf(req));
   if (!r.ok()) return ReplyError(req, r.status());
   struct statvfs sv;
@@ -450,6 +479,7 @@ void OpStatFs(fuse_req_t req, fuse_ino_t) {
 
 void OpSetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
+  OpTimer timer(Adapter(req)->Timing("setxattr"));
   ino = ServerIno(req, ino);
   ReplyStatus(
       req, Adapter(req)->fs()->SetXattr(CredsOf(req), ino, name, std::string(value, size), flags));
@@ -467,6 +497,7 @@ void ReplySized(fuse_req_t req, const std::string& value, size_t size) {
 }
 
 void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  OpTimer timer(Adapter(req)->Timing("getxattr"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->GetXattr(CredsOf(req), ino, name);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -474,6 +505,7 @@ void OpGetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 }
 
 void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  OpTimer timer(Adapter(req)->Timing("listxattr"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->ListXattr(CredsOf(req), ino);
   if (!r.ok()) return ReplyError(req, r.status());
@@ -483,6 +515,7 @@ void OpListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpRemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  OpTimer timer(Adapter(req)->Timing("removexattr"));
   ino = ServerIno(req, ino);
   ReplyStatus(req, Adapter(req)->fs()->RemoveXattr(CredsOf(req), ino, name));
 }
@@ -499,6 +532,7 @@ proto::LockRange ToRange(const struct flock* lock) {
 }
 
 void OpGetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock) {
+  OpTimer timer(Adapter(req)->Timing("getlk"));
   ino = ServerIno(req, ino);
   auto r = Adapter(req)->fs()->GetLock(CredsOf(req), ino, fi->lock_owner, ToRange(lock));
   if (!r.ok()) return ReplyError(req, r.status());
@@ -515,6 +549,7 @@ void OpGetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* l
 }
 
 void OpSetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* lock, int sleep) {
+  OpTimer timer(Adapter(req)->Timing("setlk"));
   ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   proto::LockRange range = ToRange(lock);
@@ -526,6 +561,7 @@ void OpSetLk(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, struct flock* l
 }
 
 void OpFlock(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi, int op) {
+  OpTimer timer(Adapter(req)->Timing("flock"));
   ino = ServerIno(req, ino);
   proto::LockRange range;
   switch (op & ~LOCK_NB) {

@@ -9,13 +9,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "client/filesystem.h"
+#include "common/metrics.h"
 
 namespace grantfs {
 
@@ -45,6 +48,15 @@ class FuseAdapter : public Invalidator {
   // never handed.
   uint64_t ServerIno(uint64_t node) const;
   uint64_t KernelNode(uint64_t ino) const;
+
+  // Metrics (--metrics_addr): once enabled, every op is timed by name.
+  // Call before the mount serves.
+  void EnableMetrics();
+  // The histogram of op `name` (a literal); null when metrics are off.
+  LatencyHistogram* Timing(const char* name) { return ops_ ? ops_->For(name) : nullptr; }
+  // The mount's metrics (docs/metrics.md): its ops, and what its cache,
+  // grant and kernel hold now.
+  std::string RenderMetrics();
   const FuseOptions& options() const { return options_; }
 
   // Invalidator: forwards a change seen on another node to the kernel.
@@ -82,6 +94,7 @@ class FuseAdapter : public Invalidator {
  private:
   FileSystem* const fs_;
   const FuseOptions options_;
+  std::unique_ptr<OpLatencies> ops_;  // null: metrics off
   std::atomic<fuse_session*> session_{nullptr};
   // KernelDropsAllNames: -1 not tried yet, 0 no, 1 yes.
   std::atomic<int> epochs_{-1};

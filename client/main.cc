@@ -33,6 +33,7 @@
 #include "client/filesystem.h"
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
+#include "common/metrics_http.h"
 #include "common/names.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
@@ -60,6 +61,9 @@ ABSL_FLAG(int, extent_kib, 4096, "fastwrite: extent size sent at once (1024..819
 ABSL_FLAG(double, flush_age_s, 5.0, "fastwrite: cached data older than this is sent");
 ABSL_FLAG(int, readahead_kib, 8192,
           "KiB fetched ahead of a sequential reader, in 1 MiB reads in parallel (0 = off)");
+ABSL_FLAG(std::string, metrics_addr, "",
+          "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
+          "(docs/metrics.md); empty: none");
 ABSL_FLAG(int, grant_mb, 64,
           "fastwrite: first grant refill size in MiB (grows with the write rate)");
 
@@ -332,6 +336,18 @@ int main(int argc, char** argv) {
   fuse_options.attr_timeout_s = absl::GetFlag(FLAGS_attr_timeout);
   fuse_options.entry_timeout_s = absl::GetFlag(FLAGS_entry_timeout);
   grantfs::FuseAdapter adapter(&fs, fuse_options);
+  std::unique_ptr<grantfs::MetricsServer> metrics_server;  // stops before `adapter` goes
+  if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {
+    adapter.EnableMetrics();
+    absl::StatusOr<std::unique_ptr<grantfs::MetricsServer>> m =
+        grantfs::MetricsServer::Start(addr, [&adapter] { return adapter.RenderMetrics(); });
+    if (!m.ok()) {
+      LOG(ERROR) << m.status();
+      report(2);
+      return 2;
+    }
+    metrics_server = *std::move(m);
+  }
 
   if (absl::Status s = fs.Start(&adapter); !s.ok()) {
     LOG(ERROR) << "cannot mount " << args.root << " of " << absl::StrJoin(args.servers, " or ")

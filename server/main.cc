@@ -17,17 +17,22 @@
 
 #include <algorithm>
 #include <csignal>
+#include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "common/metrics_http.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 #include "server/roles.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7420", "address:port to serve on");
+ABSL_FLAG(std::string, metrics_addr, "",
+          "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
+          "(docs/metrics.md); empty: none");
 ABSL_FLAG(std::string, data_dir, "/var/lib/grantfs", "data directory (meta/ and chunks/)");
 ABSL_FLAG(std::string, capacity, "0",
           "bytes of file data to hold, with optional K/M/G/T suffix, recorded in the "
@@ -175,6 +180,19 @@ int main(int argc, char** argv) {
   config.queue.max_running_per_source =
       std::max(0, absl::GetFlag(FLAGS_max_running_calls_per_client));
   config.handover_on_stop = absl::GetFlag(FLAGS_handover_on_stop);
+  // Before any role: its metrics show from the start, and end last.
+  grantfs::ServerMetrics metrics;
+  std::unique_ptr<grantfs::MetricsServer> metrics_server;
+  if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {
+    absl::StatusOr<std::unique_ptr<grantfs::MetricsServer>> m =
+        grantfs::MetricsServer::Start(addr, [&metrics] { return metrics.Render(); });
+    if (!m.ok()) {
+      LOG(ERROR) << m.status();
+      return 2;
+    }
+    metrics_server = *std::move(m);
+    config.metrics = &metrics;
+  }
   if (role == "witness") {
     config.witness_dir = absl::GetFlag(FLAGS_data_dir);
     config.lease = absl::Milliseconds(absl::GetFlag(FLAGS_primary_lease_ms));

@@ -99,6 +99,23 @@ void StopServing(grpc::Server* server, absl::Duration grace) {
   server->Wait();
 }
 
+// While it lives, the metrics show `endpoint`'s status (ServerMetrics).
+class ShowInMetrics {
+ public:
+  ShowInMetrics(ServerMetrics* metrics, GrantFsEndpoint* endpoint, const std::string& role)
+      : metrics_(metrics) {
+    if (metrics_ != nullptr) metrics_->SetEndpoint(endpoint, role);
+  }
+  ~ShowInMetrics() {
+    if (metrics_ != nullptr) metrics_->SetEndpoint(nullptr, "between roles");
+  }
+  ShowInMetrics(const ShowInMetrics&) = delete;
+  ShowInMetrics& operator=(const ShowInMetrics&) = delete;
+
+ private:
+  ServerMetrics* const metrics_;
+};
+
 WitnessCall MakeWitnessCall(const ServerConfig& config) {
   auto client = std::make_shared<WitnessClient>(config.witness, config.transport);
   return [client, self = config.self](proto::WitnessRequest req) {
@@ -124,6 +141,7 @@ int RunWitness(const ServerConfig& config, RoleEvents* events) {
   builder.RegisterService(w->get());
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) return 1;
+  if (config.metrics != nullptr) config.metrics->SetEndpoint(nullptr, "witness");
   const proto::WitnessState ws = (*w)->state();
   LOG(INFO) << "grantfs-server: witness on " << config.listen << ", epoch " << ws.epoch()
             << " owned by '" << ws.primary() << "', state in " << wo.dir;
@@ -264,6 +282,7 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   ServiceOptions so;
   so.transport = config.transport;
   so.server_role = replica->get();
+  so.metrics = config.metrics;
   GrantFsService service(nullptr, so);
   // A replica answers Status alone (control lane): one ordinary worker.
   RequestQueueOptions qo = config.queue;
@@ -273,6 +292,7 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   builder.RegisterService(replica->get());
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) return std::nullopt;
+  ShowInMetrics shown(config.metrics, &endpoint, "replica");
   (*replica)->Start();
   LOG(INFO) << "grantfs-server: replica on " << config.listen << " (as " << config.self
             << "), primary " << config.peer << ", witness " << config.witness << ", data in "
@@ -295,6 +315,7 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
   Volume* volume_ptr = nullptr;
   ServiceOptions so;
   so.transport = config.transport;
+  so.metrics = config.metrics;
   if (replicated) {
     ReplicatorOptions ro;
     ro.self = config.self;
@@ -340,6 +361,7 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
     if (replicator) replicator->Stop();
     return std::nullopt;
   }
+  ShowInMetrics shown(config.metrics, &endpoint, replicated ? "primary" : "standalone");
   if (replicator) replicator->Start();
   LOG(INFO) << "grantfs-server: " << (replicated ? "primary" : "standalone") << " on "
             << config.listen << (replicated ? absl::StrCat(" epoch ", decision.epoch) : "")

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/transport.h"
 #include "server/request_queue.h"
+#include "server/server_metrics.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -36,6 +37,9 @@ struct ServerConfig {
   RequestQueueOptions queue;  // the primary's request path (server/request_queue.h)
   std::string witness_dir;    // --role=witness: its state
   VolumeOptions volume;       // the primary's volume (dir is the data directory)
+  // Counts and times calls, and shows each role's status (--metrics_addr);
+  // nullptr: none. Not owned; outlives RunServer.
+  ServerMetrics* metrics = nullptr;
 };
 
 // What ends a role.

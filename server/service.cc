@@ -144,9 +144,14 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
   // Every role answers Status, also a replica and a fenced primary.
   if (grpc::Status auth = Authenticate(ctx, kNodePeer | kAdminPeer | kServerPeer); !auth.ok())
     return auth;
+  FillStatus(reply);
+  return grpc::Status::OK;
+}
+
+void GrantFsService::FillStatus(proto::StatusReply* reply) {
   reply->set_role(options_.role);
   if (options_.server_role != nullptr) options_.server_role->FillStatus(reply);
-  if (volume_ == nullptr) return grpc::Status::OK;
+  if (volume_ == nullptr) return;
   reply->set_volume_id(volume_->meta().store().identity().volume_id());
   reply->set_data_epoch(volume_->meta().store().identity().data_epoch());
   SpaceInfo s = volume_->Space();
@@ -180,7 +185,6 @@ grpc::Status GrantFsService::Status(Ctx* ctx, const proto::StatusRequest* req,
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     *reply->add_sessions() = info;
   }
-  return grpc::Status::OK;
 }
 
 grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest* req,

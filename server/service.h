@@ -14,6 +14,7 @@
 #include "checkpoint/server_role.h"
 #include "common/transport.h"
 #include "proto/grantfs.grpc.pb.h"
+#include "server/server_metrics.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -28,6 +29,9 @@ struct ServiceOptions {
   // The replication role (checkpoint/server_role.h); nullptr: standalone. Not
   // owned.
   ServerRole* server_role = nullptr;
+  // Where calls are counted and timed (--metrics_addr); nullptr: nowhere.
+  // Not owned; outlives the service.
+  ServerMetrics* metrics = nullptr;
 };
 
 class GrantFsService final {
@@ -72,6 +76,8 @@ class GrantFsService final {
   grpc::Status GetLock(Ctx*, const proto::LockRequest*, proto::GetLockReply*);
   grpc::Status SetLock(Ctx*, const proto::LockRequest*, proto::ErrReply*);
   grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*);
+  // What Status answers, for a caller in this process (the metrics).
+  void FillStatus(proto::StatusReply* reply);
   grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*);
   grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*);
   grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*);

@@ -153,6 +153,7 @@ class CreditOnReply {
 template <typename Req, typename Reply, typename Body>
 grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
                                    std::initializer_list<uint64_t> inos, Body body) {
+  OpTimer timer(options_.metrics != nullptr ? options_.metrics->calls().For(op) : nullptr);
   if (grpc::Status gate = Gate(); !gate.ok()) return gate;
   RequestContext rc;
   CreditOnReply credit_on_reply(ctx, &volume_->flow());

@@ -68,6 +68,20 @@ GrantFsEndpoint::GrantFsEndpoint(GrantFsService* service, const RequestQueueOpti
 
 GrantFsEndpoint::~GrantFsEndpoint() { queue_.Stop(); }
 
+void GrantFsEndpoint::FillQueueStatus(proto::StatusReply* reply) {
+  const RequestQueueStats q = queue_.Stats();
+  reply->set_calls_queued(q.queued);
+  reply->set_calls_running(q.running);
+  reply->set_calls_admitted(q.admitted);
+  reply->set_calls_refused(q.refused);
+  reply->set_calls_peak_queued(q.peak_queued);
+}
+
+void GrantFsEndpoint::FillStatus(proto::StatusReply* reply) {
+  FillQueueStatus(reply);
+  service_->FillStatus(reply);
+}
+
 uint64_t GrantFsEndpoint::SourceOf(const Ctx& ctx) {
   // "ipv4:127.0.0.1:40312": the client's address and port, one per
   // connection.
@@ -78,12 +92,7 @@ grpc::ServerUnaryReactor* GrantFsEndpoint::Status(Ctx* ctx, const proto::StatusR
                                                   proto::StatusReply* reply) {
   // Taken when the call is made, so a busy queue shows as it was, not as
   // it is after this call waited its turn.
-  const RequestQueueStats q = queue_.Stats();
-  reply->set_calls_queued(q.queued);
-  reply->set_calls_running(q.running);
-  reply->set_calls_admitted(q.admitted);
-  reply->set_calls_refused(q.refused);
-  reply->set_calls_peak_queued(q.peak_queued);
+  FillQueueStatus(reply);
   return Queue(Lane::kControl, ctx, req, reply, &GrantFsService::Status);
 }
 

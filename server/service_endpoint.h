@@ -33,6 +33,8 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   // Runs the calls still queued and ends the workers.
   void Stop() { queue_.Stop(); }
   RequestQueueStats Stats() const { return queue_.Stats(); }
+  // What Status answers: the request queue's counts and the service's.
+  void FillStatus(proto::StatusReply* reply);
 
   using Ctx = grpc::CallbackServerContext;
   using Unary = grpc::ServerUnaryReactor;
@@ -156,6 +158,7 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   // Who the call counts against: the client connection it came on (a
   // mount has one per server), which a caller cannot choose to be another's.
   static uint64_t SourceOf(const Ctx& ctx);
+  void FillQueueStatus(proto::StatusReply* reply);
 
   template <typename Req, typename Reply>
   Unary* Queue(Lane lane, Ctx* ctx, const Req* req, Reply* reply, Handler<Req, Reply> handler) {

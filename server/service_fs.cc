@@ -327,7 +327,10 @@ grpc::Status GrantFsService::Read(Ctx* ctx, const proto::ReadRequest* req,
                                   proto::ReadReply* reply) {
   return Serve("Read", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
     auto r = volume_->Read(rc, req->ino(), req->offset(), req->size());
-    if (r.ok()) *reply->mutable_data() = std::move(*r);
+    if (r.ok()) {
+      if (options_.metrics != nullptr) options_.metrics->AddRead(r->size());
+      *reply->mutable_data() = std::move(*r);
+    }
     return r.status();
   });
 }
@@ -352,7 +355,10 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
         FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
         auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
                                 req->from_grant(), &grant_used);
-        if (r.ok()) *reply->mutable_attr() = *r;
+        if (r.ok()) {
+          if (options_.metrics != nullptr) options_.metrics->AddWritten(req->data().size());
+          *reply->mutable_attr() = *r;
+        }
         reply->set_grant_used_bytes(grant_used);
         grant_now(rc);
         return r.status();

@@ -184,11 +184,12 @@ class Trio:
     peer_via(node, addr) -> addr: how the other server reaches `node` (the
     bench puts a latency proxy there); clients and the witness reach it
     directly. new_session: servers in sessions of their own (the bench).
-    tag: the word note() writes before its text.
+    tag: the word note() writes before its text. server_extra: {node: [flags]}
+    added to that server's command line.
     """
 
     def __init__(self, base, lab=None, capacity="8G", prefix="", peer_via=None,
-                 new_session=False, build=None, tag="test"):
+                 new_session=False, build=None, tag="test", server_extra=None):
         self.base = base
         self.lab = lab
         self.build = build
@@ -210,6 +211,8 @@ class Trio:
             "B": [server, "--role=replica", f"--listen={addr['B']}", f"--peer={peer['A']}",
                   f"--witness={addr['W']}", f"--data_dir={data['B']}", f"--capacity={capacity}"],
         }
+        for n, flags in (server_extra or {}).items():
+            argv[n] += list(flags)
         for n in "WAB":
             wrap = enter = None
             if lab is not None:

@@ -1,0 +1,161 @@
+"""Prometheus metrics (docs/metrics.md): a server and a mount started with
+--metrics_addr serve the text format at /metrics; the numbers follow what
+the file system did."""
+
+import os
+import re
+import subprocess
+import urllib.request
+
+import pytest
+
+from kit.build import SERVER_BIN
+from kit.ports import free_port
+from kit.topology import Standalone, Trio, running
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+
+
+def scrape(port):
+    """{(name, labels): value} of http://127.0.0.1:port/metrics, after
+    checking every line is a comment or a well-formed sample."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    out = {}
+    types = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert name not in types, f"TYPE of {name} twice"
+            types[name] = kind
+            continue
+        if line.startswith("# HELP "):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"not a sample: {line!r}"
+        out[(m.group(1), m.group(3) or "")] = float(m.group(4))
+    return out, types
+
+
+def check_histograms(samples, name):
+    """Buckets are cumulative, +Inf equals _count; returns {op: count}."""
+    counts = {}
+    for (n, labels), v in samples.items():
+        if n == name + "_count":
+            counts[re.search(r'op="([^"]*)"', labels).group(1)] = v
+    for op, count in counts.items():
+        buckets = sorted(((float(re.search(r'le="([^"]*)"', l).group(1)), v)
+                          for (n, l), v in samples.items()
+                          if n == name + "_bucket" and f'op="{op}"' in l))
+        values = [v for _, v in buckets]
+        assert values == sorted(values), (op, buckets)
+        assert buckets[-1][0] == float("inf") and buckets[-1][1] == count, (op, buckets)
+        assert samples[(name + "_sum", f'op="{op}"')] >= 0
+    return counts
+
+
+@pytest.fixture
+def metered(tmp_base):
+    ports = (free_port(), free_port())
+    topo = Standalone(tmp_base, server_extra=[f"--metrics_addr=127.0.0.1:{ports[0]}"])
+    topo.mounts[0].extra.append(f"--metrics_addr=127.0.0.1:{ports[1]}")
+    for t in running(topo):
+        yield t, ports
+
+
+def test_server_and_mount_metrics_follow_the_work(metered):
+    topo, (server_port, mount_port) = metered
+    before, _ = scrape(server_port)
+    data = os.urandom(8192)
+    for i in range(20):
+        with open(os.path.join(topo.n1, f"f{i}"), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    with open(os.path.join(topo.n2, "f3"), "rb") as f:
+        assert f.read() == data
+
+    s, types = scrape(server_port)
+    assert s[("grantfs_server_role", 'role="standalone"')] == 1
+    assert s[("grantfs_server_serving", "")] == 1
+    assert s[("grantfs_server_sessions", "")] == 2
+    assert s[("grantfs_server_capacity_bytes", "")] == 4 << 30
+    assert s[("grantfs_server_used_bytes", "")] >= 20 * 8192
+    assert s[("grantfs_server_inodes", "")] >= 21
+    assert types["grantfs_server_meta_changes_total"] == "counter"
+    assert types["grantfs_server_used_bytes"] == "gauge"
+    assert types["grantfs_server_call_seconds"] == "histogram"
+    written = s[("grantfs_server_written_bytes_total", "")]
+    assert written - before.get(("grantfs_server_written_bytes_total", ""), 0) >= 20 * 8192
+    assert s[("grantfs_server_read_bytes_total", "")] >= 8192
+    calls = check_histograms(s, "grantfs_server_call_seconds")
+    assert calls.get("MkNod", 0) >= 20, calls
+    assert calls.get("OpenSession", 0) == 2, calls
+    assert calls.get("Write", 0) >= 1, calls
+    sessions = [labels for (n, labels) in s if n == "grantfs_session_grant_bytes"]
+    assert len(sessions) == 2 and any("node1" in l for l in sessions), sessions
+
+    m, _ = scrape(mount_port)
+    ops = check_histograms(m, "grantfs_mount_op_seconds")
+    assert ops.get("create", 0) >= 20, ops
+    assert ops.get("write", 0) >= 20, ops
+    assert ops.get("fsync", 0) >= 20, ops
+    assert m[("grantfs_mount_fastwrite", "")] == 1
+    assert m[("grantfs_mount_kernel_inodes", "")] >= 1
+    assert m[("grantfs_mount_dirty_bytes", "")] >= 0
+    assert m[("grantfs_mount_dirty_limit_bytes", "")] > 0
+
+
+def test_a_bad_or_taken_metrics_address_stops_the_server_at_once(tmp_base):
+    data = os.path.join(tmp_base, "data")
+    os.makedirs(data)
+    for addr, says in (("nowhere", "must be HOST:PORT"),
+                       (None, "cannot listen for metrics")):
+        if addr is None:  # a port another socket holds
+            import socket
+            held = socket.socket()
+            held.bind(("127.0.0.1", 0))
+            held.listen()
+            addr = f"127.0.0.1:{held.getsockname()[1]}"
+        r = subprocess.run([SERVER_BIN, f"--data_dir={data}", f"--listen=127.0.0.1:{free_port()}",
+                            f"--metrics_addr={addr}"], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_a_server_shows_each_role_it_takes(tmp_base):
+    """One server process serves its metrics across roles: A primary and B
+    replica, then the other way round after a switchover."""
+    ports = {"A": free_port(), "B": free_port(), "W": free_port()}
+    t = Trio(tmp_base, server_extra={n: [f"--metrics_addr=127.0.0.1:{p}"]
+                                     for n, p in ports.items()})
+    try:
+        t.start()
+        mnt = t.mount("node1")
+        with open(os.path.join(mnt, "f"), "wb") as f:
+            f.write(os.urandom(4096))
+        a, _ = scrape(ports["A"])
+        assert a[("grantfs_server_role", 'role="primary"')] == 1
+        assert a[("grantfs_server_replica_state", 'state="in sync"')] == 1
+        assert a[("grantfs_server_serving", "")] == 1
+        assert a[("grantfs_server_repl_records_total", "")] > 0
+        b, _ = scrape(ports["B"])
+        assert b[("grantfs_server_role", 'role="replica"')] == 1
+        assert b[("grantfs_server_serving", "")] == 0
+        w, _ = scrape(ports["W"])
+        assert w[("grantfs_server_role", 'role="witness"')] == 1
+        r = subprocess.run(t["A"].ctl_argv("switchover"), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        t.wait_role("B", "primary", 30)
+        t.wait_in_sync("B", "A", 60)
+        b, _ = scrape(ports["B"])
+        assert b[("grantfs_server_role", 'role="primary"')] == 1
+        assert b[("grantfs_server_serving", "")] == 1
+        a, _ = scrape(ports["A"])
+        assert a[("grantfs_server_role", 'role="replica"')] == 1
+        # The calls A served as primary are still counted.
+        assert check_histograms(a, "grantfs_server_call_seconds").get("MkNod", 0) >= 1
+    finally:
+        t.stop()
