@@ -48,6 +48,14 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   SessionOptions so;
   so.client_name = options_.client_name;
   so.root_path = options_.root_path;
+  so.report = [this](proto::MountReport* r) {
+    r->set_kernel_inodes(inodes_.Size());
+    if (cache_ != nullptr) {
+      r->set_dirty_bytes(cache_->dirty_bytes());
+      r->set_dirty_limit_bytes(options_.cache.dirty_limit);
+      r->set_writes_in_flight(cache_->in_flight());
+    }
+  };
   so.clock = options_.grants.clock;
   session_ =
       std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get(), leases_.get());
@@ -59,7 +67,14 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
   absl::Time sent;
   ASSIGN_OR_RETURN(proto::OpenSessionReply reply, session_->Open(&sent));
   if (reply.max_file_size() > 0) max_file_size_.store(reply.max_file_size());
-  if (reply.root_ino() != 0) root_ino_.store(reply.root_ino());
+  if (reply.root_ino() != 0) {
+    root_ino_.store(reply.root_ino());
+  } else if (options_.root_path != "/") {
+    // A server from before mounts of a directory would show the volume's
+    // root instead.
+    return absl::FailedPreconditionError("the server cannot mount a directory (" +
+                                         options_.root_path + "): it is older than this mount");
+  }
   {
     absl::MutexLock l(&mu_);
     started_ = true;

@@ -4,7 +4,12 @@
 //                                   role, replication, space, sessions; with --json
 //                                   one line {"servers": [...], "unreachable": [...]}
 //                                   (client/status_json.h names the fields)
-//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df       capacity, used, available
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df [--json]   capacity, used, available
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] clients [--json]
+//                                   each mount: node, mount point, last heartbeat,
+//                                   open and locked files, grant, dirty bytes, writes
+//                                   in flight, credit, lease (client/status_json.h
+//                                   SessionToStruct names the --json fields)
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
 //                                   moves the primary role to the in-sync replica
 //   grantfsctl fsck --data_dir=DIR [--repair] [--json]
@@ -25,7 +30,9 @@
 //
 // With several servers, `status` shows every server that answers (the
 // primary and its replica), one block each (--json: one object each, in the
-// order given); `df` asks the primary.
+// order given); `df` and `clients` ask the serving primary. Exit codes: 0
+// done, 1 no server answered as needed (each address tried is named on
+// stderr), 2 bad usage or keys.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -191,6 +198,26 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
   }
 }
 
+// `grantfsctl clients`: one line per mount session of the serving primary.
+void PrintClients(const std::string& server, const grantfs::proto::StatusReply& st) {
+  printf("%d mounts on %s (%s)\n", st.sessions_size(), server.c_str(), st.role().c_str());
+  if (st.sessions_size() == 0) return;
+  printf("%-16s  %-14s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node", "mount",
+         "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit", "lease");
+  for (const auto& ses : st.sessions()) {
+    const std::string beat = ses.heartbeat_age_ms() < 0
+                                 ? "none yet"
+                                 : absl::StrFormat("%.1fs ago", ses.heartbeat_age_ms() / 1000.0);
+    printf("%016llx  %-14s %-32s %9s %5llu %6llu %10s %10s %9llu %10s %+6.1fs%s\n",
+           (unsigned long long)ses.client_id(), ses.peer().empty() ? "-" : ses.peer().c_str(),
+           ses.client_name().c_str(), beat.c_str(), (unsigned long long)ses.open_files(),
+           (unsigned long long)ses.locked_files(), Human(ses.grant_bytes()).c_str(),
+           Human(ses.report().dirty_bytes()).c_str(),
+           (unsigned long long)ses.report().writes_in_flight(), Human(ses.credit_bytes()).c_str(),
+           ses.lease_left_ms() / 1000.0, ses.reclaiming() ? " reclaiming" : "");
+  }
+}
+
 void PrintDf(const std::string& server, const grantfs::proto::StatusReply& st) {
   const uint64_t avail = grantfs::AvailableBytes(st);
   printf("%-22s %14s %14s %14s %5s\n", "server", "capacity", "used", "available", "use%");
@@ -337,7 +364,7 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|switchover|fsck\n"
+      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|clients|switchover|fsck\n"
       "       grantfsctl fsck --data_dir=DIR [--repair] [--json]\n"
       "       grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
@@ -348,7 +375,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args[1];
   if (cmd == "fsck" && !absl::GetFlag(FLAGS_data_dir).empty()) return Fsck();
   if (cmd == "init") return Init();
-  if (cmd != "status" && cmd != "df" && cmd != "switchover" && cmd != "fsck") {
+  if (cmd != "status" && cmd != "df" && cmd != "clients" && cmd != "switchover" && cmd != "fsck") {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
@@ -442,9 +469,35 @@ int main(int argc, char** argv) {
       continue;
     }
     if (st->role() != "primary" && st->role() != "standalone") continue;
+    if (cmd == "clients") {
+      if (absl::GetFlag(FLAGS_json)) {
+        google::protobuf::Struct out;
+        (*out.mutable_fields())["server"].set_string_value(server);
+        auto* list = (*out.mutable_fields())["clients"].mutable_list_value();
+        for (const auto& ses : st->sessions()) {
+          *list->add_values()->mutable_struct_value() = grantfs::SessionToStruct(ses);
+        }
+        printf("%s\n", grantfs::ToJsonLine(out).c_str());
+      } else {
+        PrintClients(server, *st);
+      }
+      return 0;
+    }
+    if (absl::GetFlag(FLAGS_json)) {
+      google::protobuf::Struct out;
+      (*out.mutable_fields())["server"].set_string_value(server);
+      for (const auto& [name, v] :
+           {std::pair<const char*, uint64_t>{"capacity_bytes", st->capacity_bytes()},
+            {"used_bytes", st->used_bytes()},
+            {"available_bytes", grantfs::AvailableBytes(*st)}}) {
+        (*out.mutable_fields())[name].set_number_value(static_cast<double>(v));
+      }
+      printf("%s\n", grantfs::ToJsonLine(out).c_str());
+      return 0;
+    }
     PrintDf(server, *st);
     return 0;
   }
-  fprintf(stderr, "grantfsctl: no primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
+  fprintf(stderr, "grantfsctl: no serving primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
   return 1;
 }

@@ -1,8 +1,10 @@
 // The kernel's references to inodes: how many lookups the kernel holds on
 // each inode number (every reply that hands it an entry adds one, every
-// forget takes its count away). GrantFS uses the server's inode numbers as
-// FUSE node ids, so the table only keeps the exact counts: they say which
-// inodes the kernel still caches, e.g. for invalidations.
+// forget takes its count away), by the server's inode number. GrantFS uses
+// those as FUSE node ids (but for the mount's root, which the kernel holds
+// without a lookup and the table does not count: FuseAdapter::ServerIno),
+// so the table only keeps the exact counts: they say which inodes the
+// kernel still caches, e.g. for invalidations.
 //
 // Thread-safe.
 #ifndef GRANTFS_CLIENT_INODE_TABLE_H_

@@ -31,10 +31,11 @@ absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(const std::strin
   return reply;
 }
 
-absl::StatusOr<proto::HeartbeatReply> MetaClient::Heartbeat(uint64_t lost_acked,
-                                                            bool* failed_over) {
+absl::StatusOr<proto::HeartbeatReply> MetaClient::Heartbeat(uint64_t lost_acked, bool* failed_over,
+                                                            const proto::MountReport& report) {
   *failed_over = false;
   proto::HeartbeatRequest req;
+  *req.mutable_report() = report;
   proto::HeartbeatReply reply;
   req.mutable_header()->set_client_id(rpc_->client_id());
   req.set_lost_acked(lost_acked);

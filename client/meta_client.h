@@ -54,7 +54,9 @@ class MetaClient {
   // loop is its own retry. A failure that should move the mount to the next
   // server (RpcClient::ShouldFailover) does so and sets `*failed_over`.
   // The error's message names the server.
-  absl::StatusOr<proto::HeartbeatReply> Heartbeat(uint64_t lost_acked, bool* failed_over);
+  // `report`: the mount's numbers, for grantfsctl clients.
+  absl::StatusOr<proto::HeartbeatReply> Heartbeat(uint64_t lost_acked, bool* failed_over,
+                                                  const proto::MountReport& report = {});
   // Names this mount's open files, (ino, handle) pairs, to a server that
   // does not know them (a new incarnation).
   absl::StatusOr<proto::ReclaimReply> Reclaim(

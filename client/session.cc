@@ -141,7 +141,9 @@ void Session::HeartbeatLoop() {
     const absl::Time sent = options_.clock->Now();
     bool unreachable = false;
     const size_t asked = meta_->rpc().current();
-    absl::StatusOr<proto::HeartbeatReply> beat = meta_->Heartbeat(lost_acked, &unreachable);
+    proto::MountReport report;
+    if (options_.report) options_.report(&report);
+    absl::StatusOr<proto::HeartbeatReply> beat = meta_->Heartbeat(lost_acked, &unreachable, report);
     if (beat.ok()) {
       failures = 0;
       if (pool_ != nullptr) {

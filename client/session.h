@@ -9,6 +9,7 @@
 #define GRANTFS_CLIENT_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -51,6 +52,9 @@ struct SessionOptions {
   std::string client_name;
   // The directory the mount shows as its root (OpenSessionRequest.root).
   std::string root_path = "/";
+  // Fills what each heartbeat reports of the mount (grantfsctl clients);
+  // none: nothing is reported. Called on the heartbeat thread.
+  std::function<void(proto::MountReport*)> report;
   // Measures leases (the grant's, GrantPoolOptions::clock). Not owned.
   Clock* clock = Clock::Monotonic();
 };

@@ -18,6 +18,27 @@ void SetNumber(Struct& s, const char* name, double v) {
 
 }  // namespace
 
+google::protobuf::Struct SessionToStruct(const proto::SessionInfo& ses) {
+  google::protobuf::Struct s;
+  (*s.mutable_fields())["client_id"].set_string_value(absl::StrFormat("%016x", ses.client_id()));
+  (*s.mutable_fields())["client_name"].set_string_value(ses.client_name());
+  (*s.mutable_fields())["node"].set_string_value(ses.peer());
+  SetNumber(s, "open_files", ses.open_files());
+  SetNumber(s, "locked_files", ses.locked_files());
+  SetNumber(s, "grant_bytes", ses.grant_bytes());
+  SetNumber(s, "lease_left_ms", ses.lease_left_ms());
+  SetNumber(s, "credit_bytes", ses.credit_bytes());
+  SetNumber(s, "peak_writes", ses.peak_writes());
+  SetNumber(s, "recalls", ses.recalls());
+  (*s.mutable_fields())["reclaiming"].set_bool_value(ses.reclaiming());
+  SetNumber(s, "heartbeat_age_ms", ses.heartbeat_age_ms());
+  SetNumber(s, "dirty_bytes", ses.report().dirty_bytes());
+  SetNumber(s, "dirty_limit_bytes", ses.report().dirty_limit_bytes());
+  SetNumber(s, "writes_in_flight", ses.report().writes_in_flight());
+  SetNumber(s, "kernel_inodes", ses.report().kernel_inodes());
+  return s;
+}
+
 uint64_t AvailableBytes(const proto::StatusReply& st) {
   const uint64_t taken = st.used_bytes() + st.granted_bytes() + st.reserved_bytes();
   return st.capacity_bytes() > taken ? st.capacity_bytes() - taken : 0;
@@ -81,16 +102,7 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   auto* sessions = f["sessions"].mutable_list_value();
   for (const proto::SessionInfo& ses : st.sessions()) {
     reclaiming += ses.reclaiming() ? 1 : 0;
-    Struct& s = *sessions->add_values()->mutable_struct_value();
-    (*s.mutable_fields())["client_id"].set_string_value(absl::StrFormat("%016x", ses.client_id()));
-    (*s.mutable_fields())["client_name"].set_string_value(ses.client_name());
-    SetNumber(s, "open_files", ses.open_files());
-    SetNumber(s, "grant_bytes", ses.grant_bytes());
-    SetNumber(s, "lease_left_ms", ses.lease_left_ms());
-    SetNumber(s, "credit_bytes", ses.credit_bytes());
-    SetNumber(s, "peak_writes", ses.peak_writes());
-    SetNumber(s, "recalls", ses.recalls());
-    (*s.mutable_fields())["reclaiming"].set_bool_value(ses.reclaiming());
+    *sessions->add_values()->mutable_struct_value() = SessionToStruct(ses);
   }
   // Sessions of the last run not back yet: unlinked files are kept until
   // they are.

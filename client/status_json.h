@@ -24,6 +24,14 @@ namespace grantfs {
 // What `server` said, as one JSON object ("server" is the address asked).
 google::protobuf::Struct StatusToStruct(const std::string& server, const proto::StatusReply& st);
 
+// One mount session (`grantfsctl clients --json`, and each of "sessions"
+// above): client_id (16 hex digits), client_name (host:mount point), node
+// (its certificate's common name), open_files, locked_files, grant_bytes,
+// credit_bytes, peak_writes, recalls, lease_left_ms, reclaiming, and from
+// its last heartbeat heartbeat_age_ms (-1: none yet), dirty_bytes,
+// dirty_limit_bytes, writes_in_flight, kernel_inodes.
+google::protobuf::Struct SessionToStruct(const proto::SessionInfo& ses);
+
 // Bytes neither used, granted nor reserved (0 when the ledger is over).
 uint64_t AvailableBytes(const proto::StatusReply& st);
 

@@ -464,6 +464,11 @@ uint64_t WriteCache::dirty_bytes() {
   return dirty_bytes_;
 }
 
+int WriteCache::in_flight() {
+  absl::MutexLock l(&mu_);
+  return in_flight_;
+}
+
 int WriteCache::peak_in_flight() {
   absl::MutexLock l(&mu_);
   return peak_in_flight_;

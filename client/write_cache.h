@@ -158,7 +158,8 @@ class WriteCache {
   // Bytes of idle extent buffers kept for reuse (at most
   // min(dirty_limit / 8, 64 MiB)).
   uint64_t spare_bytes();
-  // Most extents that were in flight at once.
+  // Extents being written to the server now, and the most there were at once.
+  int in_flight();
   int peak_in_flight();
   size_t extent_count(uint64_t ino);
 

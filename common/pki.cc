@@ -119,10 +119,21 @@ absl::StatusOr<Owned<X509>> NewCertificate(EVP_PKEY* key, const std::string& com
                                  -1, 0) != 1) {
     return SslError("certificate name");
   }
-  // One organizational unit per option: X.509 bounds each to 64 bytes,
-  // and a subtree's path takes most of one.
+  // The options but "subtree=" in the first organizational unit, as
+  // before there were subtrees (a server that reads only the first keeps
+  // them); each "subtree=" in one of its own: X.509 bounds a unit to 64
+  // bytes, and a path takes most of one.
+  std::vector<std::string> units(1);
   for (absl::string_view word : absl::StrSplit(options, ',', absl::SkipWhitespace())) {
     const std::string w(absl::StripAsciiWhitespace(word));
+    if (absl::StartsWith(w, "subtree=")) {
+      units.push_back(w);
+    } else {
+      absl::StrAppend(&units[0], units[0].empty() ? "" : ",", w);
+    }
+  }
+  if (units[0].empty()) units.erase(units.begin());
+  for (const std::string& w : units) {
     if (w.size() > kMaxOptionBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("the certificate option \"", w, "\" is over ", kMaxOptionBytes, " bytes"));
@@ -190,8 +201,9 @@ absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::str
 
 namespace {
 
-// Every entry `nid` of the certificate's subject, joined with ",".
-absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid) {
+// Entry `nid` of the certificate's subject; every such entry, joined with
+// ",", when `all`.
+absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid, bool all) {
   absl::StatusOr<Owned<X509>> cert = CertFromPem(cert_pem);
   if (!cert.ok()) return cert.status();
   const X509_NAME* name = X509_get_subject_name(cert->get());
@@ -203,6 +215,7 @@ absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid) {
     absl::StrAppend(&out, out.empty() ? "" : ",",
                     absl::string_view(reinterpret_cast<const char*>(ASN1_STRING_get0_data(data)),
                                       static_cast<size_t>(ASN1_STRING_length(data))));
+    if (!all) break;
   }
   return out;
 }
@@ -210,11 +223,11 @@ absl::StatusOr<std::string> SubjectField(const std::string& cert_pem, int nid) {
 }  // namespace
 
 absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem) {
-  return SubjectField(cert_pem, NID_commonName);
+  return SubjectField(cert_pem, NID_commonName, /*all=*/false);
 }
 
 absl::StatusOr<std::string> CertificateOptions(const std::string& cert_pem) {
-  return SubjectField(cert_pem, NID_organizationalUnitName);
+  return SubjectField(cert_pem, NID_organizationalUnitName, /*all=*/true);
 }
 
 }  // namespace grantfs

@@ -44,8 +44,9 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(const std::string& common_na
 // signed by `ca`. Server certificates (common names "server:...") can serve
 // TLS (with the DNS name kServerTlsName) and call other servers; the others
 // can only call. `options` (a node's: "root,ro,subtree=/a", common/transport.h
-// CallerPolicy) go in the subject's organizational units, one per option
-// (each at most kMaxOptionBytes: X.509's bound), signed with the rest.
+// CallerPolicy) go in the subject's organizational units, signed with the
+// rest: all but "subtree=" in the first, each "subtree=" in its own (each
+// unit at most kMaxOptionBytes: X.509's bound; longer is InvalidArgument).
 absl::StatusOr<CertAndKey> IssueCertificate(const CertAndKey& ca, const std::string& common_name,
                                             absl::Time not_before, absl::Time not_after,
                                             const std::string& options = "");

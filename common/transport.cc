@@ -102,6 +102,12 @@ CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown) 
       p.anon = true;
     } else if (absl::ConsumePrefix(&word, "subtree=")) {
       absl::StatusOr<std::string> path = NormalizePath(word);
+      if (path.ok() && !p.subtree.empty() && p.subtree != (*path == "/" ? "" : *path)) {
+        path = absl::InvalidArgumentError("a second, different subtree");
+      }
+      if (path.ok() && p.subtree == kUnreachableSubtree) {
+        path = absl::InvalidArgumentError("after a subtree that cannot be read");
+      }
       if (path.ok()) {
         p.subtree = *path == "/" ? "" : *path;
       } else {
@@ -133,6 +139,8 @@ CallerPolicy Transport::PolicyOf(const grpc::ServerContextBase& ctx) const {
     if (it != policies_->by_cert.end()) return it->second;
   }
   CallerPolicy p;  // what cannot be read allows the least
+  p.read_only = p.anon = true;
+  p.subtree = kUnreachableSubtree;
   absl::StatusOr<std::string> cn = CertificateCommonName(cert);
   absl::StatusOr<std::string> options = CertificateOptions(cert);
   if (cn.ok() && PeerKindOf(*cn) == kAdminPeer) {

@@ -54,10 +54,10 @@ inline constexpr uint32_t kNobody = 65534;
 inline constexpr char kUnreachableSubtree[] = "/\x01unreachable";
 
 // The policy of `options` ("root,ro,subtree=/a"); unknown words, and a
-// subtree that is not an absolute path of valid names (no "." or ".."),
-// are listed in *unknown (if given) and ignored, except that a bad subtree
-// leaves the policy one that reaches nothing ("subtree=" of an invalid
-// path is kUnreachableSubtree): what cannot be read allows the least.
+// subtree that is not an absolute path of valid names (no "." or "..") or
+// that differs from one named before, are listed in *unknown (if given)
+// and ignored, except that a bad subtree leaves the policy one that reaches
+// nothing (kUnreachableSubtree): what cannot be read allows the least.
 CallerPolicy ParseNodeOptions(const std::string& options, std::string* unknown = nullptr);
 
 class Transport {

@@ -62,6 +62,7 @@ grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* 
       reply->set_session_lost(lost);
     }
     reply->set_leases_renewed(volume_->leases().Renew(rc.client_id));
+    volume_->sessions().Reported(rc.client_id, req->report());
     reply->set_meta_lease_ms(absl::ToInt64Milliseconds(volume_->meta_lease()));
     return absl::OkStatus();
   });
@@ -126,6 +127,7 @@ grpc::Status GrantFsService::Subscribe(Ctx* ctx, const proto::SubscribeRequest* 
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "session ended, its queue overflowed, or a newer stream took it");
     }
+    if (rc.top != 0) ConfineBatch(rc, &batch);
     if ((batch.items_size() > 0 || batch.recall_bytes() > 0) && !write(batch)) break;
   }
   return grpc::Status::OK;
@@ -183,6 +185,7 @@ void GrantFsService::FillStatus(proto::StatusReply* reply) {
     info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
+    info.set_locked_files(volume_->LockedFiles(info.client_id()));
     *reply->add_sessions() = info;
   }
 }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "checkpoint/server_role.h"
 #include "common/transport.h"
@@ -93,6 +94,18 @@ class GrantFsService final {
   // when it is not restricted to a subtree). Otherwise PERMISSION_DENIED,
   // logged with `op`, or the errno of the walk (ENOENT: no such inode).
   absl::Status Reaches(Ctx* ctx, const RequestContext& rc, const char* op, uint64_t ino);
+  // For a node restricted to a subtree: the inode `name` in `parent` names
+  // now (0: none), which it must reach like an inode of the call (Reaches).
+  // Remove and Rename act on names; a name may be a link from outside.
+  absl::StatusOr<uint64_t> ReachesName(Ctx* ctx, const RequestContext& rc, const char* op,
+                                       uint64_t parent, const std::string& name);
+  // `keys` less those a node restricted to a subtree does not reach (the
+  // recalls a retried change makes from its request alone).
+  std::vector<LeaseKey> Reachable(const RequestContext& rc, std::vector<LeaseKey> keys);
+  // What a node restricted to a subtree hears of changes: recalls of what
+  // it holds, and changes of inodes and names it reaches; the rest is left
+  // out. Its top is the one of when the stream began.
+  void ConfineBatch(const RequestContext& rc, proto::InvalidationBatch* batch);
   // What a node restricted to a subtree sees of a page of directory `dir`
   // (which it reaches): ".." of its top is the top itself, as at "/" of a
   // chroot, and names of inodes outside (links from outside) are left out.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/transport.h"
 #include "server/subtree.h"
 
@@ -84,18 +85,15 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
   rc->read_only = policy.read_only;
   if (!policy.subtree.empty()) {
     // Looked up at each call: another node may rename or remove it.
+    // When it names no directory now (renamed, removed, or a path that
+    // could not be read), the node reaches no inode; its session goes on
+    // (heartbeats, acks of recalls), so that it loses nothing it holds and
+    // others' changes do not wait for it.
     absl::StatusOr<uint64_t> top =
         policy.subtree == kUnreachableSubtree
             ? absl::StatusOr<uint64_t>(absl::InvalidArgumentError("its path cannot be read"))
             : ResolveDirectory(&volume_->meta(), policy.subtree);
-    if (!top.ok()) {
-      LOG(WARNING) << "server: refused a call from " << ctx->peer() << " (\""
-                   << options_.transport.PeerName(*ctx) << "\"): its subtree " << policy.subtree
-                   << " is not a directory: " << top.status().message();
-      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          "the node's subtree " + policy.subtree + " is not a directory");
-    }
-    rc->top = *top;
+    rc->top = top.ok() ? *top : kReachesNothing;
   }
   // A session is its node's: another node that names it is refused.
   const std::string peer = options_.transport.PeerName(*ctx);
@@ -118,7 +116,8 @@ absl::Status GrantFsService::Reaches(Ctx* ctx, const RequestContext& rc, const c
   if (*below) return absl::OkStatus();
   LOG(WARNING) << "server: refused " << op << " from " << ctx->peer() << " (\""
                << options_.transport.PeerName(*ctx) << "\"): inode " << ino
-               << " is outside the node's subtree";
+               << " is outside the node's subtree"
+               << (rc.top == kReachesNothing ? " (which names no directory now)" : "");
   return absl::PermissionDeniedError(absl::StrCat("inode ", ino, " is outside the node's subtree"));
 }
 
@@ -158,6 +157,47 @@ void GrantFsService::ConfineListing(const RequestContext& rc, uint64_t dir,
     }
   }
   entries->DeleteSubrange(kept, entries->size() - kept);
+}
+
+absl::StatusOr<uint64_t> GrantFsService::ReachesName(Ctx* ctx, const RequestContext& rc,
+                                                     const char* op, uint64_t parent,
+                                                     const std::string& name) {
+  if (rc.top == 0 || name == "." || name == "..") return 0;  // Namespace refuses the dots
+  absl::StatusOr<proto::Attr> a = volume_->meta().names().Lookup(Caller(), parent, name);
+  if (!a.ok()) return uint64_t{0};  // no such name (the change says so itself)
+  RETURN_IF_ERROR(Reaches(ctx, rc, op, a->ino()));
+  return a->ino();
+}
+
+std::vector<LeaseKey> GrantFsService::Reachable(const RequestContext& rc,
+                                                std::vector<LeaseKey> keys) {
+  if (rc.top == 0) return keys;
+  keys.erase(std::remove_if(keys.begin(), keys.end(),
+                            [&](const LeaseKey& k) {
+                              absl::StatusOr<bool> in = IsBelow(&volume_->meta(), rc.top, k.ino);
+                              return k.ino != 0 && !(in.ok() && *in);
+                            }),
+             keys.end());
+  return keys;
+}
+
+void GrantFsService::ConfineBatch(const RequestContext& rc, proto::InvalidationBatch* batch) {
+  auto reached = [&](uint64_t ino) {
+    if (ino == 0) return true;
+    absl::StatusOr<bool> in = IsBelow(&volume_->meta(), rc.top, ino);
+    return in.ok() && *in;
+  };
+  auto* items = batch->mutable_items();
+  int kept = 0;
+  for (int i = 0; i < items->size(); ++i) {
+    const proto::Invalidation& it = (*items)[i];
+    // A recall is of a lease it was granted: always its own.
+    if (it.recall() != 0 || (reached(it.ino()) && reached(it.parent()))) {
+      if (kept != i) items->SwapElements(kept, i);
+      ++kept;
+    }
+  }
+  items->DeleteSubrange(kept, items->size() - kept);
 }
 
 }  // namespace grantfs

@@ -192,7 +192,7 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
     // its replication was not confirmed then): the other nodes' leases on
     // what it changed are recalled before this answer, as the first attempt
     // may not have got to it.
-    if (record != nullptr) volume_->Recall(tagged, service_call::ChangedKeys(*req));
+    if (record != nullptr) volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
     if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
       if (record != nullptr) return prior(*record, tagged);
     }
@@ -201,7 +201,7 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
     // its own recall, and the client retries (or gives up); other nodes'
     // leases on it go now.
     if (absl::IsUnavailable(done) && !HasErrno(done)) {
-      volume_->Recall(tagged, service_call::ChangedKeys(*req));
+      volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
     }
     return done;
   });

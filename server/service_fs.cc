@@ -246,22 +246,41 @@ grpc::Status GrantFsService::Link(Ctx* ctx, const proto::LinkRequest* req,
 
 grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
                                     proto::RemoveReply* reply) {
-  return ServeOnce("Remove", ctx, req, reply, {req->parent()}, PriorOk,
-                   [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
-                     ASSIGN_OR_RETURN(Removed r,
-                                      volume_->Remove(rc, req->parent(), req->name(), req->is_dir(),
-                                                      req->expected_ino()));
-                     reply->set_known(true);
-                     reply->set_ino(r.ino);
-                     return absl::OkStatus();
-                   });
+  return ServeOnce(
+      "Remove", ctx, req, reply, {req->parent()}, PriorOk,
+      [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
+        // A node restricted to a subtree removes only what it
+        // reaches: the name's inode is checked, then pinned.
+        ASSIGN_OR_RETURN(uint64_t named,
+                         ReachesName(ctx, rc, "Remove", req->parent(), req->name()));
+        const uint64_t expected = req->expected_ino() != 0 ? req->expected_ino() : named;
+        ASSIGN_OR_RETURN(Removed r,
+                         volume_->Remove(rc, req->parent(), req->name(), req->is_dir(), expected));
+        reply->set_known(true);
+        reply->set_ino(r.ino);
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
                                     proto::RenameReply* reply) {
   return ServeOnce("Rename", ctx, req, reply, {req->parent(), req->new_parent()}, PriorOk,
                    [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
-                     ASSIGN_OR_RETURN(Removed r, volume_->Rename(rc, *req));
+                     // A node restricted to a subtree moves (or replaces)
+                     // only what it reaches: a rename sets a file's
+                     // directory, so a link from outside would come in.
+                     // Both names' inodes are checked, then pinned.
+                     proto::RenameRequest pinned = *req;
+                     if (rc.top != 0) {
+                       ASSIGN_OR_RETURN(uint64_t src,
+                                        ReachesName(ctx, rc, "Rename", req->parent(), req->name()));
+                       ASSIGN_OR_RETURN(
+                           uint64_t dst,
+                           ReachesName(ctx, rc, "Rename", req->new_parent(), req->new_name()));
+                       if (pinned.expected_ino() == 0) pinned.set_expected_ino(src);
+                       if (pinned.expected_new_ino() == 0) pinned.set_expected_new_ino(dst);
+                     }
+                     ASSIGN_OR_RETURN(Removed r, volume_->Rename(rc, pinned));
                      reply->set_known(true);
                      reply->set_moved(r.moved);
                      reply->set_replaced(r.exchanged != 0 ? r.exchanged : r.ino);
@@ -283,12 +302,25 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
   return Serve("ReadDir", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
     LeaseTable& leases = volume_->leases();
     const uint64_t epoch = leases.Epoch();
-    absl::Status s = volume_->ReadDir(rc, req->ino(), req->cookie(), req->max_entries(), reply);
+    uint64_t cookie = req->cookie();
+    absl::Status s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), reply);
+    // A node restricted to a subtree does not see links from outside: a
+    // page left empty by them is followed by the next, as an empty page
+    // that is not the last would end the kernel's listing.
+    while (s.ok() && rc.top != 0) {
+      const uint64_t last =
+          reply->entries_size() > 0 ? reply->entries(reply->entries_size() - 1).cookie() : cookie;
+      ConfineListing(rc, req->ino(), reply);
+      if (reply->entries_size() > 0 || reply->eof() || last == cookie) break;
+      cookie = last;
+      proto::ReadDirReply next;
+      s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), &next);
+      *reply = std::move(next);
+    }
     if (!s.ok()) {
       reply->clear_entries();
       return s;
     }
-    if (rc.top != 0) ConfineListing(rc, req->ino(), reply);
     if (leases.Takes(rc.client_id)) {
       reply->set_leased(leases.Grant(rc.client_id, LeaseKey::Dir(req->ino()), epoch));
       for (proto::DirEntry& e : *reply->mutable_entries()) {

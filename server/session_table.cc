@@ -318,6 +318,14 @@ void SessionTable::Shutdown() {
   shutting_down_ = true;
 }
 
+void SessionTable::Reported(uint64_t client_id, const proto::MountReport& report) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it == sessions_.end()) return;
+  it->second.report = report;
+  it->second.reported = clock_->Now();
+}
+
 std::vector<proto::SessionInfo> SessionTable::List() {
   absl::MutexLock l(&mu_);
   std::vector<proto::SessionInfo> out;
@@ -334,6 +342,10 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     info.set_open_files(n);
     info.set_recalls(s.recalls);
     info.set_reclaiming(s.reclaiming);
+    info.set_heartbeat_age_ms(s.reported == absl::InfinitePast()
+                                  ? -1
+                                  : absl::ToInt64Milliseconds(clock_->Now() - s.reported));
+    *info.mutable_report() = s.report;
     out.push_back(info);
   }
   return out;

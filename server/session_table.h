@@ -137,6 +137,8 @@ class SessionTable {
              uint64_t stream = 0);
 
   std::vector<proto::SessionInfo> List();
+  // A heartbeat of `client_id` came with `report` (shown by List).
+  void Reported(uint64_t client_id, const proto::MountReport& report);
 
   // Makes every Drain return false at once and from then on: the server is
   // stopping, so the Subscribe streams end.
@@ -154,7 +156,9 @@ class SessionTable {
     uint64_t recall_bytes = 0;  // pending recall, 0 = none
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()
-    uint64_t lost = 0;          // re-created by Touch: token not yet acked
+    proto::MountReport report;  // with its last heartbeat (Reported)
+    absl::Time reported = absl::InfinitePast();
+    uint64_t lost = 0;  // re-created by Touch: token not yet acked
     // Its record is durable (MarkRecorded, or Restore from one): a server
     // taking over knows it.
     bool recorded = false;

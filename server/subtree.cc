@@ -32,6 +32,7 @@ absl::StatusOr<uint64_t> ResolveDirectory(Metadata* meta, const std::string& pat
 }
 
 absl::StatusOr<bool> IsBelow(Metadata* meta, uint64_t top, uint64_t ino) {
+  if (top == kReachesNothing) return false;
   for (int depth = 0; depth < kMaxDepth; ++depth) {
     if (ino == top) return true;
     if (ino == kRootIno || ino == 0) return false;

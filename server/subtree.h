@@ -20,6 +20,10 @@
 
 namespace grantfs {
 
+// A top that no inode is below (RequestContext::top of a node whose subtree
+// names no directory now).
+inline constexpr uint64_t kReachesNothing = ~uint64_t{0};
+
 // The directory a normalized path (common/names.h NormalizePath) names,
 // walked from the root by name with no permission check (like the path of
 // an NFS export): its inode, or ENOENT / ENOTDIR.

@@ -119,7 +119,8 @@ struct RequestContext {
   // changes get EROFS.
   bool read_only = false;
   // The caller's node reaches only this directory and what is below it
-  // (server/subtree.h); 0: the whole tree.
+  // (server/subtree.h); 0: the whole tree; kReachesNothing: no inode (its
+  // subtree names no directory now).
   uint64_t top = 0;
   // The request's exactly-once tag (server/dedupe.h): every change of the
   // metadata store made for the request gets it. Null: the changes record
@@ -233,6 +234,8 @@ class Volume {
   // This volume's serving incarnation: random and never 0. Clients that see
   // it change reclaim their open files (Reclaim).
   uint64_t incarnation() const { return incarnation_; }
+  // How many files `client_id` holds locks on (grantfsctl clients).
+  size_t LockedFiles(uint64_t client_id) { return locks_.InodesOf(client_id).size(); }
   // A client that was connected to the server before (the last run of this
   // one, or the primary this one took over from) names the files it has
   // open, (ino, handle) pairs. Each is counted as if opened here again (a

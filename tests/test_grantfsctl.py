@@ -70,3 +70,60 @@ def test_status_json_names_the_servers_that_did_not_answer(cluster):
                        text=True, timeout=60)
     assert r.returncode == 1
     assert json.loads(r.stdout)["servers"] == []
+
+
+def test_clients_lists_each_mount_with_what_it_holds(cluster):
+    """`grantfsctl clients`: one line per mount (text) or object (--json)
+    with its node, mount point, last heartbeat, open and locked files and
+    what its last heartbeat reported; `df --json`; exit 1 naming the
+    addresses when no server answers."""
+    import fcntl
+    import time
+
+    def clients():
+        r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "--json", "clients"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["server"] == cluster.server.addr
+        return {c["client_name"].split(":", 1)[1]: c for c in doc["clients"]}
+
+    path = os.path.join(cluster.n1, "held")
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        deadline = time.monotonic() + 30
+        while True:  # a heartbeat every lease / 3 carries the report
+            c = clients()
+            mine = c[cluster.n1]
+            if mine["heartbeat_age_ms"] >= 0 and mine["locked_files"] == 1:
+                break
+            assert time.monotonic() < deadline, c
+            time.sleep(0.5)
+        assert set(c) == {cluster.n1, cluster.n2}
+        assert mine["open_files"] >= 1
+        assert mine["dirty_limit_bytes"] > 0  # fastwrite: the report came
+        assert mine["kernel_inodes"] >= 1
+        assert mine["grant_bytes"] >= 0 and mine["credit_bytes"] >= 0
+        assert re.fullmatch(r"[0-9a-f]{16}", mine["client_id"])
+        assert mine["node"].startswith("node:")
+        assert c[cluster.n2]["locked_files"] == 0
+        r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "clients"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("2 mounts on ") and "heartbeat" in lines[1]
+        row = next(line for line in lines if line.split()[2].endswith(cluster.n1))
+        assert mine["client_id"] in row and " ago " in row
+
+    r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "--json", "df"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    df = json.loads(r.stdout)
+    assert df["capacity_bytes"] == 4 << 30 and df["used_bytes"] >= 1 << 20
+    assert 0 <= df["available_bytes"] <= df["capacity_bytes"] - df["used_bytes"]
+
+    gone = f"127.0.0.1:{free_port()}"
+    r = subprocess.run([CTL_BIN, f"--server={gone}", "clients"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and gone in r.stderr, r.stderr
