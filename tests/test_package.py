@@ -1,0 +1,59 @@
+"""The Debian package (scripts/package.sh, CPack): what it holds, what it
+depends on, that its programs run from it and that systemd takes its unit."""
+
+import os
+import re
+import subprocess
+
+from kit.build import BUILD, REPO
+
+
+def run(argv, **kw):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL, **kw)
+    assert r.returncode == 0, f"{argv}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
+    config = os.path.join(BUILD, "CPackConfig.cmake")
+    if not os.path.exists(config):  # a copy of the binaries: package the repo's build
+        config = os.path.join(REPO, "build", "CPackConfig.cmake")
+    assert os.path.exists(config), "no CPackConfig.cmake: configure with scripts/build.sh"
+    out = os.path.join(tmp_base, "pkg")
+    run(["cpack", "--config", config, "-B", out])
+    debs = [f for f in os.listdir(out) if re.fullmatch(r"grantfs_[0-9.]+_amd64\.deb", f)]
+    assert len(debs) == 1, os.listdir(out)
+    deb = os.path.join(out, debs[0])
+
+    listing = run(["dpkg-deb", "-c", deb])
+    for path in ("./usr/bin/grantfs-server", "./usr/bin/grantfs-mount", "./usr/bin/grantfsctl",
+                 "./usr/lib/systemd/system/grantfs-server@.service",
+                 "./usr/share/doc/grantfs/operations.md",
+                 "./usr/share/doc/grantfs/examples/example.conf"):
+        assert re.search(rf" {re.escape(path)}$", listing, re.M), path
+    assert "./sbin/mount.grantfs -> /usr/bin/grantfs-mount" in listing
+    depends = run(["dpkg-deb", "-f", deb, "Depends"])
+    for dep in ("fuse3", "libfuse3-3", "libgrpc++1.51", "librocksdb7.8", "libcpp-httplib0.11"):
+        assert dep in depends, depends
+
+    # The programs run from where the package puts them (stripped).
+    root = os.path.join(tmp_base, "root")
+    run(["dpkg-deb", "-x", deb, root])
+    keys = os.path.join(tmp_base, "keys")
+    run([os.path.join(root, "usr/bin/grantfsctl"), "init", f"--tls_dir={keys}"])
+    assert os.path.exists(os.path.join(keys, "ca.crt"))
+
+    # systemd takes the unit (checked with the extracted program and the
+    # example configuration in place of /usr/bin and /etc/grantfs).
+    with open(os.path.join(root, "usr/lib/systemd/system/grantfs-server@.service")) as f:
+        unit = f.read()
+    assert "ExecStart=/usr/bin/grantfs-server $GRANTFS_SERVER_FLAGS" in unit
+    assert "EnvironmentFile=/etc/grantfs/%i.conf" in unit
+    conf = os.path.join(root, "usr/share/doc/grantfs/examples/example.conf")
+    check = os.path.join(tmp_base, "units")
+    os.makedirs(check)
+    with open(os.path.join(check, "grantfs-server@primary.service"), "w") as f:
+        f.write(unit.replace("/usr/bin/grantfs-server", os.path.join(root, "usr/bin/grantfs-server"))
+                .replace("/etc/grantfs/%i.conf", conf))
+    run(["systemd-analyze", "verify", os.path.join(check, "grantfs-server@primary.service")])
