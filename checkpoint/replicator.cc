@@ -117,6 +117,13 @@ void Replicator::FillStatus(proto::StatusReply* reply) {
     reply->set_replica_disk_room_bytes(replica_space_->room_bytes());
     reply->set_replica_hold_short(replica_space_->hold_short());
   }
+  if (resync_.started != absl::InfinitePast()) {
+    reply->set_resync_active(resync_.active);
+    reply->set_resync_done_bytes(resync_.done_bytes);
+    reply->set_resync_total_bytes(resync_.total_bytes);
+    reply->set_resync_elapsed_ms(absl::ToInt64Milliseconds(
+        (resync_.active ? options_.clock->Now() : resync_.ended) - resync_.started));
+  }
 }
 
 absl::StatusOr<proto::MetaDigest> Replicator::ReplicaDigest(uint64_t seq) {

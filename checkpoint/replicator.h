@@ -224,6 +224,14 @@ class Replicator : public ChangeSink, public ServerRole {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   ReplicatorStats stats_ ABSL_GUARDED_BY(mu_);
+  // The latest snapshot sent to the replica (its resync), for Status.
+  struct Resync {
+    bool active = false;
+    absl::Time started = absl::InfinitePast();  // InfinitePast: none yet
+    absl::Time ended;
+    uint64_t done_bytes = 0, total_bytes = 0;
+  };
+  Resync resync_ ABSL_GUARDED_BY(mu_);
 
   // Promises (Promise()): appended one at a time, in the order they were
   // made, so that the replica ends with the newest.

@@ -241,12 +241,27 @@ absl::Status Replicator::SendSnapshot(Stream* stream, uint64_t* start_seq) {
   so.clock = options_.clock;
   so.peer = options_.peer;
   so.promised_bytes = [this] { return NewestPromise(); };
+  so.progress = [this](uint64_t done, uint64_t total) {
+    absl::MutexLock l(&mu_);
+    resync_.done_bytes = done;
+    resync_.total_bytes = total;
+  };
   auto pin = [this](uint64_t cut) {
     absl::MutexLock l(&mu_);
     pinned_ = cut + 1;  // the log keeps what follows the cut
   };
-  return grantfs::SendSnapshot(
+  {
+    absl::MutexLock l(&mu_);
+    resync_ = Resync();
+    resync_.active = true;
+    resync_.started = options_.clock->Now();
+  }
+  absl::Status s = grantfs::SendSnapshot(
       so, [stream](const proto::ReplMessage& m) { return Send(stream, m); }, pin, start_seq);
+  absl::MutexLock l(&mu_);
+  resync_.active = false;
+  resync_.ended = options_.clock->Now();
+  return s;
 }
 
 uint64_t Replicator::Promise(uint64_t bytes) {

@@ -2,11 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +22,8 @@ namespace {
 // `send`. All-zero pieces are skipped (holes stay holes); the last piece has
 // eof and the file size in `offset`. A file that vanished is skipped.
 absl::Status SendFile(const std::string& path, const std::string& rel, size_t piece,
-                      const std::function<bool(proto::SnapshotPiece*)>& send) {
+                      const std::function<bool(proto::SnapshotPiece*)>& send,
+                      const std::function<void(uint64_t read)>& on_read) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return absl::OkStatus();
@@ -37,6 +40,7 @@ absl::Status SendFile(const std::string& path, const std::string& rel, size_t pi
       break;
     }
     if (n == 0) break;
+    on_read(n);
     bool zero = true;
     for (ssize_t i = 0; i < n && zero; ++i) zero = buf[i] == 0;
     if (!zero) {
@@ -122,19 +126,36 @@ absl::Status SendSnapshot(const SnapshotOptions& options,
     *batch.add_snapshot() = std::move(*p);
     return batch_bytes < options.max_message_bytes || flush();
   };
-  absl::Status st;
+  // What to send, and how much that is (for the progress).
+  std::vector<std::pair<std::string, std::string>> files_to_send;  // path, name on the replica
   for (const std::string& name : ListDir(tmp)) {
-    st = SendFile(tmp + "/" + name, "meta/" + name, 1 << 20, send);
-    if (!st.ok()) break;
+    files_to_send.emplace_back(tmp + "/" + name, "meta/" + name);
   }
   const std::string chunks = options.data_dir + "/chunks";
-  for (const std::string& sub : st.ok() ? ListDir(chunks) : std::vector<std::string>()) {
+  for (const std::string& sub : ListDir(chunks)) {
     for (const std::string& name : ListDir(chunks + "/" + sub)) {
-      st = SendFile(chunks + "/" + sub + "/" + name, "chunks/" + sub + "/" + name, 1 << 20, send);
-      if (!st.ok()) break;
+      files_to_send.emplace_back(chunks + "/" + sub + "/" + name, "chunks/" + sub + "/" + name);
     }
+  }
+  uint64_t total = 0, read = 0;
+  for (const auto& f : files_to_send) {
+    struct stat sb;
+    if (stat(f.first.c_str(), &sb) == 0) total += static_cast<uint64_t>(sb.st_size);
+  }
+  auto tell = [&] {
+    if (options.progress) options.progress(read, total);
+  };
+  tell();
+  auto on_read = [&](uint64_t n) {
+    read += n;
+    if (read % (64 << 20) < n) tell();  // every 64 MiB
+  };
+  absl::Status st;
+  for (const auto& [path, rel] : files_to_send) {
+    st = SendFile(path, rel, 1 << 20, send, on_read);
     if (!st.ok()) break;
   }
+  tell();
   std::filesystem::remove_all(tmp, ec);
   if (!st.ok()) return st;
   if (!flush()) return absl::UnavailableError("stream broken");

@@ -33,6 +33,11 @@ struct SnapshotOptions {
   std::function<std::optional<uint64_t>()> promised_bytes;
   Clock* clock = Clock::Monotonic();
   std::string peer;  // for the log
+  // Told, as the snapshot goes, how many bytes of its files were read (and
+  // sent, but holes) and how many there are (the sizes when the copy began;
+  // a chunk file that grows meanwhile can take `done` past `total`).
+  // Called on the sending thread; none: not told.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // Cuts the checkpoint (in <data_dir>/kCheckpointDir, removed afterwards),

@@ -33,6 +33,7 @@
 // order given); `df` and `clients` ask the serving primary. Exit codes: 0
 // done, 1 no server answered as needed (each address tried is named on
 // stderr), 2 bad usage or keys.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -78,6 +79,23 @@ std::string Human(uint64_t bytes) {
   int u = 0;
   while (v >= 1024 && u < 4) v /= 1024, ++u;
   return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+// A primary's latest snapshot for its replica: while it runs, how far, how
+// fast and about how long is left; after, how much in how long.
+std::string ResyncLine(const grantfs::proto::StatusReply& st) {
+  const double secs = st.resync_elapsed_ms() / 1000.0;
+  const uint64_t done = st.resync_done_bytes(), total = st.resync_total_bytes();
+  const double rate = secs > 0 ? done / secs : 0;
+  if (!st.resync_active()) {
+    return absl::StrFormat("last one sent %s in %.1f s (%s/s)", Human(done), secs, Human(rate));
+  }
+  const double pct = total > 0 ? 100.0 * std::min(done, total) / total : 0;
+  std::string eta = "?";
+  if (rate > 0 && total > done) eta = absl::StrFormat("about %.0f s left", (total - done) / rate);
+  if (total <= done) eta = "finishing";
+  return absl::StrFormat("sending a snapshot to the replica: %.0f%% (%s of %s) at %s/s, %s", pct,
+                         Human(done), Human(total), Human(rate), eta);
 }
 
 // A client of `server` alone (no failover to another one).
@@ -135,6 +153,7 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
              (unsigned long long)st.repl_round_trips(),
              static_cast<double>(st.repl_round_trips()) / st.repl_records());
     }
+    if (st.has_resync_elapsed_ms()) printf("resync:          %s\n", ResyncLine(st).c_str());
   }
   // A replica holds a copy, not the volume: its space figures are the
   // primary's business.
@@ -205,16 +224,19 @@ void PrintClients(const std::string& server, const grantfs::proto::StatusReply& 
   printf("%-16s  %-14s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node", "mount",
          "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit", "lease");
   for (const auto& ses : st.sessions()) {
-    const std::string beat = ses.heartbeat_age_ms() < 0
-                                 ? "none yet"
+    const std::string beat = !ses.has_heartbeat_age_ms()
+                                 ? "-"
                                  : absl::StrFormat("%.1fs ago", ses.heartbeat_age_ms() / 1000.0);
-    printf("%016llx  %-14s %-32s %9s %5llu %6llu %10s %10s %9llu %10s %+6.1fs%s\n",
+    // "-": not reported (no heartbeat yet, or a mount from before reports).
+    const std::string dirty = ses.has_report() ? Human(ses.report().dirty_bytes()) : "-";
+    const std::string in_flight =
+        ses.has_report() ? absl::StrCat(ses.report().writes_in_flight()) : "-";
+    printf("%016llx  %-14s %-32s %9s %5llu %6llu %10s %10s %9s %10s %+6.1fs%s\n",
            (unsigned long long)ses.client_id(), ses.peer().empty() ? "-" : ses.peer().c_str(),
            ses.client_name().c_str(), beat.c_str(), (unsigned long long)ses.open_files(),
-           (unsigned long long)ses.locked_files(), Human(ses.grant_bytes()).c_str(),
-           Human(ses.report().dirty_bytes()).c_str(),
-           (unsigned long long)ses.report().writes_in_flight(), Human(ses.credit_bytes()).c_str(),
-           ses.lease_left_ms() / 1000.0, ses.reclaiming() ? " reclaiming" : "");
+           (unsigned long long)ses.locked_files(), Human(ses.grant_bytes()).c_str(), dirty.c_str(),
+           in_flight.c_str(), Human(ses.credit_bytes()).c_str(), ses.lease_left_ms() / 1000.0,
+           ses.reclaiming() ? " reclaiming" : "");
   }
 }
 

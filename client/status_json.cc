@@ -31,11 +31,15 @@ google::protobuf::Struct SessionToStruct(const proto::SessionInfo& ses) {
   SetNumber(s, "peak_writes", ses.peak_writes());
   SetNumber(s, "recalls", ses.recalls());
   (*s.mutable_fields())["reclaiming"].set_bool_value(ses.reclaiming());
-  SetNumber(s, "heartbeat_age_ms", ses.heartbeat_age_ms());
-  SetNumber(s, "dirty_bytes", ses.report().dirty_bytes());
-  SetNumber(s, "dirty_limit_bytes", ses.report().dirty_limit_bytes());
-  SetNumber(s, "writes_in_flight", ses.report().writes_in_flight());
-  SetNumber(s, "kernel_inodes", ses.report().kernel_inodes());
+  // -1 and no report: no heartbeat yet, or a server or mount from before
+  // they were kept.
+  SetNumber(s, "heartbeat_age_ms", ses.has_heartbeat_age_ms() ? ses.heartbeat_age_ms() : -1);
+  if (ses.has_report()) {
+    SetNumber(s, "dirty_bytes", ses.report().dirty_bytes());
+    SetNumber(s, "dirty_limit_bytes", ses.report().dirty_limit_bytes());
+    SetNumber(s, "writes_in_flight", ses.report().writes_in_flight());
+    SetNumber(s, "kernel_inodes", ses.report().kernel_inodes());
+  }
   return s;
 }
 
@@ -75,6 +79,12 @@ Struct StatusToStruct(const std::string& server, const proto::StatusReply& st) {
   f["ledger_ok"].set_bool_value(st.ledger_ok());
   SetNumber(out, "disk_room_bytes", st.disk_room_bytes());
   SetNumber(out, "hold_bytes", st.hold_bytes());
+  if (st.has_resync_elapsed_ms()) {
+    f["resync_active"].set_bool_value(st.resync_active());
+    SetNumber(out, "resync_done_bytes", st.resync_done_bytes());
+    SetNumber(out, "resync_total_bytes", st.resync_total_bytes());
+    SetNumber(out, "resync_elapsed_ms", st.resync_elapsed_ms());
+  }
   if (st.has_replica_disk_room_bytes()) {
     SetNumber(out, "replica_disk_room_bytes", st.replica_disk_room_bytes());
     f["replica_hold_short"].set_bool_value(st.replica_hold_short());

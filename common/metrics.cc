@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 
 namespace grantfs {
@@ -17,19 +18,23 @@ std::string Number(double v) {
   if (std::isnan(v)) return "NaN";
   // Integers as integers (byte counts past 2^53 lose only their last digits).
   if (v == std::floor(v) && std::fabs(v) < 1e18) return absl::StrCat(static_cast<int64_t>(v));
-  return absl::StrFormat("%.10g", v);
+  return absl::StrFormat("%.17g", v);
 }
 
 }  // namespace
 
 void MetricsText::Sample(const std::string& name, const char* type, const std::string& help,
                          const std::string& labels, double value, const char* suffix) {
-  if (described_.emplace(name, true).second) {
-    absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  auto [it, added] = family_of_.emplace(name, families_.size());
+  if (added) {
+    families_.push_back(
+        absl::StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n"));
   }
-  absl::StrAppend(&out_, name, suffix, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}",
-                  " ", Number(value), "\n");
+  absl::StrAppend(&families_[it->second], name, suffix, labels.empty() ? "" : "{", labels,
+                  labels.empty() ? "" : "}", " ", Number(value), "\n");
 }
+
+std::string MetricsText::text() const { return absl::StrJoin(families_, ""); }
 
 std::string LabelValue(absl::string_view v) {
   std::string out;

@@ -2,20 +2,22 @@
 // what servers and mounts serve on --metrics_addr (common/metrics_http.h).
 // docs/metrics.md lists every metric.
 //
-// LatencyHistogram counts durations in fixed buckets with atomics only, so
-// the paths that observe them take no lock. OpLatencies is a family of them,
-// one per operation name. MetricsText writes the exposition: each metric's
+// LatencyHistogram counts durations in fixed buckets with atomics only.
+// OpLatencies is a family of them, one per operation name (finding one
+// takes a reader lock). MetricsText writes the exposition: each metric's
 // HELP and TYPE once, then its samples.
 #ifndef GRANTFS_COMMON_METRICS_H_
 #define GRANTFS_COMMON_METRICS_H_
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
@@ -29,9 +31,11 @@ namespace grantfs {
 class MetricsText {
  public:
   // One sample of metric `name` of `type` ("counter", "gauge",
-  // "histogram"): its HELP and TYPE lines come first, once. `labels`:
-  // "" or `a="x",b="y"` (values escaped with LabelValue). `suffix` is
-  // appended to the sample's name (a histogram's "_bucket").
+  // "histogram"): its HELP and TYPE lines come first, once, and every
+  // sample of a metric is written together (the format wants each family
+  // in one group), families in the order first seen. `labels`: "" or
+  // `a="x",b="y"` (values escaped with LabelValue). `suffix` is appended to
+  // the sample's name (a histogram's "_bucket").
   void Sample(const std::string& name, const char* type, const std::string& help,
               const std::string& labels, double value, const char* suffix = "");
   void Gauge(const std::string& name, const std::string& help, double value,
@@ -43,11 +47,12 @@ class MetricsText {
                const std::string& labels = "") {
     Sample(name, "counter", help, labels, value);
   }
-  const std::string& text() const { return out_; }
+  // The exposition.
+  std::string text() const;
 
  private:
-  std::string out_;
-  std::map<std::string, bool> described_;
+  std::vector<std::string> families_;        // header and samples, in order
+  std::map<std::string, size_t> family_of_;  // name -> index in families_
 };
 
 // `v` as a label value: backslash, double quote and newline escaped.
@@ -90,20 +95,23 @@ class OpLatencies {
   std::map<std::string, std::unique_ptr<LatencyHistogram>> by_name_ ABSL_GUARDED_BY(mu_);
 };
 
-// Times one operation into a histogram (nothing when it is null).
+// Times one operation into a histogram (nothing when it is null), on the
+// monotonic clock.
 class OpTimer {
  public:
   explicit OpTimer(LatencyHistogram* h)
-      : h_(h), start_(h != nullptr ? absl::Now() : absl::Time()) {}
+      : h_(h),
+        start_(h != nullptr ? std::chrono::steady_clock::now()
+                            : std::chrono::steady_clock::time_point()) {}
   ~OpTimer() {
-    if (h_ != nullptr) h_->Observe(absl::Now() - start_);
+    if (h_ != nullptr) h_->Observe(absl::FromChrono(std::chrono::steady_clock::now() - start_));
   }
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
  private:
   LatencyHistogram* const h_;
-  const absl::Time start_;
+  const std::chrono::steady_clock::time_point start_;
 };
 
 // How WriteProtoNumbers shows the fields of a message.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <set>
 #include <tuple>
 
 #include "common/errno_status.h"
@@ -99,6 +100,17 @@ std::vector<uint64_t> LockManager::InodesOf(uint64_t client_id) {
                     [&](const FileLock& f) { return f.owner.client_id == client_id; })) {
       out.push_back(ino);
     }
+  }
+  return out;
+}
+
+std::map<uint64_t, size_t> LockManager::LockedFilesByClient() {
+  absl::MutexLock l(&mu_);
+  std::map<uint64_t, size_t> out;
+  for (const auto& [ino, v] : locks_) {
+    std::set<uint64_t> clients;
+    for (const FileLock& f : v) clients.insert(f.owner.client_id);
+    for (uint64_t c : clients) ++out[c];
   }
   return out;
 }

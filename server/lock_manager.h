@@ -56,6 +56,8 @@ class LockManager {
   void ReleaseClient(uint64_t ino, uint64_t client_id);
   // The inodes on which the client holds locks.
   std::vector<uint64_t> InodesOf(uint64_t client_id);
+  // For every client that holds locks: on how many files (one pass).
+  std::map<uint64_t, size_t> LockedFilesByClient();
 
   // The locks held on `ino`, in a fixed order (so two lists compare equal
   // when they hold the same locks).

@@ -66,11 +66,23 @@ TEST_F(ReplicationTest, EmptyReplicaGetsSnapshotThenLiveChanges) {
   ASSERT_OK(volume_->Fsync(ctx_, big.ino()));
   const uint64_t head_before = replicator_->Head();
   ASSERT_GT(head_before, 10u);
+  proto::StatusReply before;
+  replicator_->FillStatus(&before);
+  EXPECT_FALSE(before.has_resync_elapsed_ms()) << "no resync yet";
 
   ASSERT_NO_FATAL_FAILURE(StartReplica());
   ASSERT_NO_FATAL_FAILURE(WaitInSync());
   EXPECT_EQ(replica_->epoch(), epoch_);
   EXPECT_GE(replica_->applied_seq(), head_before);
+  // Status tells of the resync: done, and every byte of the files read
+  // (chunks of 5 MiB of data at least).
+  proto::StatusReply after;
+  replicator_->FillStatus(&after);
+  ASSERT_TRUE(after.has_resync_elapsed_ms());
+  EXPECT_FALSE(after.resync_active());
+  EXPECT_GE(after.resync_total_bytes(), 5 * kMiB);
+  EXPECT_GE(after.resync_done_bytes(), after.resync_total_bytes());
+  EXPECT_GE(after.resync_elapsed_ms(), 0);
 
   // Live changes, now replicated synchronously.
   ASSERT_OK(volume_->Write(ctx_, big.ino(), 3 * kMiB, Pattern(2 * kMiB, 4), false));

@@ -54,7 +54,42 @@ const ProtoMetricsSpec& StatusSpec() {
        {"hold_bytes", "space the space hold keeps for promises made"},
        {"replica_disk_room_bytes", "room on the in-sync replica's data disk, as it last said"},
        {"replica_hold_short",
-        "1 when the replica's hold does not cover what was promised (no new grants)"}}};
+        "1 when the replica's hold does not cover what was promised (no new grants)"},
+       {"resync_active", "1 while a snapshot is being sent to the replica (a resync)"},
+       {"resync_done_bytes", "bytes of the latest resync's files read so far"},
+       {"resync_total_bytes", "bytes of the latest resync's files, as they were when it began"},
+       {"resync_elapsed_ms", "how long the latest resync ran (runs), in milliseconds"}}};
+  return *spec;
+}
+
+// The fields of StatusReply that only a server holding the volume sets
+// (GrantFsService::FillStatus); a replica's would read as zeros.
+const ProtoMetricsSpec& ReplicaStatusSpec() {
+  static const ProtoMetricsSpec* spec = [] {
+    auto* s = new ProtoMetricsSpec(StatusSpec());
+    for (const char* f :
+         {"capacity_bytes",      "used_bytes",         "inodes",         "next_ino",
+          "pending_deletes",     "granted_bytes",      "reserved_bytes", "ledger_ok",
+          "write_backlog_bytes", "write_budget_bytes", "leases_held",    "leases_granted",
+          "lease_recalls",       "lease_recall_waits", "lease_lapsed",   "leases_refused_hot",
+          "leases_evicted",      "meta_changes",       "meta_wal_syncs", "disk_room_bytes",
+          "hold_bytes"}) {
+      s->skip.insert(f);
+    }
+    return s;
+  }();
+  return *spec;
+}
+
+const ProtoMetricsSpec& ReportSpec() {
+  static const ProtoMetricsSpec* spec = new ProtoMetricsSpec{
+      "grantfs_session_",
+      {},
+      {},
+      {{"dirty_bytes", "bytes written on the mount, not yet on the server (its last heartbeat)"},
+       {"dirty_limit_bytes", "the most its write cache holds (its last heartbeat)"},
+       {"kernel_inodes", "inodes its kernel holds (its last heartbeat)"},
+       {"writes_in_flight", "write RPCs it had under way (its last heartbeat)"}}};
   return *spec;
 }
 
@@ -69,7 +104,9 @@ const ProtoMetricsSpec& SessionSpec() {
        {"peak_writes", "most writes it had in flight at once"},
        {"recalls", "grant recalls sent to it"},
        {"reclaiming", "1 while it has not reclaimed its open files after a restart or failover"},
-       {"lease_left_ms", "milliseconds until its session lease runs out"}}};
+       {"lease_left_ms", "milliseconds until its session lease runs out"},
+       {"heartbeat_age_ms", "milliseconds since its last heartbeat"},
+       {"locked_files", "files it holds locks on"}}};
   return *spec;
 }
 
@@ -106,12 +143,14 @@ std::string ServerMetrics::Render() {
   }
   t.Gauge("grantfs_server_serving", "1 when this server takes changes (not fenced or isolated)",
           s.not_serving().empty() && (role == "primary" || role == "standalone") ? 1 : 0);
-  WriteProtoNumbers(&t, StatusSpec(), s);
+  WriteProtoNumbers(&t, endpoint_->has_volume() ? StatusSpec() : ReplicaStatusSpec(), s);
   t.Gauge("grantfs_server_sessions", "mount sessions open", s.sessions_size());
   for (const proto::SessionInfo& ses : s.sessions()) {
-    WriteProtoNumbers(&t, SessionSpec(), ses,
-                      absl::StrCat("client_id=\"", ses.client_id(), "\",client=\"",
-                                   LabelValue(ses.client_name()), "\""));
+    const std::string labels =
+        absl::StrCat("client_id=\"", absl::Hex(ses.client_id(), absl::kZeroPad16), "\",client=\"",
+                     LabelValue(ses.client_name()), "\"");
+    WriteProtoNumbers(&t, SessionSpec(), ses, labels);
+    if (ses.has_report()) WriteProtoNumbers(&t, ReportSpec(), ses.report(), labels);
   }
   return t.text();
 }

@@ -181,11 +181,13 @@ void GrantFsService::FillStatus(proto::StatusReply* reply) {
   const CommitStats commits = volume_->meta().store().Commits();
   reply->set_meta_changes(commits.changes);
   reply->set_meta_wal_syncs(commits.wal_syncs);
+  const std::map<uint64_t, size_t> locked = volume_->LockedFiles();
   for (auto& info : volume_->sessions().List()) {
     info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
-    info.set_locked_files(volume_->LockedFiles(info.client_id()));
+    auto l = locked.find(info.client_id());
+    info.set_locked_files(l != locked.end() ? l->second : 0);
     *reply->add_sessions() = info;
   }
 }

@@ -79,6 +79,9 @@ class GrantFsService final {
   grpc::Status Status(Ctx*, const proto::StatusRequest*, proto::StatusReply*);
   // What Status answers, for a caller in this process (the metrics).
   void FillStatus(proto::StatusReply* reply);
+  // Whether it serves a volume (a replica's does not: its Status has no
+  // ledger, leases or sessions).
+  bool has_volume() const { return volume_ != nullptr; }
   grpc::Status Echo(Ctx*, const proto::EchoRequest*, proto::EchoReply*);
   grpc::Status Switchover(Ctx*, const proto::SwitchoverRequest*, proto::ErrReply*);
   grpc::Status Check(Ctx*, const proto::CheckRequest*, proto::CheckReply*);

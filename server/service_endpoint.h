@@ -35,6 +35,7 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   RequestQueueStats Stats() const { return queue_.Stats(); }
   // What Status answers: the request queue's counts and the service's.
   void FillStatus(proto::StatusReply* reply);
+  bool has_volume() const { return service_->has_volume(); }
 
   using Ctx = grpc::CallbackServerContext;
   using Unary = grpc::ServerUnaryReactor;

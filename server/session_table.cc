@@ -342,10 +342,10 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     info.set_open_files(n);
     info.set_recalls(s.recalls);
     info.set_reclaiming(s.reclaiming);
-    info.set_heartbeat_age_ms(s.reported == absl::InfinitePast()
-                                  ? -1
-                                  : absl::ToInt64Milliseconds(clock_->Now() - s.reported));
-    *info.mutable_report() = s.report;
+    if (s.reported != absl::InfinitePast()) {
+      info.set_heartbeat_age_ms(absl::ToInt64Milliseconds(clock_->Now() - s.reported));
+      *info.mutable_report() = s.report;
+    }
     out.push_back(info);
   }
   return out;

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -234,8 +235,9 @@ class Volume {
   // This volume's serving incarnation: random and never 0. Clients that see
   // it change reclaim their open files (Reclaim).
   uint64_t incarnation() const { return incarnation_; }
-  // How many files `client_id` holds locks on (grantfsctl clients).
-  size_t LockedFiles(uint64_t client_id) { return locks_.InodesOf(client_id).size(); }
+  // For every session that holds locks: on how many files (grantfsctl
+  // clients).
+  std::map<uint64_t, size_t> LockedFiles() { return locks_.LockedFilesByClient(); }
   // A client that was connected to the server before (the last run of this
   // one, or the primary this one took over from) names the files it has
   // open, (ino, handle) pairs. Each is counted as if opened here again (a

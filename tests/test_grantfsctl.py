@@ -104,7 +104,8 @@ def test_clients_lists_each_mount_with_what_it_holds(cluster):
         assert mine["open_files"] >= 1
         assert mine["dirty_limit_bytes"] > 0  # fastwrite: the report came
         assert mine["kernel_inodes"] >= 1
-        assert mine["grant_bytes"] >= 0 and mine["credit_bytes"] >= 0
+        for key in ("grant_bytes", "credit_bytes", "dirty_bytes", "writes_in_flight"):
+            assert isinstance(mine[key], int), (key, mine)
         assert re.fullmatch(r"[0-9a-f]{16}", mine["client_id"])
         assert mine["node"].startswith("node:")
         assert c[cluster.n2]["locked_files"] == 0

@@ -24,17 +24,24 @@ def scrape(port):
         text = r.read().decode()
     out = {}
     types = {}
+    current = None  # the family whose lines these are: each family in one group
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ", 3)
             assert name not in types, f"TYPE of {name} twice"
             types[name] = kind
+            current = name
             continue
         if line.startswith("# HELP "):
             continue
         m = SAMPLE.match(line)
         assert m, f"not a sample: {line!r}"
-        out[(m.group(1), m.group(3) or "")] = float(m.group(4))
+        name = m.group(1)
+        family = name
+        if types.get(current) == "histogram":
+            family = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert family == current, f"{name} outside its family's group (after {current})"
+        out[(name, m.group(3) or "")] = float(m.group(4))
     return out, types
 
 
@@ -95,6 +102,7 @@ def test_server_and_mount_metrics_follow_the_work(metered):
     assert calls.get("Write", 0) >= 1, calls
     sessions = [labels for (n, labels) in s if n == "grantfs_session_grant_bytes"]
     assert len(sessions) == 2 and any("node1" in l for l in sessions), sessions
+    assert all(re.match(r'client_id="[0-9a-f]{16}"', l) for l in sessions), sessions
 
     m, _ = scrape(mount_port)
     ops = check_histograms(m, "grantfs_mount_op_seconds")
@@ -140,9 +148,18 @@ def test_a_server_shows_each_role_it_takes(tmp_base):
         assert a[("grantfs_server_replica_state", 'state="in sync"')] == 1
         assert a[("grantfs_server_serving", "")] == 1
         assert a[("grantfs_server_repl_records_total", "")] > 0
+        # A's first act was a resync of the empty replica.
+        assert a[("grantfs_server_resync_active", "")] == 0
+        assert a[("grantfs_server_resync_total_bytes", "")] > 0
+        r = subprocess.run(t["A"].ctl_argv("status"), capture_output=True, text=True, timeout=60)
+        assert "resync:          last one sent" in r.stdout, r.stdout
         b, _ = scrape(ports["B"])
         assert b[("grantfs_server_role", 'role="replica"')] == 1
         assert b[("grantfs_server_serving", "")] == 0
+        # A replica serves no volume: no ledger (it would read 0: "broken").
+        assert ("grantfs_server_ledger_ok", "") not in b
+        assert ("grantfs_server_capacity_bytes", "") not in b
+        assert ("grantfs_server_acked_seq", "") in b
         w, _ = scrape(ports["W"])
         assert w[("grantfs_server_role", 'role="witness"')] == 1
         r = subprocess.run(t["A"].ctl_argv("switchover"), capture_output=True, text=True,
