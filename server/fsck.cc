@@ -44,7 +44,7 @@
 // Names:
 //   entry_parent_missing, entry_parent_not_dir, entry_target_missing, entry_type,
 //   entry_bad_name, entry_cookie, entry_no_cookie_record, cookie_record_mismatch,
-//   cookie_record_orphan, root, dir_multiple_names, dir_parent, nlink,
+//   cookie_record_orphan, root, dir_multiple_names, dir_parent, file_parent, nlink,
 //   unnamed_inode, unreachable_inode, no_orphan_record, orphan_record_linked,
 //   orphan_record_missing_inode, xattr_missing_inode, lock_missing_inode,
 //   live_and_garbage

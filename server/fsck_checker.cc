@@ -121,6 +121,7 @@ absl::Status Checker::Repair() {
           absl::StrCat("repair: re-reading inode ", ino, ": ", s.ToString()));
     }
     if (fix.nlink) rec.set_nlink(*fix.nlink);
+    if (fix.parent) rec.set_parent(*fix.parent);
     if (fix.allocated_blocks) rec.set_allocated_blocks(*fix.allocated_blocks);
     batch.Put(keys::Inode(ino), rec.SerializeAsString());
   }

@@ -78,6 +78,7 @@ struct ChunkInfo {
 // What --repair changes in an inode record.
 struct InodeFix {
   std::optional<uint32_t> nlink;
+  std::optional<uint64_t> parent;
   std::optional<uint64_t> allocated_blocks;
 };
 class Checker {

@@ -294,6 +294,21 @@ void Checker::CheckInodes() {
                          info.named_in, " but its .. is ", info.parent),
             ino, key);
       }
+      // A file's record names the directory it was made in or last renamed
+      // into (server/subtree.h). One from before that was kept names none
+      // (0): with one name, its directory is that name's. (A directory it
+      // no longer has a name in, after a link elsewhere and an unlink
+      // there, is normal use, not a problem.)
+      if (!dir && info.names == 1 && info.parent == 0) {
+        const size_t p =
+            Add("file_parent",
+                absl::StrCat(Describe(ino), " is named ", Quote(info.first_name), " in directory ",
+                             info.named_in,
+                             " but its record names no directory (made before files kept theirs)"),
+                ino, key);
+        AddBatchFix(p, absl::StrCat("set its directory to ", info.named_in));
+        fixes_[ino].parent = info.named_in;
+      }
       if (!info.reachable) {
         Add("unreachable_inode",
             absl::StrCat(Describe(ino), " is named ", Quote(info.first_name), " in directory ",

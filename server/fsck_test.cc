@@ -352,6 +352,42 @@ TEST_F(FsckTest, WrongLinkCountsAreFoundAndRepaired) {
   EXPECT_EQ(Inode(d).nlink(), 3u);
 }
 
+// A file's record names the directory it was made in or renamed into
+// (server/subtree.h); a record from before that was kept (0) is found, and
+// repaired when the file has one name. A directory it has no name in any
+// more (linked elsewhere, unlinked there) is normal use.
+TEST_F(FsckTest, AFilesDirectoryIsCheckedAndRepaired) {
+  const uint64_t d = Dir(kRootIno, "d");
+  const uint64_t f = File(d, "f");
+  const uint64_t g = File(kRootIno, "g");
+  ASSERT_OK(volume_->Link(ctx_, g, d, "g2"));
+  ASSERT_OK(volume_->Remove(ctx_, kRootIno, "g", false).status());  // one name left, in d
+  const uint64_t h = File(kRootIno, "h");
+  ASSERT_OK(volume_->Link(ctx_, h, d, "h2"));  // two names
+  CloseVolume();
+  EXPECT_EQ(Inode(f).parent(), d);
+  EXPECT_EQ(Inode(g).parent(), kRootIno);
+  EXPECT_TRUE(Fsck().clean()) << Lines(Fsck());
+  for (uint64_t ino : {f, h}) {
+    proto::InodeRecord rec = Inode(ino);
+    rec.set_parent(0);  // as made before the directory was kept
+    PutInode(ino, rec);
+  }
+
+  FsckReport r = Fsck();
+  EXPECT_EQ(KindsOf(r), (Kinds{"file_parent"})) << Lines(r);
+  EXPECT_THAT(
+      r.problems[0].ToString(),
+      HasSubstr(absl::StrCat("inode ", f, " (regular file /d/f) is named 'f' in directory ", d,
+                             " but its record names no directory (made before files kept "
+                             "theirs) [--repair: set its directory to ",
+                             d, "]")));
+  r = Fsck(/*repair=*/true);
+  EXPECT_EQ(r.unrepaired(), 0) << Lines(r);
+  EXPECT_TRUE(Fsck().clean());
+  EXPECT_EQ(Inode(f).parent(), d);
+}
+
 TEST_F(FsckTest, EntryAndReaddirRecordMismatches) {
   const uint64_t f = File(kRootIno, "f");
   ASSERT_OK(volume_->Link(ctx_, f, kRootIno, "f2"));
