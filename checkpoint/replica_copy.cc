@@ -11,6 +11,7 @@
 #include "common/big_endian.h"
 #include "glog/logging.h"
 #include "rocksdb/status.h"
+#include "rocksdb/write_batch.h"
 
 namespace grantfs {
 namespace replica_copy {
@@ -22,6 +23,30 @@ absl::Status SyncDir(const std::string& dir) {
   const int err = errno;
   close(fd);
   if (rc != 0) return absl::InternalError("fsync " + dir + ": " + strerror(err));
+  return absl::OkStatus();
+}
+
+absl::Status CheckBatch(const std::string& rep) {
+  // A header: the sequence number (8 bytes) and the count (4).
+  constexpr size_t kHeader = 12;
+  if (rep.size() < kHeader) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a metadata batch of ", rep.size(), " bytes, shorter than its header"));
+  }
+  // The handler's defaults take puts and deletes of the default column
+  // family and refuse every other kind of record; Iterate also refuses a
+  // record it cannot parse and a count that is not the header's.
+  struct PutsAndDeletes : rocksdb::WriteBatch::Handler {
+    rocksdb::Status SingleDeleteCF(uint32_t, const rocksdb::Slice&) override {
+      return rocksdb::Status::InvalidArgument("a single delete");
+    }
+    rocksdb::Status MergeCF(uint32_t, const rocksdb::Slice&, const rocksdb::Slice&) override {
+      return rocksdb::Status::InvalidArgument("a merge");
+    }
+  } handler;
+  const rocksdb::WriteBatch batch(rep);
+  const rocksdb::Status s = batch.Iterate(&handler);
+  if (!s.ok()) return absl::InvalidArgumentError("a bad metadata batch: " + s.ToString());
   return absl::OkStatus();
 }
 
