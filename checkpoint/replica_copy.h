@@ -32,8 +32,9 @@ bool DecodePosition(const std::string& s, uint64_t* epoch, uint64_t* seq);
 // Whether `rep` (the Data() of a RocksDB WriteBatch from the primary) is a
 // batch the copy may write: whole, and only puts and deletes in the default
 // column family, which is all the primary's metadata store writes. RocksDB
-// checks a batch only after it wrote it to its WAL: a damaged one there
-// would fail every later open of the copy. InvalidArgument otherwise.
+// checks a batch only after it wrote it to its WAL (a damaged one there
+// would fail every later open of the copy), and some records abort it
+// (Debian's build keeps its assertions). InvalidArgument otherwise.
 absl::Status CheckBatch(const std::string& rep);
 // Logs `s` and returns it as INTERNAL, "`what`: ...".
 absl::Status DbError(const rocksdb::Status& s, const char* what);

@@ -368,6 +368,7 @@ TEST_F(ReplicaInputTest, AMalformedMetadataBatchIsRefusedAndTheCopyStillOpens) {
   rocksdb::WriteBatch merge;
   ASSERT_TRUE(merge.Merge("k", "v").ok());  // the copy has no merge operator
   const std::string bad[] = {
+      header(1) + "\x12",                // a transaction's mark (begin persisted prepare)
       header(1) + "\x7fjunk",            // a record of no known type
       header(2) + "\x01\x01k\x01v",      // a put, but the header counts two
       header(1) + "\x05\x01\x01k\x01v",  // a put into column family 1
