@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary change streams to a replica (checkpoint/
 // replica.h), through Replica::Stream served in-process (no network port),
-// on a new data directory under /dev/shm for each input.
+// on a new data directory (under $GRANTFS_FUZZ_DIR, else /dev/shm) for each
+// input, so that an input that fails fails again alone.
 //
 // Input: a hello byte (the stream's epoch, 0 is no hello; whether it names
 // the volume), then up to 32 steps, each a kind byte and its fields:
@@ -208,7 +209,7 @@ class Forward final : public proto::Replication::Service {
 };
 
 struct Fixture {
-  std::string base;  // /dev/shm/grantfs-replica-fuzz-XXXXXX
+  std::string base;  // FuzzTempDir()/grantfs-replica-fuzz-XXXXXX
   Canned canned;
   Forward forward;
   std::unique_ptr<grpc::Server> server;
@@ -484,9 +485,15 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   fx->stub = grantfs::proto::Replication::NewStub(fx->server->InProcessChannel(args));
   std::filesystem::create_directory(fx->base + "/run");
   grantfs::WriteSeedsIfEmpty(*argc, *argv, grantfs::MakeSeeds);
-  // The directory goes when the fuzzer exits (also after a crash input:
-  // libFuzzer's death callback is not ours, so atexit only).
-  atexit([] { std::filesystem::remove_all(grantfs::fx->base); });
+  // At exit (before LeakSanitizer's check, registered earlier): the server
+  // stops and joins its threads, and the directory goes.
+  atexit([] {
+    grantfs::fx->stub.reset();
+    grantfs::fx->server->Shutdown();
+    grantfs::fx->server->Wait();
+    grantfs::fx->server.reset();
+    std::filesystem::remove_all(grantfs::fx->base);
+  });
   return 0;
 }
 
