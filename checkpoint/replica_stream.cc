@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/errno_status.h"
 #include "common/rocks_room.h"
+#include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
 #include "rocksdb/db.h"
@@ -127,6 +128,7 @@ absl::Status Replica::Apply(const proto::ReplRecord& rec, ChunkSet* unsynced) {
   }
   switch (rec.op_case()) {
     case proto::ReplRecord::kMetaBatch: {
+      RETURN_IF_ERROR(replica_copy::CheckBatch(rec.meta_batch()));
       rocksdb::WriteBatch batch(rec.meta_batch());
       rocksdb::Status s =
           WriteInRoom([&](rocksdb::DB* db) { return db->Write(rocksdb::WriteOptions(), &batch); });

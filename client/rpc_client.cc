@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(const RpcClientOpti
   SetReconnect(&args, options.servers.size() > 1 ? 300 : 1000);
   for (const std::string& address : options.servers) {
     Server server;
-    server.channel = options.transport.Connect(address, args);
+    server.channel =
+        options.connect ? options.connect(address, args) : options.transport.Connect(address, args);
     server.stub = proto::GrantFs::NewStub(server.channel);
     server.write_method = std::make_unique<grpc::internal::RpcMethod>(
         kWriteMethod, grpc::internal::RpcMethod::NORMAL_RPC, server.channel);

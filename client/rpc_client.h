@@ -57,6 +57,13 @@ struct RpcClientOptions {
   // attempt, and the wait between attempts, are gRPC's and run on real
   // time.) Not owned.
   Clock* clock = Clock::Monotonic();
+  // Makes the channel to one server from its address and the channel
+  // arguments RpcClient chose. Unset (the default): transport.Connect. The
+  // fuzz target of the mount's reply handling (client/reply_fuzz.cc) hands
+  // an in-process channel to a fake server here.
+  std::function<std::shared_ptr<grpc::Channel>(const std::string& address,
+                                               const grpc::ChannelArguments& args)>
+      connect;
 };
 
 class RpcClient {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -31,6 +32,7 @@
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/write_batch.h"
 #include "server/chunk_store.h"
 #include "server/data_dir.h"
 #include "server/keys.h"
@@ -343,6 +345,62 @@ TEST_F(ReplicaInputTest, ASnapshotCutShortLeavesAReplicaThatStillOpens) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)->epoch(), 0u);
   EXPECT_FALSE(std::filesystem::exists(replica_dir_ + "/meta/CURRENT"));
+}
+
+// A metadata batch that is not a plain batch of puts and deletes (damaged,
+// or of a kind the primary never sends) is refused before the copy's
+// RocksDB writes it to its WAL: once there, the copy would never open
+// again (the WAL's replay fails on it). Found by server/replica_apply_fuzz.cc.
+TEST_F(ReplicaInputTest, AMalformedMetadataBatchIsRefusedAndTheCopyStillOpens) {
+  auto c = Open();
+  ASSERT_TRUE(Handshake(c.get(), 2).error().empty());
+  ASSERT_NO_FATAL_FAILURE(SendSnapshot(c.get(), 2, 10));
+  ReplAck a;
+  ASSERT_TRUE(c->stream->Read(&a));
+  ASSERT_TRUE(a.error().empty()) << a.error();
+  std::string error;
+  EXPECT_TRUE(Drain(c.get(), &error).ok());
+
+  // A batch's header: its sequence number (RocksDB sets it) and its count.
+  auto header = [](uint32_t count) {
+    return std::string(8, '\0') + std::string(reinterpret_cast<const char*>(&count), 4);
+  };
+  rocksdb::WriteBatch merge;
+  ASSERT_TRUE(merge.Merge("k", "v").ok());  // the copy has no merge operator
+  const std::string bad[] = {
+      header(1) + "\x12",                // a transaction's mark (begin persisted prepare)
+      header(1) + "\x7fjunk",            // a record of no known type
+      header(2) + "\x01\x01k\x01v",      // a put, but the header counts two
+      header(1) + "\x05\x01\x01k\x01v",  // a put into column family 1
+      merge.Data(),
+      "short",  // shorter than the header
+  };
+  for (const std::string& batch : bad) {
+    SCOPED_TRACE(absl::CHexEscape(batch));
+    c = Open();
+    ASSERT_TRUE(Handshake(c.get(), 2).error().empty());
+    ReplMessage m;
+    proto::ReplRecord* r = m.add_records();
+    r->set_seq(10);
+    r->set_meta_batch(batch);
+    ASSERT_TRUE(c->stream->Write(m));
+    grpc::Status s = Drain(c.get(), &error);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    EXPECT_THAT(error, HasSubstr("metadata batch"));
+    EXPECT_EQ(replica_->applied_seq(), 9u);
+    // The copy comes back where it was, and takes the next good change.
+    StopReplica();
+    ASSERT_NO_FATAL_FAILURE(StartReplica(absl::Seconds(60)));
+    EXPECT_EQ(replica_->epoch(), 2u);
+    EXPECT_EQ(replica_->applied_seq(), 9u);
+  }
+  c = Open();
+  ASSERT_TRUE(Handshake(c.get(), 2).error().empty());
+  ASSERT_TRUE(c->stream->Write(SyncRecord(10)));
+  ASSERT_TRUE(c->stream->Read(&a));
+  EXPECT_TRUE(a.error().empty()) << a.error();
+  EXPECT_EQ(a.applied_seq(), 10u);
+  EXPECT_TRUE(Drain(c.get(), &error).ok());
 }
 
 TEST_F(ReplicaInputTest, WrongSecretIsRefused) {
