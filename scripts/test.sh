@@ -13,7 +13,7 @@ echo "== thread-safety analysis"
 BUILD_DIR="$BUILD_DIR" scripts/check-thread-safety.sh
 echo "== unit tests"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j2 --timeout 300)
-echo "== fuzz targets, ${FUZZ_SECONDS:=60} s each (docs/testing.md, \"Fuzzing\")"
+echo "== fuzz targets, ${FUZZ_SECONDS:=45} s each (docs/testing.md, \"Fuzzing\")"
 scripts/fuzz.sh "$FUZZ_SECONDS"
 echo "== end-to-end tests"
 GRANTFS_BUILD="$PWD/$BUILD_DIR" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests "$@"

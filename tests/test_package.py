@@ -34,7 +34,7 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
         assert re.search(rf" {re.escape(path)}$", listing, re.M), path
     assert "./sbin/mount.grantfs -> /usr/bin/grantfs-mount" in listing
     depends = run(["dpkg-deb", "-f", deb, "Depends"])
-    for dep in ("fuse3", "libfuse3-3", "libgrpc++1.51", "librocksdb7.8", "libcpp-httplib0.11"):
+    for dep in ("fuse3", "libfuse3-3", "libgrpc++1.51", "librocksdb7.8", "libmicrohttpd12"):
         assert dep in depends, depends
 
     # The programs run from where the package puts them (stripped).
