@@ -41,6 +41,22 @@ struct RequestTag {
   // The record is written; later Mutates of the same request add none.
   bool recorded = false;
 
+  // An operation a mount made on its own in a directory granted to it,
+  // applied now from its log (ApplyLog, docs/namespace-grants.md):
+  // `time_ns` its timestamps (0: the server's clock, MetaTxn::NowNanos),
+  // `ino` the number a create gives the new inode (0: the next free one).
+  int64_t time_ns = 0;
+  uint64_t ino = 0;
+  // Each Mutate for the request returns once its batch is applied, not
+  // durable, and raises `durable` to what to wait for
+  // (MetaStore::WaitDurable(Durability)): a log of changes pays one WAL sync
+  // and one replica round trip.
+  bool defer_durable = false;
+  struct Durability {
+    uint64_t ticket = 0;          // MetaStore's applied-batch ticket
+    uint64_t replicated_seq = 0;  // the change sink's sequence number
+  } durable;
+
   bool active() const { return client_id != 0 && seq != 0 && !recorded; }
 };
 

@@ -10,6 +10,7 @@ LeaseTable::LeaseTable(const LeaseTableOptions& options, Push push)
 
 void LeaseTable::DropKeys(Holder& h, uint64_t client_id) {
   for (const LeaseKey& key : h.keys) {
+    CountGrant(key, -1);
     auto it = leases_.find(key);
     if (it == leases_.end()) continue;
     it->second.erase(client_id);
@@ -23,6 +24,7 @@ void LeaseTable::ForgetRecalls(Holder& h, uint64_t client_id, uint64_t seq) {
   while (!h.recalling.empty() && h.recalling.front().first <= seq) {
     const auto [s, key] = h.recalling.front();
     h.recalling.pop_front();
+    CountGrant(key, -1);
     auto it = recalling_.find(key);
     if (it == recalling_.end()) continue;
     auto& v = it->second;
@@ -92,10 +94,85 @@ void LeaseTable::Forget(uint64_t client_id) {
   holders_.erase(it);
 }
 
-void LeaseTable::Inherit(absl::Span<const uint64_t> client_ids, absl::Time until) {
+void LeaseTable::Inherit(absl::Span<const uint64_t> client_ids, absl::Time until,
+                         bool with_grants) {
   absl::MutexLock l(&mu_);
   for (uint64_t id : client_ids) holders_[id].inherited = true;
   inherited_until_ = std::max(inherited_until_, until);
+  if (with_grants) {
+    inherited_grants_until_ns_.store(
+        std::max(inherited_grants_until_ns_.load(), absl::ToUnixNanos(until)));
+  }
+}
+
+bool LeaseTable::GrantsOut() const {
+  if (grants_out_.load(std::memory_order_acquire) > 0) return true;
+  const int64_t inherited = inherited_grants_until_ns_.load(std::memory_order_acquire);
+  return inherited != 0 && absl::ToUnixNanos(options_.clock->Now()) < inherited;
+}
+
+void LeaseTable::CountGrant(const LeaseKey& key, int delta) {
+  if (key.kind == LeaseKey::kGrant) grants_out_.fetch_add(delta, std::memory_order_acq_rel);
+}
+
+bool LeaseTable::HeldByOther(uint64_t origin, absl::Span<const LeaseKey> keys) {
+  absl::MutexLock l(&mu_);
+  for (const LeaseKey& key : keys) {
+    if (auto it = leases_.find(key); it != leases_.end()) {
+      for (uint64_t id : it->second) {
+        if (id != origin) return true;
+      }
+    }
+    if (auto r = recalling_.find(key); r != recalling_.end()) {
+      for (const auto& [id, seq] : r->second) {
+        if (id != origin) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool LeaseTable::BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return false;
+  Holder& h = it->second;
+  const absl::Time now = options_.clock->Now();
+  const bool inherited = h.inherited && inherited_until_ > now;
+  if (!inherited) {
+    if (h.until <= now) return false;
+    for (const LeaseKey& key : keys) {
+      if (h.keys.contains(key)) continue;
+      bool recalled = false;
+      for (const auto& [seq, k] : h.recalling) recalled = recalled || (k == key && seq > h.acked);
+      if (!recalled) return false;
+    }
+  }
+  ++h.applying;
+  return true;
+}
+
+void LeaseTable::GrantCreated(uint64_t client_id, uint64_t dir, uint64_t epoch) {
+  absl::MutexLock l(&mu_);
+  const LeaseKey key = LeaseKey::NsGrant(dir);
+  auto changed = changed_.find(key);
+  if ((changed == changed_.end() ? floor_ : changed->second) >= epoch) return;
+  auto it = holders_.find(client_id);
+  if (it == holders_.end()) return;
+  Holder& h = it->second;
+  const absl::Time now = options_.clock->Now();
+  if (h.until <= now && !(h.inherited && inherited_until_ > now)) return;
+  if (h.keys.insert(key).second) {
+    leases_[key].insert(client_id);
+    ++held_;
+    CountGrant(key, +1);
+  }
+}
+
+void LeaseTable::EndApply(uint64_t client_id) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it != holders_.end() && it->second.applying > 0) --it->second.applying;
 }
 
 bool LeaseTable::Takes(uint64_t client_id) {
@@ -131,6 +208,7 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
     }
     leases_[key].insert(client_id);
     ++held_;
+    CountGrant(key, +1);
     if (h.keys.size() > options_.max_leases_per_holder) Evict(h, client_id, key, now);
   }
   ++stats_.granted;
@@ -171,10 +249,16 @@ uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& k
   recalling_[key].emplace_back(client_id, h.sent);
   proto::Invalidation inv;
   inv.set_recall(h.sent);
-  if (key.kind == LeaseKey::kAttr) {
-    inv.set_ino(key.ino);
-  } else {
-    inv.set_dir(key.ino);
+  switch (key.kind) {
+    case LeaseKey::kAttr:
+      inv.set_ino(key.ino);
+      break;
+    case LeaseKey::kDir:
+      inv.set_dir(key.ino);
+      break;
+    case LeaseKey::kGrant:
+      inv.set_grant(key.ino);
+      break;
   }
   // A push that fails ends the stream: the mount re-subscribes, having
   // dropped everything.
@@ -212,8 +296,10 @@ bool LeaseTable::Done(const Wait& w, absl::Time now) {
   if (it == holders_.end()) return true;
   const Holder& h = it->second;
   if (h.streams != w.streams) return true;  // it re-subscribed: holds nothing old
-  if (w.seq == 0) return !h.inherited || inherited_until_ <= now;
-  return h.acked >= w.seq || h.until <= now;
+  // A session still applying its log is waited for even past its lease
+  // (BeginApply): what it applies was acknowledged to its programs.
+  if (w.seq == 0) return !h.inherited || (inherited_until_ <= now && h.applying == 0);
+  return h.acked >= w.seq || (h.until <= now && h.applying == 0);
 }
 
 void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
@@ -249,10 +335,16 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
       it->second.erase(c++);
       --held_;
       auto hit = holders_.find(id);
-      if (hit == holders_.end()) continue;
+      if (hit == holders_.end()) {
+        CountGrant(key, -1);
+        continue;
+      }
       Holder& h = hit->second;
       h.keys.erase(key);
-      if (h.until <= now) continue;  // its leases ran out
+      if (h.until <= now && h.applying == 0) {  // its leases ran out
+        CountGrant(key, -1);
+        continue;
+      }
       // The wait ends when the mount acknowledges, re-subscribes or its
       // leases run out.
       const uint64_t seq = SendRecall(h, id, key, now);

@@ -37,6 +37,7 @@
 #ifndef GRANTFS_SERVER_LEASE_TABLE_H_
 #define GRANTFS_SERVER_LEASE_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,12 +56,18 @@
 namespace grantfs {
 
 struct LeaseKey {
-  enum Kind : uint8_t { kAttr = 0, kDir = 1 };
+  // kGrant: a namespace grant (docs/namespace-grants.md): the holder alone
+  // changes the directory's names, in its own log, so a read or a change
+  // of the directory (or of an inode in it) by another session recalls it
+  // first (Volume::BreakGrants), and its recall is answered once the log
+  // is applied.
+  enum Kind : uint8_t { kAttr = 0, kDir = 1, kGrant = 2 };
   uint64_t ino = 0;
   Kind kind = kAttr;
 
   static LeaseKey Attr(uint64_t ino) { return {ino, kAttr}; }
   static LeaseKey Dir(uint64_t ino) { return {ino, kDir}; }
+  static LeaseKey NsGrant(uint64_t ino) { return {ino, kGrant}; }
   bool operator==(const LeaseKey& o) const { return ino == o.ino && kind == o.kind; }
   template <typename H>
   friend H AbslHashValue(H h, const LeaseKey& k) {
@@ -130,8 +137,30 @@ class LeaseTable {
   // The session ended (closed or expired): it holds nothing.
   void Forget(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A restarted or new primary: each of `client_ids` may hold leases of the
-  // last server until it subscribes here or until `until`.
-  void Inherit(absl::Span<const uint64_t> client_ids, absl::Time until) ABSL_LOCKS_EXCLUDED(mu_);
+  // last server until it subscribes here or until `until`. `with_grants`:
+  // some of them may hold namespace grants too (GrantsOut).
+  void Inherit(absl::Span<const uint64_t> client_ids, absl::Time until, bool with_grants = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether any session may hold a namespace grant now (held, being
+  // recalled, or inherited): when not, nothing needs BreakGrants. No lock.
+  bool GrantsOut() const;
+  // Whether a session other than `origin` holds one of `keys` or has not
+  // acknowledged its recall yet.
+  bool HeldByOther(uint64_t origin, absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // A session applies operations of its log in the directories `keys`
+  // (namespace grants): true when it holds each of them, or it was recalled
+  // and not acknowledged yet, or the session is inherited; its leases have
+  // not run out. Then, until EndApply, no recall waiting for the session
+  // ends by its leases running out: a session that stopped answering but
+  // still applies is waited for until it is done.
+  bool BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // A directory the session made while applying its log, in a directory
+  // granted to it: granted to it as well, whatever its heat (nobody else
+  // can know it yet), unless its leases ran out. A session whose stream is
+  // not up (it replays its log to a server that took over) gets it too; it
+  // drops it when it subscribes.
+  void GrantCreated(uint64_t client_id, uint64_t dir, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndApply(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the session takes leases now (its stream is up and renewed).
   bool Takes(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -166,6 +195,7 @@ class LeaseTable {
     uint64_t acked = 0;                   // last recall sequence acknowledged
     std::deque<absl::Time> unacked_sent;  // when acked + 1, acked + 2, ... were sent
     bool inherited = false;               // may hold leases of the last server
+    int applying = 0;                     // BeginApply calls not ended
     absl::flat_hash_set<LeaseKey> keys;
     // Recalls sent and not yet acknowledged, oldest first: (seq, key).
     std::deque<std::pair<uint64_t, LeaseKey>> recalling;
@@ -196,6 +226,8 @@ class LeaseTable {
   bool Done(const Wait& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a recall of `key` (it may become hot).
   void CountRecall(const LeaseKey& key, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps grants_out_ (namespace grants held or being recalled).
+  void CountGrant(const LeaseKey& key, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LeaseTableOptions options_;
   const Push push_;
@@ -210,6 +242,10 @@ class LeaseTable {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<LeaseKey, Heat> heat_ ABSL_GUARDED_BY(mu_);
   absl::Time inherited_until_ ABSL_GUARDED_BY(mu_);
+  // Namespace grants held plus their recalls not acknowledged, and until
+  // when inherited sessions may hold some: read without mu_ (GrantsOut).
+  std::atomic<int64_t> grants_out_{0};
+  std::atomic<int64_t> inherited_grants_until_ns_{0};
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 0;
   // Each Recall is one epoch; changed_ has the last one of each key, or it
   // is at most floor_ (changed_ is cleared when it grows large).

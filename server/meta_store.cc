@@ -342,6 +342,7 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
   {
     absl::MutexLock l(&mu_);
     MetaTxn txn(db_, &counters_, &ledger_, options_.clock);
+    if (tag != nullptr) txn.time_ns_ = tag->time_ns;
     proto::Counters saved = counters_;
     SpaceLedger::Durable saved_ledger = ledger_.Save();
     absl::Status st = fn(&txn);
@@ -386,12 +387,26 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
       replicated_seq = std::max(replicated_seq, PromiseLocked(false));
     }
   }
+  if (tag != nullptr && tag->defer_durable) {
+    tag->durable.ticket = std::max(tag->durable.ticket, ticket);
+    tag->durable.replicated_seq = std::max(tag->durable.replicated_seq, replicated_seq);
+    return absl::OkStatus();
+  }
   // The local fsync and the replica's apply run at the same time: the batch
   // is on its way to the replica already.
   RETURN_IF_ERROR(WaitDurable(ticket));
   changes_durable_.fetch_add(1, std::memory_order_relaxed);
   if (options_.change_sink != nullptr) {
     return options_.change_sink->WaitReplicated(replicated_seq);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetaStore::WaitDurable(const RequestTag::Durability& d) {
+  if (d.ticket == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(WaitDurable(d.ticket));
+  if (options_.change_sink != nullptr && d.replicated_seq != 0) {
+    return options_.change_sink->WaitReplicated(d.replicated_seq);
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "proto/grantfs.pb.h"
 #include "proto/store.pb.h"
+#include "server/dedupe.h"
 #include "server/space_ledger.h"
 
 namespace rocksdb {
@@ -37,8 +38,6 @@ class WriteBatch;
 }  // namespace rocksdb
 
 namespace grantfs {
-
-struct RequestTag;  // server/dedupe.h
 
 struct MetaStoreOptions {
   // RocksDB directory; created if missing. Required.
@@ -144,7 +143,9 @@ class MetaTxn {
   // ledger: a failed change puts both back as they were.
   proto::Counters& counters() { return *counters_; }
   SpaceLedger& ledger() { return *ledger_; }
-  int64_t NowNanos() const { return clock_->NowNanos(); }
+  // The change's time: the clock's, or the one of the logged operation it
+  // applies (RequestTag::time_ns).
+  int64_t NowNanos() const { return time_ns_ != 0 ? time_ns_ : clock_->NowNanos(); }
 
  private:
   friend class MetaStore;
@@ -157,6 +158,7 @@ class MetaTxn {
   proto::Counters* const counters_;
   SpaceLedger* const ledger_;
   Clock* const clock_;
+  int64_t time_ns_ = 0;
   std::unique_ptr<rocksdb::WriteBatch> batch_;
   std::map<std::string, std::optional<std::string>> pending_;
 };
@@ -214,8 +216,13 @@ class MetaStore {
   // While it is active, its dedupe record rides in the same batch and the
   // tag is marked recorded once the batch is applied. Used only by the
   // calling thread, under mu_; not kept.
+  // With tag->defer_durable the change returns once applied, and
+  // tag->durable says what to wait for (WaitDurable below).
   absl::Status Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(MetaTxn*)> fn)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the changes made with RequestTag::defer_durable up to `d`
+  // (and every change applied before them) are durable and replicated.
+  absl::Status WaitDurable(const RequestTag::Durability& d) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `fn` under mu_ with a MetaTxn whose writes are dropped: for the
   // ledger's in-memory changes (reservations) and reads of the counters.
   template <typename Fn>

@@ -89,9 +89,26 @@ absl::Status Namespace::ReadDir(const Caller& caller, uint64_t ino, uint64_t coo
 
 // --- changes ---------------------------------------------------------------
 
+absl::Status Namespace::CheckLoggedIno(MetaTxn* txn, uint64_t client_id, uint64_t ino) {
+  ASSIGN_OR_RETURN(std::optional<std::string> raw, txn->Get(keys::Session(client_id)));
+  proto::SessionRecord session;
+  if (!raw || !session.ParseFromString(*raw)) {
+    return ErrnoStatus(ESTALE, absl::StrCat("inode ", ino, ": session ", client_id,
+                                            " has no record, so no inode numbers"));
+  }
+  bool held = false;
+  for (const auto& r : session.ino_ranges()) held = held || (ino >= r.first() && ino < r.end());
+  if (!held) {
+    return ErrnoStatus(EINVAL,
+                       absl::StrCat("inode ", ino, " is not in a range of session ", client_id));
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> used, txn->Get(keys::Inode(ino)));
+  if (used) return ErrnoStatus(EEXIST, absl::StrCat("inode ", ino, " is in use"));
+  return absl::OkStatus();
+}
+
 proto::InodeRecord Namespace::NewInode(const Caller& caller, const proto::InodeRecord& dir,
-                                       uint32_t mode) {
-  const int64_t now = store_->clock()->NowNanos();
+                                       uint32_t mode, int64_t now) {
   proto::InodeRecord rec;
   rec.set_uid(caller.uid);
   // A setgid directory passes its group on, and its setgid bit to subdirs.
@@ -127,11 +144,18 @@ absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_
     ASSIGN_OR_RETURN(auto existing, txn->GetDirent(parent, name));
     if (existing) return ErrnoStatus(EEXIST, name);
     RETURN_IF_ERROR(CheckAccess(dir, caller, kMayWrite));
-    proto::InodeRecord inode = NewInode(caller, dir, rec.mode());
+    proto::InodeRecord inode = NewInode(caller, dir, rec.mode(), txn->NowNanos());
     inode.set_rdev(rec.rdev());
     inode.set_symlink_target(rec.symlink_target());
-    const uint64_t ino = txn->counters().next_ino();
-    txn->counters().set_next_ino(ino + 1);
+    uint64_t ino;
+    if (tag != nullptr && tag->ino != 0) {
+      // An operation of a mount's log: the number it gave the inode.
+      RETURN_IF_ERROR(CheckLoggedIno(txn, tag->client_id, tag->ino));
+      ino = tag->ino;
+    } else {
+      ino = txn->counters().next_ino();
+      txn->counters().set_next_ino(ino + 1);
+    }
     txn->counters().set_inodes(txn->counters().inodes() + 1);
     if (tag != nullptr) tag->value = ino;  // a retry answers with it
     // A directory's "..", a file's directory (server/subtree.h).

@@ -23,7 +23,8 @@
 // change blocked in a recall waits for an acknowledgement, and a late
 // heartbeat costs the mount its leases), and the calls of sessions,
 // operators and space given back (kControl: opening and closing sessions,
-// Status, Switchover, Check, Grant returning space to other writers).
+// Status, Switchover, Check, Grant returning space to other writers, and
+// ApplyLog, a mount's answer to the recall of a namespace grant).
 //
 // Thread-safe.
 #ifndef GRANTFS_SERVER_REQUEST_QUEUE_H_

@@ -62,6 +62,9 @@ class GrantFsService final {
   grpc::Status Rename(Ctx*, const proto::RenameRequest*, proto::RenameReply*);
   grpc::Status ReadLink(Ctx*, const proto::ReadLinkRequest*, proto::ReadLinkReply*);
   grpc::Status ReadDir(Ctx*, const proto::ReadDirRequest*, proto::ReadDirReply*);
+  // Namespace grants (service_ns_grants.cc, docs/namespace-grants.md).
+  grpc::Status InodeRange(Ctx*, const proto::InodeRangeRequest*, proto::InodeRangeReply*);
+  grpc::Status ApplyLog(Ctx*, const proto::ApplyLogRequest*, proto::ApplyLogReply*);
   grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*);
   grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*);
   grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*);
@@ -113,6 +116,11 @@ class GrantFsService final {
   // (which it reaches): ".." of its top is the top itself, as at "/" of a
   // chroot, and names of inodes outside (links from outside) are left out.
   void ConfineListing(const RequestContext& rc, uint64_t dir, proto::ReadDirReply* reply);
+
+  // Applies one entry of a mount's log (ApplyLog) for the session of `rc`
+  // whose node has `policy`; raises `durable` to what the batch waits for.
+  absl::Status ApplyEntry(Ctx* ctx, const RequestContext& rc, const CallerPolicy& policy,
+                          const proto::LogEntry& entry, RequestTag::Durability* durable);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode

@@ -48,6 +48,24 @@ grpc::Status Once::busy() const {
 
 absl::Status PriorOk(const proto::DedupeRecord&, const RequestContext&) { return absl::OkStatus(); }
 
+Caller CallerOf(const proto::Creds& creds, const CallerPolicy& policy) {
+  Caller c;
+  c.uid = creds.uid();
+  c.gid = creds.gid();
+  c.groups.assign(creds.groups().begin(), creds.groups().end());
+  // What the caller's certificate allows: ids as reported, root squashed
+  // to nobody, or nobody whatever it reports.
+  if (policy.anon) {
+    c.uid = c.gid = kNobody;
+    c.groups.clear();
+  } else if (!policy.root) {
+    if (c.uid == 0) c.uid = kNobody;
+    if (c.gid == 0) c.gid = kNobody;
+    c.groups.erase(std::remove(c.groups.begin(), c.groups.end(), 0u), c.groups.end());
+  }
+  return c;
+}
+
 }  // namespace service_call
 
 grpc::Status GrantFsService::Gate() {
@@ -67,21 +85,8 @@ grpc::Status GrantFsService::Begin(Ctx* ctx, const proto::RequestHeader& header,
                                    RequestContext* rc) {
   if (grpc::Status auth = Authenticate(ctx); !auth.ok()) return auth;
   rc->client_id = header.client_id();
-  rc->caller.uid = header.creds().uid();
-  rc->caller.gid = header.creds().gid();
-  rc->caller.groups.assign(header.creds().groups().begin(), header.creds().groups().end());
-  // What the caller's certificate allows: ids as reported, root squashed
-  // to nobody, or nobody whatever it reports; read-only or not.
   const CallerPolicy policy = options_.transport.PolicyOf(*ctx);
-  if (policy.anon) {
-    rc->caller.uid = rc->caller.gid = kNobody;
-    rc->caller.groups.clear();
-  } else if (!policy.root) {
-    if (rc->caller.uid == 0) rc->caller.uid = kNobody;
-    if (rc->caller.gid == 0) rc->caller.gid = kNobody;
-    rc->caller.groups.erase(std::remove(rc->caller.groups.begin(), rc->caller.groups.end(), 0u),
-                            rc->caller.groups.end());
-  }
+  rc->caller = service_call::CallerOf(header.creds(), policy);
   rc->read_only = policy.read_only;
   if (!policy.subtree.empty()) {
     // Looked up at each call: another node may rename or remove it.

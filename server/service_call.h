@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/errno_status.h"
 #include "glog/logging.h"
 #include "server/dedupe.h"
@@ -42,6 +43,7 @@ std::vector<LeaseKey> ChangedKeys(const proto::SetXattrRequest& r);
 std::vector<LeaseKey> ChangedKeys(const proto::RemoveXattrRequest& r);
 std::vector<LeaseKey> ChangedKeys(const proto::LockRequest& r);
 std::vector<LeaseKey> ChangedKeys(const proto::GrantRequest& r);
+std::vector<LeaseKey> ChangedKeys(const proto::InodeRangeRequest& r);
 
 // Sets reply->err from `s`. Outcomes that are part of normal use (ENOENT of
 // a lookup, EEXIST of O_EXCL, ...) are not logged; anything that points at
@@ -129,6 +131,10 @@ absl::Status PriorAttr(Volume* volume, uint64_t ino, Reply* reply) {
 // Answers a retry of an applied request that replies with nothing but err.
 absl::Status PriorOk(const proto::DedupeRecord&, const RequestContext&);
 
+// The caller a request's credentials stand for, under what the node's
+// certificate allows (ids as reported, root squashed, or nobody).
+Caller CallerOf(const proto::Creds& creds, const CallerPolicy& policy);
+
 }  // namespace service_call
 
 // Every reply carries the client's in-flight write credit as trailing
@@ -165,6 +171,8 @@ grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Rep
     if (absl::Status in = Reaches(ctx, rc, op, ino); !in.ok())
       return service_call::Done(op, in, reply);
   }
+  // Another session's namespace grant covering them is recalled first.
+  volume_->BreakGrants(rc, absl::MakeConstSpan(inos.begin(), inos.size()));
   return service_call::Done(op, body(rc), reply);
 }
 

@@ -94,6 +94,14 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   Unary* Rename(Ctx* c, const proto::RenameRequest* q, proto::RenameReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Rename);
   }
+  Unary* InodeRange(Ctx* c, const proto::InodeRangeRequest* q, proto::InodeRangeReply* r) override {
+    return Queue(Lane::kWork, c, q, r, &S::InodeRange);
+  }
+  // A mount's log is how it answers the recall of a namespace grant, which
+  // calls of the work lane may be waiting for: never queued behind them.
+  Unary* ApplyLog(Ctx* c, const proto::ApplyLogRequest* q, proto::ApplyLogReply* r) override {
+    return Queue(Lane::kControl, c, q, r, &S::ApplyLog);
+  }
   Unary* ReadLink(Ctx* c, const proto::ReadLinkRequest* q, proto::ReadLinkReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::ReadLink);
   }

@@ -119,11 +119,15 @@ std::vector<LeaseKey> ChangedKeys(const proto::RemoveXattrRequest& r) {
 }
 std::vector<LeaseKey> ChangedKeys(const proto::LockRequest&) { return {}; }
 std::vector<LeaseKey> ChangedKeys(const proto::GrantRequest&) { return {}; }
+std::vector<LeaseKey> ChangedKeys(const proto::InodeRangeRequest&) { return {}; }
 }  // namespace service_call
 
 grpc::Status GrantFsService::Lookup(Ctx* ctx, const proto::LookupRequest* req,
                                     proto::AttrReply* reply) {
   return Serve("Lookup", ctx, req, reply, {req->parent()}, [&](const RequestContext& rc) {
+    // The name may be a directory granted to another session, whose
+    // attributes its holder changes on its own.
+    volume_->BreakGrants(rc, {req->parent()}, &req->name());
     LeaseTable& leases = volume_->leases();
     const uint64_t epoch = leases.Epoch();
     auto r = volume_->Lookup(rc, req->parent(), req->name());
@@ -203,6 +207,9 @@ grpc::Status GrantFsService::MkNod(Ctx* ctx, const proto::MkNodRequest* req,
           } else {
             LeaseChangedAttr(volume_, rc, reply);
           }
+          if (created && req->want_grant() && S_ISDIR(r->mode())) {
+            reply->set_granted(volume_->GrantNewDir(rc, r->ino(), epoch));
+          }
         }
         reply->set_created(created);
         return r.status();
@@ -249,6 +256,9 @@ grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
   return ServeOnce(
       "Remove", ctx, req, reply, {req->parent()}, PriorOk,
       [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
+        // A directory granted to another session may hold names only its
+        // holder knows yet.
+        volume_->BreakGrants(rc, {req->parent()}, &req->name());
         // A node restricted to a subtree removes only what it
         // reaches: the name's inode is checked, then pinned.
         ASSIGN_OR_RETURN(uint64_t named,
@@ -270,6 +280,8 @@ grpc::Status GrantFsService::Rename(Ctx* ctx, const proto::RenameRequest* req,
                      // only what it reaches: a rename sets a file's
                      // directory, so a link from outside would come in.
                      // Both names' inodes are checked, then pinned.
+                     volume_->BreakGrants(rc, {req->parent()}, &req->name());
+                     volume_->BreakGrants(rc, {req->new_parent()}, &req->new_name());
                      proto::RenameRequest pinned = *req;
                      if (rc.top != 0) {
                        ASSIGN_OR_RETURN(uint64_t src,
@@ -301,9 +313,24 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
                                      proto::ReadDirReply* reply) {
   return Serve("ReadDir", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
     LeaseTable& leases = volume_->leases();
-    const uint64_t epoch = leases.Epoch();
+    uint64_t epoch = leases.Epoch();
     uint64_t cookie = req->cookie();
     absl::Status s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), reply);
+    // Subdirectories granted to other sessions: their attributes change at
+    // their holders; recalled, then the page is read again.
+    for (int again = 0; s.ok() && again < 3 && leases.GrantsOut(); ++again) {
+      std::vector<LeaseKey> granted;
+      for (const proto::DirEntry& e : reply->entries()) {
+        if (S_ISDIR(e.attr().mode()) && e.name() != "." && e.name() != "..") {
+          granted.push_back(LeaseKey::NsGrant(e.attr().ino()));
+        }
+      }
+      if (granted.empty() || !leases.HeldByOther(rc.client_id, granted)) break;
+      leases.Recall(rc.client_id, granted);
+      reply->Clear();
+      epoch = leases.Epoch();
+      s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), reply);
+    }
     // A node restricted to a subtree does not see links from outside: a
     // page left empty by them is followed by the next, as an empty page
     // that is not the last would end the kernel's listing.

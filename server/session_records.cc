@@ -1,6 +1,7 @@
 #include "server/session_records.h"
 
 #include <cerrno>
+#include <optional>
 #include <string>
 
 #include "common/errno_status.h"
@@ -13,9 +14,46 @@ namespace grantfs {
 absl::Status SessionRecords::PutSession(uint64_t client_id, const proto::SessionRecord& rec,
                                         RequestTag* tag) {
   return store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
-    txn->Put(keys::Session(client_id), rec.SerializeAsString());
+    proto::SessionRecord put = rec;
+    ASSIGN_OR_RETURN(std::optional<std::string> raw, txn->Get(keys::Session(client_id)));
+    proto::SessionRecord old;
+    if (raw && old.ParseFromString(*raw) && put.ino_ranges_size() == 0) {
+      *put.mutable_ino_ranges() = old.ino_ranges();
+    }
+    txn->Put(keys::Session(client_id), put.SerializeAsString());
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<proto::SessionRecord::InodeRange> SessionRecords::AddInodeRange(uint64_t client_id,
+                                                                               uint32_t count,
+                                                                               uint64_t keep_from,
+                                                                               RequestTag* tag) {
+  proto::SessionRecord::InodeRange range;
+  RETURN_IF_ERROR(store_->Mutate(tag, [&](MetaTxn* txn) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<std::string> raw, txn->Get(keys::Session(client_id)));
+    proto::SessionRecord rec;
+    if (!raw) return ErrnoStatus(EAGAIN, "the session is not recorded yet");
+    if (!rec.ParseFromString(*raw)) return CorruptRecord(keys::Session(client_id));
+    proto::SessionRecord kept = rec;
+    kept.clear_ino_ranges();
+    for (const auto& r : rec.ino_ranges()) {
+      if (r.end() > keep_from) *kept.add_ino_ranges() = r;
+    }
+    // A mount that never says which it still uses keeps a bounded list.
+    while (kept.ino_ranges_size() >= kMaxInodeRanges) {
+      kept.mutable_ino_ranges()->erase(kept.mutable_ino_ranges()->begin());
+    }
+    const uint64_t first = txn->counters().next_ino();
+    txn->counters().set_next_ino(first + count);
+    range.set_first(first);
+    range.set_end(first + count);
+    if (tag != nullptr) tag->value = first;  // a retry answers with this range
+    *kept.add_ino_ranges() = range;
+    txn->Put(keys::Session(client_id), kept.SerializeAsString());
+    return absl::OkStatus();
+  }));
+  return range;
 }
 
 absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>>

@@ -22,17 +22,27 @@ namespace grantfs {
 
 class SessionRecords {
  public:
+  // Inode ranges one session's record keeps at most (AddInodeRange).
+  static constexpr int kMaxInodeRanges = 16;
+
   // `store` is not owned and outlives this.
   explicit SessionRecords(MetaStore* store) : store_(store) {}
   SessionRecords(const SessionRecords&) = delete;
   SessionRecords& operator=(const SessionRecords&) = delete;
 
   // The durable record of an open session, so that a server that takes
-  // over or restarts knows which clients may come back to reclaim.
+  // over or restarts knows which clients may come back to reclaim. The
+  // inode ranges of the record it replaces are kept.
   // `tag`: the request the change is made for, or null (MetaStore::Mutate).
   absl::Status PutSession(uint64_t client_id, const proto::SessionRecord& rec,
                           RequestTag* tag = nullptr);
   absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> ListSessions();
+  // `count` fresh inode numbers for the session's namespace grants, added to
+  // its record (which keeps its earlier ranges that end above `keep_from`).
+  // EAGAIN when the session has no record yet.
+  absl::StatusOr<proto::SessionRecord::InodeRange> AddInodeRange(uint64_t client_id, uint32_t count,
+                                                                 uint64_t keep_from,
+                                                                 RequestTag* tag = nullptr);
   // A session ended: its grant goes back to free space and its record is
   // deleted, in one batch.
   absl::Status EndSession(uint64_t client_id);

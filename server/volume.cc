@@ -142,8 +142,10 @@ absl::Status Volume::Recover() {
   // failover. The sessions get a fresh lease to come back in; those that do
   // not release what they held when it runs out.
   ASSIGN_OR_RETURN(auto sessions, meta_->sessions().ListSessions());
+  bool ns_grants = false;  // some session may hold namespace grants
   for (const auto& [client_id, rec] : sessions) {
     sessions_.Restore(client_id, rec.client_name(), rec.peer(), /*recorded=*/true);
+    ns_grants = ns_grants || rec.ino_ranges_size() > 0;
   }
   for (uint64_t client_id : meta_->space().GrantHolders())
     sessions_.Restore(client_id, "(restored)");
@@ -186,7 +188,7 @@ absl::Status Volume::Recover() {
   {
     std::vector<uint64_t> ids;
     for (const proto::SessionInfo& info : sessions_.List()) ids.push_back(info.client_id());
-    leases_.Inherit(ids, options_.lease_clock->Now() + options_.meta_lease);
+    leases_.Inherit(ids, options_.lease_clock->Now() + options_.meta_lease, ns_grants);
   }
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {

@@ -170,6 +170,27 @@ class Volume {
   absl::Status ReadDir(const RequestContext& ctx, uint64_t ino, uint64_t cookie, uint32_t max,
                        proto::ReadDirReply* reply);
 
+  // --- namespace grants (docs/namespace-grants.md; volume_ns_grants.cc) ----
+  // Most inode numbers one InodeRange call hands out.
+  static constexpr uint32_t kMaxInodeRange = 65536;
+  // `count` fresh inode numbers (at most kMaxInodeRange) for the creates the
+  // session makes in its granted directories, recorded in its session
+  // record; its ranges that end at or below `keep_from` are forgotten.
+  absl::StatusOr<proto::SessionRecord::InodeRange> InodeRange(const RequestContext& ctx,
+                                                              uint32_t count, uint64_t keep_from);
+  // Grants directory `dir`, just made by the session, to it (`epoch`:
+  // LeaseTable::Epoch() from before the mkdir). False when the session
+  // takes no leases now, holds no inode range, or the directory is
+  // recalled too often (hot) or was touched since `epoch`.
+  bool GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch);
+  // Before the request of `ctx` reads or changes `inos` (and, with `name`,
+  // the inode that name in the first of them names): the namespace grants
+  // other sessions hold on them or on the directories holding them are
+  // recalled, so that their holders apply their logs first. At once when
+  // no session may hold a grant (LeaseTable::GrantsOut).
+  void BreakGrants(const RequestContext& ctx, absl::Span<const uint64_t> inos,
+                   const std::string* name = nullptr);
+
   // --- files ---------------------------------------------------------------
   // `handle`: the client's id for this open (0: none); a resent Open or
   // Release with the same handle counts once (SessionTable::OpenFile).

@@ -1,0 +1,401 @@
+// Namespace grants at the service (docs/namespace-grants.md): inode ranges,
+// logs applied in one batch and exactly once, the grant checks, and the
+// recall that makes a holder apply its log before another session reads.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "server/service_test_util.h"
+
+namespace grantfs {
+namespace {
+
+// One mount's session: its sequence numbers, its recall stream (a thread
+// that runs `on_grant_recall` for each recalled grant, then acknowledges),
+// and the calls the tests make.
+class Session {
+ public:
+  Session(proto::GrantFs::Stub* stub, bool subscribe) : stub_(stub) {
+    proto::OpenSessionRequest req;
+    proto::OpenSessionReply reply;
+    EXPECT_TRUE(stub_->OpenSession(Ctx().get(), req, &reply).ok());
+    id_ = reply.client_id();
+    if (subscribe) Subscribe();
+  }
+  ~Session() {
+    if (stream_ctx_) stream_ctx_->TryCancel();
+    if (reader_.joinable()) reader_.join();
+  }
+  uint64_t id() const { return id_; }
+  uint64_t NextSeq() { return ++seq_; }
+  template <typename Req>
+  void Tag(Req* req) {
+    req->mutable_header()->set_client_id(id_);
+    req->mutable_header()->set_seq(NextSeq());
+  }
+  // Set before the recall comes; runs on the stream's thread.
+  void OnGrantRecall(std::function<void(uint64_t dir)> fn) {
+    absl::MutexLock l(&mu_);
+    on_grant_recall_ = std::move(fn);
+  }
+  // Stops acknowledging recalls (a mount that hangs).
+  void StopAnswering() { answering_ = false; }
+  int grant_recalls() const { return grant_recalls_.load(); }
+
+  proto::InodeRangeReply Range(uint32_t count, uint64_t keep_from = 0) {
+    proto::InodeRangeRequest req;
+    Tag(&req);
+    req.set_count(count);
+    req.set_keep_from(keep_from);
+    proto::InodeRangeReply reply;
+    EXPECT_TRUE(stub_->InodeRange(Ctx().get(), req, &reply).ok());
+    return reply;
+  }
+  proto::AttrReply MkDir(uint64_t parent, const std::string& name, bool want_grant) {
+    proto::MkNodRequest req;
+    Tag(&req);
+    req.set_parent(parent);
+    req.set_name(name);
+    req.set_mode(S_IFDIR | 0755);
+    req.set_exclusive(true);
+    req.set_want_grant(want_grant);
+    proto::AttrReply reply;
+    EXPECT_TRUE(stub_->MkNod(Ctx().get(), req, &reply).ok());
+    return reply;
+  }
+  proto::AttrReply Lookup(uint64_t parent, const std::string& name) {
+    proto::LookupRequest req;
+    Tag(&req);
+    req.set_parent(parent);
+    req.set_name(name);
+    proto::AttrReply reply;
+    EXPECT_TRUE(stub_->Lookup(Ctx().get(), req, &reply).ok());
+    return reply;
+  }
+  grpc::Status Apply(const std::vector<proto::LogEntry>& entries, proto::ApplyLogReply* reply) {
+    proto::ApplyLogRequest req;
+    Tag(&req);
+    for (const auto& e : entries) *req.add_entries() = e;
+    return stub_->ApplyLog(Ctx().get(), req, reply);
+  }
+  // Entries, each with a fresh sequence number and root's credentials.
+  proto::LogEntry Create(uint64_t ino, uint64_t parent, const std::string& name, uint32_t mode,
+                         int64_t time_ns = 0) {
+    proto::LogEntry e = Entry(time_ns);
+    e.set_ino(ino);
+    proto::MkNodRequest* m = e.mutable_mknod();
+    m->set_parent(parent);
+    m->set_name(name);
+    m->set_mode(mode);
+    return e;
+  }
+  proto::LogEntry Symlink(uint64_t ino, uint64_t parent, const std::string& name,
+                          const std::string& target) {
+    proto::LogEntry e = Entry(0);
+    e.set_ino(ino);
+    proto::SymlinkRequest* m = e.mutable_symlink();
+    m->set_parent(parent);
+    m->set_name(name);
+    m->set_target(target);
+    return e;
+  }
+  proto::LogEntry Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                         const std::string& new_name) {
+    proto::LogEntry e = Entry(0);
+    proto::RenameRequest* m = e.mutable_rename();
+    m->set_parent(parent);
+    m->set_name(name);
+    m->set_new_parent(new_parent);
+    m->set_new_name(new_name);
+    return e;
+  }
+  proto::LogEntry Remove(uint64_t parent, const std::string& name, bool is_dir = false) {
+    proto::LogEntry e = Entry(0);
+    proto::RemoveRequest* m = e.mutable_remove();
+    m->set_parent(parent);
+    m->set_name(name);
+    m->set_is_dir(is_dir);
+    return e;
+  }
+  proto::LogEntry Chmod(uint64_t ino, uint32_t mode) {
+    proto::LogEntry e = Entry(0);
+    proto::SetAttrRequest* m = e.mutable_setattr();
+    m->set_ino(ino);
+    m->set_valid(proto::SetAttrRequest::MODE);
+    m->set_mode(mode);
+    return e;
+  }
+
+  static std::unique_ptr<grpc::ClientContext> Ctx() {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx->AddMetadata("x-grantfs-secret", "s3cret");
+    return ctx;
+  }
+
+ private:
+  proto::LogEntry Entry(int64_t time_ns) {
+    proto::LogEntry e;
+    e.set_seq(NextSeq());
+    e.set_time_ns(time_ns);
+    return e;
+  }
+  void Subscribe() {
+    stream_ctx_ = Ctx();
+    stream_ctx_->set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+    proto::SubscribeRequest req;
+    req.mutable_header()->set_client_id(id_);
+    req.set_leases(true);
+    std::shared_ptr<grpc::ClientReader<proto::InvalidationBatch>> reader(
+        stub_->Subscribe(stream_ctx_.get(), req).release());
+    // The first batch says the subscription was taken.
+    proto::InvalidationBatch first;
+    ASSERT_TRUE(reader->Read(&first));
+    ASSERT_TRUE(first.subscribed());
+    reader_ = std::thread([this, reader] {
+      proto::InvalidationBatch batch;
+      while (reader->Read(&batch)) {
+        for (const proto::Invalidation& inv : batch.items()) {
+          if (inv.recall() == 0 || !answering_) continue;
+          if (inv.grant() != 0) {
+            ++grant_recalls_;
+            std::function<void(uint64_t)> fn;
+            {
+              absl::MutexLock l(&mu_);
+              fn = on_grant_recall_;
+            }
+            if (fn) fn(inv.grant());
+          }
+          proto::AckRecallRequest ack;
+          ack.mutable_header()->set_client_id(id_);
+          ack.set_recall(inv.recall());
+          proto::ErrReply reply;
+          stub_->AckRecall(Ctx().get(), ack, &reply);
+        }
+      }
+      reader->Finish();
+    });
+  }
+
+  proto::GrantFs::Stub* const stub_;
+  uint64_t id_ = 0;
+  std::atomic<uint64_t> seq_{0};
+  std::unique_ptr<grpc::ClientContext> stream_ctx_;
+  std::thread reader_;
+  std::atomic<bool> answering_{true};
+  std::atomic<int> grant_recalls_{0};
+  absl::Mutex mu_;
+  std::function<void(uint64_t)> on_grant_recall_ ABSL_GUARDED_BY(mu_);
+};
+
+class NsGrantsTest : public ServiceTest {
+ protected:
+  // A session with a range of 64 inode numbers and the grant of a new
+  // directory "d" in the root.
+  void Hold(Session* s, const std::string& dir = "d") {
+    proto::InodeRangeReply r = s->Range(64);
+    ASSERT_EQ(r.err(), 0);
+    ASSERT_EQ(r.count(), 64u);
+    first_ = r.first();
+    proto::AttrReply d = s->MkDir(1, dir, /*want_grant=*/true);
+    ASSERT_EQ(d.err(), 0);
+    ASSERT_TRUE(d.granted());
+    dir_ino_ = d.attr().ino();
+  }
+  uint64_t first_ = 0;
+  uint64_t dir_ino_ = 0;
+};
+
+TEST_F(NsGrantsTest, ALogIsAppliedInOrderWithItsNumbersAndTimesInOneWalSync) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  const int64_t t = 1'600'000'000'123'456'789;
+  std::vector<proto::LogEntry> log = {
+      a.Create(first_, dir_ino_, "sub", S_IFDIR | 0755),
+      a.Create(first_ + 1, first_, "f1", S_IFREG | 0644, t),
+      a.Symlink(first_ + 2, dir_ino_, "l", "sub/f1"),
+      a.Rename(first_, "f1", dir_ino_, "f2"),
+      a.Chmod(first_ + 1, 0600),
+      a.Remove(dir_ino_, "l"),
+  };
+  const CommitStats before = volume_->meta().store().Commits();
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs_size(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(reply.errs(i), 0) << "entry " << i;
+  EXPECT_EQ(volume_->meta().store().Commits().wal_syncs - before.wal_syncs, 1u);
+
+  proto::AttrReply f2 = a.Lookup(dir_ino_, "f2");
+  ASSERT_EQ(f2.err(), 0);
+  EXPECT_EQ(f2.attr().ino(), first_ + 1);
+  EXPECT_EQ(f2.attr().mode(), S_IFREG | 0600u);
+  EXPECT_EQ(f2.attr().mtime_ns(), t);
+  EXPECT_EQ(a.Lookup(dir_ino_, "l").err(), ENOENT);
+  EXPECT_EQ(a.Lookup(first_, "f1").err(), ENOENT);
+  EXPECT_EQ(a.Lookup(dir_ino_, "sub").attr().ino(), first_);
+  // Inode numbers of a range are not handed out again by the server.
+  proto::AttrReply other = a.MkDir(dir_ino_, "x", false);
+  ASSERT_EQ(other.err(), 0);
+  EXPECT_GE(other.attr().ino(), first_ + 64);
+}
+
+TEST_F(NsGrantsTest, ABatchSentAgainIsAppliedOnce) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  std::vector<proto::LogEntry> log = {a.Create(first_, dir_ino_, "f", S_IFREG | 0644),
+                                      a.Rename(dir_ino_, "f", dir_ino_, "g")};
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  const uint64_t inodes = volume_->Space().inodes;
+  proto::ApplyLogReply again;
+  ASSERT_TRUE(a.Apply(log, &again).ok());
+  ASSERT_EQ(again.errs_size(), 2);
+  EXPECT_EQ(again.errs(0), 0);  // answered from the records, not EEXIST
+  EXPECT_EQ(again.errs(1), 0);  // nor ENOENT
+  EXPECT_EQ(volume_->Space().inodes, inodes);
+  EXPECT_EQ(a.Lookup(dir_ino_, "g").attr().ino(), first_);
+}
+
+TEST_F(NsGrantsTest, EntriesOutsideTheSessionsGrantsAndRangesAreRefused) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  Session b(stub_.get(), true);
+  proto::InodeRangeReply rb = b.Range(8);
+  ASSERT_EQ(rb.err(), 0);
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply({a.Create(first_, 1, "in-root", S_IFREG | 0644),            // not granted
+                       a.Create(rb.first(), dir_ino_, "theirs", S_IFREG | 0644),  // b's number
+                       a.Create(dir_ino_, dir_ino_, "used", S_IFREG | 0644),      // in use
+                       a.Create(0, dir_ino_, "none", S_IFREG | 0644),             // no number
+                       a.Create(first_ + 1, dir_ino_, "bad/name", S_IFREG | 0644)},
+                      &reply)
+                  .ok());
+  ASSERT_EQ(reply.errs_size(), 5);
+  EXPECT_EQ(reply.errs(0), ESTALE);
+  EXPECT_EQ(reply.errs(1), EINVAL);
+  EXPECT_EQ(reply.errs(2), EINVAL);  // not in the session's range
+  EXPECT_EQ(reply.errs(3), EINVAL);
+  EXPECT_EQ(reply.errs(4), EINVAL);
+  // b holds no grant of "d".
+  proto::ApplyLogReply breply;
+  ASSERT_TRUE(b.Apply({b.Create(rb.first(), dir_ino_, "mine", S_IFREG | 0644)}, &breply).ok());
+  EXPECT_EQ(breply.errs(0), ESTALE);
+  // A session without inode numbers gets no grant.
+  Session c(stub_.get(), true);
+  proto::AttrReply cd = c.MkDir(1, "c", true);
+  ASSERT_EQ(cd.err(), 0);
+  EXPECT_FALSE(cd.granted());
+}
+
+TEST_F(NsGrantsTest, AnotherSessionSeesTheHoldersLogAppliedBeforeItReads) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  // Made on a's side only: the server has not heard of it yet.
+  proto::LogEntry pending = a.Create(first_, dir_ino_, "late", S_IFREG | 0644);
+  std::atomic<int> applied{0};
+  a.OnGrantRecall([&](uint64_t dir) {
+    EXPECT_EQ(dir, dir_ino_);
+    proto::ApplyLogReply reply;
+    EXPECT_TRUE(a.Apply({pending}, &reply).ok());
+    EXPECT_EQ(reply.errs(0), 0);
+    ++applied;
+  });
+  Session b(stub_.get(), true);
+  proto::AttrReply seen = b.Lookup(dir_ino_, "late");
+  EXPECT_EQ(seen.err(), 0);
+  EXPECT_EQ(seen.attr().ino(), first_);
+  EXPECT_EQ(applied.load(), 1);
+  // The grant is gone: a's later entries there are refused.
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply({a.Create(first_ + 1, dir_ino_, "after", S_IFREG | 0644)}, &reply).ok());
+  EXPECT_EQ(reply.errs(0), ESTALE);
+  EXPECT_EQ(a.grant_recalls(), 1);
+}
+
+TEST_F(NsGrantsTest, ListingTheParentRecallsAGrantedSubdirectory) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  a.OnGrantRecall([&](uint64_t) {
+    proto::ApplyLogReply reply;
+    EXPECT_TRUE(a.Apply({a.Create(first_, dir_ino_, "sub", S_IFDIR | 0755)}, &reply).ok());
+  });
+  Session b(stub_.get(), true);
+  proto::ReadDirRequest req;
+  b.Tag(&req);
+  req.set_ino(1);
+  req.set_max_entries(100);
+  proto::ReadDirReply reply;
+  ASSERT_TRUE(stub_->ReadDir(Session::Ctx().get(), req, &reply).ok());
+  ASSERT_EQ(reply.err(), 0);
+  bool found = false;
+  for (const auto& e : reply.entries()) {
+    if (e.name() == "d") {
+      found = true;
+      EXPECT_EQ(e.attr().nlink(), 3u);  // its new subdirectory counted
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(a.grant_recalls(), 1);
+}
+
+// A holder that stops answering loses its grant once its lease ran out;
+// what it sends then is refused, so nobody reads a state that changes
+// behind it.
+class NsGrantsLapseTest : public NsGrantsTest {
+ protected:
+  void SetUp() override {
+    meta_lease_ = absl::Milliseconds(800);
+    NsGrantsTest::SetUp();
+  }
+};
+
+TEST_F(NsGrantsLapseTest, AHolderThatStopsAnsweringLosesItsGrant) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  a.StopAnswering();
+  Session b(stub_.get(), true);
+  EXPECT_EQ(b.Lookup(dir_ino_, "x").err(), ENOENT);  // waited for a's lease to run out
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply({a.Create(first_, dir_ino_, "x", S_IFREG | 0644)}, &reply).ok());
+  EXPECT_EQ(reply.errs(0), ESTALE);
+  EXPECT_EQ(b.Lookup(dir_ino_, "x").err(), ENOENT);
+}
+
+TEST_F(NsGrantsTest, InodeRangesAreRecordedKeptAndRetriedOnce) {
+  Session a(stub_.get(), true);
+  proto::InodeRangeRequest req;
+  a.Tag(&req);
+  req.set_count(10);
+  proto::InodeRangeReply first, retry;
+  ASSERT_TRUE(stub_->InodeRange(Session::Ctx().get(), req, &first).ok());
+  ASSERT_TRUE(stub_->InodeRange(Session::Ctx().get(), req, &retry).ok());
+  EXPECT_EQ(retry.first(), first.first());
+  EXPECT_EQ(retry.count(), 10u);
+  // A second range keeps the first unless the mount says it is done with it.
+  proto::InodeRangeReply second = a.Range(10);
+  EXPECT_EQ(second.first(), first.first() + 10);
+  proto::ApplyLogReply reply;
+  Hold(&a, "e");
+  ASSERT_TRUE(
+      a.Apply({a.Create(first.first(), dir_ino_, "old-range", S_IFREG | 0644)}, &reply).ok());
+  EXPECT_EQ(reply.errs(0), 0);
+  a.Range(10, /*keep_from=*/second.first() + 10);
+  ASSERT_TRUE(
+      a.Apply({a.Create(second.first(), dir_ino_, "dropped", S_IFREG | 0644)}, &reply).ok());
+  EXPECT_EQ(reply.errs(0), EINVAL);
+  EXPECT_EQ(a.Range(0).err(), EINVAL);
+  EXPECT_EQ(a.Range(1u << 30).count(), Volume::kMaxInodeRange);
+}
+
+}  // namespace
+}  // namespace grantfs

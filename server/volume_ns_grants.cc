@@ -1,0 +1,69 @@
+// Volume: namespace grants (docs/namespace-grants.md). A mount that holds
+// the grant of a directory makes the changes of its names on its own, in an
+// ordered log it applies later (GrantFsService::ApplyLog); the server keeps
+// who holds what in the lease table (LeaseKey::kGrant) and recalls a grant
+// before another session reads or changes what it covers.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/keys.h"
+#include "server/volume.h"
+
+namespace grantfs {
+
+absl::StatusOr<proto::SessionRecord::InodeRange> Volume::InodeRange(const RequestContext& ctx,
+                                                                    uint32_t count,
+                                                                    uint64_t keep_from) {
+  if (count == 0) return ErrnoStatus(EINVAL, "an inode range of 0 numbers");
+  count = std::min(count, kMaxInodeRange);
+  return meta_->sessions().AddInodeRange(ctx.client_id, count, keep_from, ctx.tag);
+}
+
+bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch) {
+  if (!leases_.Takes(ctx.client_id)) return false;
+  // Only a session whose record holds inode numbers takes grants: a server
+  // that takes over knows from the record to wait for it (Recover).
+  absl::StatusOr<std::optional<std::string>> raw = meta_->store().Get(keys::Session(ctx.client_id));
+  proto::SessionRecord rec;
+  if (!raw.ok() || !*raw || !rec.ParseFromString(**raw) || rec.ino_ranges_size() == 0) {
+    return false;
+  }
+  if (!leases_.Grant(ctx.client_id, LeaseKey::NsGrant(dir), epoch)) return false;
+  // Registered first, then the others' leases on the directory recalled: a
+  // read that comes after the registration recalls the grant itself
+  // (BreakGrants), one before it is caught by this recall.
+  leases_.Recall(ctx.client_id, {LeaseKey::Dir(dir), LeaseKey::Attr(dir)});
+  return true;
+}
+
+void Volume::BreakGrants(const RequestContext& ctx, absl::Span<const uint64_t> inos,
+                         const std::string* name) {
+  if (!leases_.GrantsOut()) return;
+  std::vector<LeaseKey> keys;
+  auto add = [&](uint64_t ino) {
+    if (ino == 0) return;
+    keys.push_back(LeaseKey::NsGrant(ino));
+    // The directory that holds it (a file's records name the one it was
+    // made in or last moved to, a directory's its parent).
+    absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
+    if (rec.ok() && rec->parent() != 0) keys.push_back(LeaseKey::NsGrant(rec->parent()));
+  };
+  for (uint64_t ino : inos) add(ino);
+  if (name != nullptr && !inos.empty()) {
+    absl::StatusOr<std::optional<std::string>> raw =
+        meta_->store().Get(keys::Dirent(*inos.begin(), *name));
+    proto::DirentRecord d;
+    if (raw.ok() && *raw && d.ParseFromString(**raw)) keys.push_back(LeaseKey::NsGrant(d.ino()));
+  }
+  // Returns at once when nobody else holds them (nor, on a server that
+  // took over, may hold them); else the holders apply their logs first.
+  leases_.Recall(ctx.client_id, keys);
+}
+
+}  // namespace grantfs
