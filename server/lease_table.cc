@@ -112,22 +112,18 @@ bool LeaseTable::GrantsOut() const {
 }
 
 void LeaseTable::CountGrant(const LeaseKey& key, int delta) {
-  if (key.kind == LeaseKey::kGrant) grants_out_.fetch_add(delta, std::memory_order_acq_rel);
+  if (key.kind == LeaseKey::kNsGrant) grants_out_.fetch_add(delta, std::memory_order_acq_rel);
 }
 
 bool LeaseTable::HeldByOther(uint64_t origin, absl::Span<const LeaseKey> keys) {
   absl::MutexLock l(&mu_);
+  if (inherited_until_ > options_.clock->Now()) {
+    for (const auto& [id, h] : holders_) {
+      if (h.inherited && id != origin) return true;  // may hold anything
+    }
+  }
   for (const LeaseKey& key : keys) {
-    if (auto it = leases_.find(key); it != leases_.end()) {
-      for (uint64_t id : it->second) {
-        if (id != origin) return true;
-      }
-    }
-    if (auto r = recalling_.find(key); r != recalling_.end()) {
-      for (const auto& [id, seq] : r->second) {
-        if (id != origin) return true;
-      }
-    }
+    if (HeldByOtherLocked(origin, key)) return true;
   }
   return false;
 }
@@ -139,7 +135,13 @@ bool LeaseTable::BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys)
   Holder& h = it->second;
   const absl::Time now = options_.clock->Now();
   const bool inherited = h.inherited && inherited_until_ > now;
-  if (!inherited) {
+  if (inherited) {
+    // It may replay into what it held; not into what this server granted
+    // to another since.
+    for (const LeaseKey& key : keys) {
+      if (HeldByOtherLocked(client_id, key)) return false;
+    }
+  } else {
     if (h.until <= now) return false;
     for (const LeaseKey& key : keys) {
       if (h.keys.contains(key)) continue;
@@ -152,11 +154,9 @@ bool LeaseTable::BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys)
   return true;
 }
 
-void LeaseTable::GrantCreated(uint64_t client_id, uint64_t dir, uint64_t epoch) {
+void LeaseTable::GrantCreated(uint64_t client_id, uint64_t dir) {
   absl::MutexLock l(&mu_);
   const LeaseKey key = LeaseKey::NsGrant(dir);
-  auto changed = changed_.find(key);
-  if ((changed == changed_.end() ? floor_ : changed->second) >= epoch) return;
   auto it = holders_.find(client_id);
   if (it == holders_.end()) return;
   Holder& h = it->second;
@@ -169,10 +169,37 @@ void LeaseTable::GrantCreated(uint64_t client_id, uint64_t dir, uint64_t epoch) 
   }
 }
 
-void LeaseTable::EndApply(uint64_t client_id) {
+void LeaseTable::EndApply(uint64_t client_id, int n) {
   absl::MutexLock l(&mu_);
   auto it = holders_.find(client_id);
-  if (it != holders_.end() && it->second.applying > 0) --it->second.applying;
+  if (it != holders_.end()) it->second.applying = std::max(0, it->second.applying - n);
+}
+
+void LeaseTable::Drop(uint64_t client_id, const LeaseKey& key) {
+  absl::MutexLock l(&mu_);
+  auto it = holders_.find(client_id);
+  if (it == holders_.end() || !it->second.keys.erase(key)) return;
+  auto held = leases_.find(key);
+  if (held != leases_.end()) {
+    held->second.erase(client_id);
+    if (held->second.empty()) leases_.erase(held);
+  }
+  --held_;
+  CountGrant(key, -1);
+}
+
+bool LeaseTable::HeldByOtherLocked(uint64_t origin, const LeaseKey& key) {
+  if (auto it = leases_.find(key); it != leases_.end()) {
+    for (uint64_t id : it->second) {
+      if (id != origin) return true;
+    }
+  }
+  if (auto r = recalling_.find(key); r != recalling_.end()) {
+    for (const auto& [id, seq] : r->second) {
+      if (id != origin) return true;
+    }
+  }
+  return false;
 }
 
 bool LeaseTable::Takes(uint64_t client_id) {
@@ -196,6 +223,12 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
   const absl::Time now = options_.clock->Now();
   if (!h.up || h.until <= now) return false;
   if (options_.recorded && !options_.recorded(client_id)) return false;
+  // Another session's namespace grant covers the directory: its holder
+  // changes it on its own, so nobody else caches it.
+  if (key.kind != LeaseKey::kNsGrant && grants_out_.load(std::memory_order_acquire) > 0 &&
+      HeldByOtherLocked(client_id, LeaseKey::NsGrant(key.ino))) {
+    return false;
+  }
   auto heat = heat_.find(key);
   if (heat != heat_.end() && heat->second.hot_until > now) {
     ++stats_.refused_hot;
@@ -256,7 +289,7 @@ uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& k
     case LeaseKey::kDir:
       inv.set_dir(key.ino);
       break;
-    case LeaseKey::kGrant:
+    case LeaseKey::kNsGrant:
       inv.set_grant(key.ino);
       break;
   }
@@ -298,7 +331,9 @@ bool LeaseTable::Done(const Wait& w, absl::Time now) {
   if (h.streams != w.streams) return true;  // it re-subscribed: holds nothing old
   // A session still applying its log is waited for even past its lease
   // (BeginApply): what it applies was acknowledged to its programs.
-  if (w.seq == 0) return !h.inherited || (inherited_until_ <= now && h.applying == 0);
+  // An inherited session is waited for only for the window: two that
+  // replay their logs may wait for each other.
+  if (w.seq == 0) return !h.inherited || inherited_until_ <= now;
   return h.acked >= w.seq || (h.until <= now && h.applying == 0);
 }
 

@@ -56,18 +56,18 @@
 namespace grantfs {
 
 struct LeaseKey {
-  // kGrant: a namespace grant (docs/namespace-grants.md): the holder alone
+  // kNsGrant: a namespace grant (docs/namespace-grants.md): the holder alone
   // changes the directory's names, in its own log, so a read or a change
   // of the directory (or of an inode in it) by another session recalls it
   // first (Volume::BreakGrants), and its recall is answered once the log
   // is applied.
-  enum Kind : uint8_t { kAttr = 0, kDir = 1, kGrant = 2 };
+  enum Kind : uint8_t { kAttr = 0, kDir = 1, kNsGrant = 2 };
   uint64_t ino = 0;
   Kind kind = kAttr;
 
   static LeaseKey Attr(uint64_t ino) { return {ino, kAttr}; }
   static LeaseKey Dir(uint64_t ino) { return {ino, kDir}; }
-  static LeaseKey NsGrant(uint64_t ino) { return {ino, kGrant}; }
+  static LeaseKey NsGrant(uint64_t ino) { return {ino, kNsGrant}; }
   bool operator==(const LeaseKey& o) const { return ino == o.ino && kind == o.kind; }
   template <typename H>
   friend H AbslHashValue(H h, const LeaseKey& k) {
@@ -145,7 +145,7 @@ class LeaseTable {
   // recalled, or inherited): when not, nothing needs BreakGrants. No lock.
   bool GrantsOut() const;
   // Whether a session other than `origin` holds one of `keys` or has not
-  // acknowledged its recall yet.
+  // acknowledged its recall yet, or is inherited (may hold anything).
   bool HeldByOther(uint64_t origin, absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
   // A session applies operations of its log in the directories `keys`
   // (namespace grants): true when it holds each of them, or it was recalled
@@ -153,14 +153,19 @@ class LeaseTable {
   // not run out. Then, until EndApply, no recall waiting for the session
   // ends by its leases running out: a session that stopped answering but
   // still applies is waited for until it is done.
+  // An inherited session may apply into any directory but those this
+  // server granted to another since. Each true is ended by EndApply.
   bool BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
   // A directory the session made while applying its log, in a directory
   // granted to it: granted to it as well, whatever its heat (nobody else
   // can know it yet), unless its leases ran out. A session whose stream is
   // not up (it replays its log to a server that took over) gets it too; it
   // drops it when it subscribes.
-  void GrantCreated(uint64_t client_id, uint64_t dir, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  void EndApply(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void GrantCreated(uint64_t client_id, uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // The session no longer holds `key` (a granted directory it removed).
+  void Drop(uint64_t client_id, const LeaseKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends `n` BeginApply calls.
+  void EndApply(uint64_t client_id, int n = 1) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the session takes leases now (its stream is up and renewed).
   bool Takes(uint64_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -226,6 +231,7 @@ class LeaseTable {
   bool Done(const Wait& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a recall of `key` (it may become hot).
   void CountRecall(const LeaseKey& key, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HeldByOtherLocked(uint64_t origin, const LeaseKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps grants_out_ (namespace grants held or being recalled).
   void CountGrant(const LeaseKey& key, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -297,3 +297,82 @@ TEST(LeaseTableRecordTest, ASessionWhoseRecordIsNotDurableTakesNoLease) {
 
 }  // namespace
 }  // namespace grantfs
+
+namespace grantfs {
+namespace {
+
+// Namespace grants (LeaseKey::kNsGrant): nobody else caches a granted
+// directory, a holder that applies its log is waited for past its lease,
+// and GrantsOut ends with the last grant.
+TEST_F(LeaseTableTest, NobodyElseLeasesADirectoryGrantedToASession) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  EXPECT_FALSE(table_.GrantsOut());
+  ASSERT_TRUE(table_.Grant(1, LeaseKey::NsGrant(7), table_.Epoch()));
+  EXPECT_TRUE(table_.GrantsOut());
+  EXPECT_FALSE(table_.Grant(2, LeaseKey::Dir(7), table_.Epoch()));
+  EXPECT_FALSE(table_.Grant(2, LeaseKey::Attr(7), table_.Epoch()));
+  EXPECT_TRUE(table_.Grant(1, LeaseKey::Dir(7), table_.Epoch()));  // its holder may
+  EXPECT_TRUE(table_.HeldByOther(2, {LeaseKey::NsGrant(7)}));
+  EXPECT_FALSE(table_.HeldByOther(1, {LeaseKey::NsGrant(7)}));
+  table_.Drop(1, LeaseKey::NsGrant(7));
+  EXPECT_FALSE(table_.GrantsOut());
+  EXPECT_TRUE(table_.Grant(2, LeaseKey::Dir(7), table_.Epoch()));
+}
+
+TEST_F(LeaseTableTest, AHolderApplyingItsLogIsWaitedForPastItsLease) {
+  table_.StreamUp(1, true);
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::NsGrant(9), table_.Epoch()));
+  ASSERT_TRUE(table_.BeginApply(2, {LeaseKey::NsGrant(9)}));
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    table_.Recall(1, {LeaseKey::NsGrant(9)});
+    done = true;
+  });
+  while (Pushed().empty()) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(Pushed()[0].second.grant(), 9u);
+  // Recalled, not acknowledged: it may still apply there.
+  EXPECT_TRUE(table_.BeginApply(2, {LeaseKey::NsGrant(9)}));
+  clock_.Advance(absl::Seconds(10));  // its lease ran out...
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(done.load());                                   // ...but it is still applying
+  EXPECT_FALSE(table_.BeginApply(2, {LeaseKey::NsGrant(9)}));  // and may start no more
+  table_.EndApply(2, 2);
+  reader.join();
+  // The unanswered recall counts until the mount, told its leases ran out,
+  // subscribes again.
+  EXPECT_FALSE(table_.Renew(2));
+  table_.StreamUp(2, true);
+  EXPECT_FALSE(table_.GrantsOut());
+}
+
+TEST_F(LeaseTableTest, GrantsOfAForgottenSessionOrANewStreamAreGone) {
+  table_.StreamUp(1, true);
+  ASSERT_TRUE(table_.Grant(1, LeaseKey::NsGrant(3), table_.Epoch()));
+  table_.GrantCreated(1, 4);
+  EXPECT_TRUE(table_.BeginApply(1, {LeaseKey::NsGrant(3), LeaseKey::NsGrant(4)}));
+  table_.EndApply(1);
+  table_.StreamUp(1, true);  // it dropped everything before it subscribed again
+  EXPECT_FALSE(table_.GrantsOut());
+  EXPECT_FALSE(table_.BeginApply(1, {LeaseKey::NsGrant(3)}));
+  ASSERT_TRUE(table_.Grant(1, LeaseKey::NsGrant(3), table_.Epoch()));
+  table_.Forget(1);
+  EXPECT_FALSE(table_.GrantsOut());
+}
+
+TEST_F(LeaseTableTest, AnInheritedSessionReplaysButNotIntoAGrantMadeSince) {
+  table_.Inherit({1, 2}, clock_.Now() + absl::Seconds(3), /*with_grants=*/true);
+  EXPECT_TRUE(table_.GrantsOut());
+  EXPECT_TRUE(table_.HeldByOther(3, {LeaseKey::NsGrant(5)}));  // inherited may hold it
+  table_.StreamUp(2, true);
+  ASSERT_TRUE(table_.Grant(2, LeaseKey::NsGrant(5), table_.Epoch()));
+  EXPECT_FALSE(table_.BeginApply(1, {LeaseKey::NsGrant(5)}));
+  EXPECT_TRUE(table_.BeginApply(1, {LeaseKey::NsGrant(6)}));
+  table_.EndApply(1);
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_FALSE(table_.BeginApply(1, {LeaseKey::NsGrant(6)}));
+}
+
+}  // namespace
+}  // namespace grantfs

@@ -402,6 +402,14 @@ absl::Status MetaStore::Mutate(RequestTag* tag, absl::FunctionRef<absl::Status(M
   return absl::OkStatus();
 }
 
+RequestTag::Durability MetaStore::Applied() {
+  absl::MutexLock l(&mu_);  // batches are applied and appended under mu_
+  RequestTag::Durability d;
+  d.ticket = applied_ticket_.load();
+  if (options_.change_sink != nullptr) d.replicated_seq = options_.change_sink->Head();
+  return d;
+}
+
 absl::Status MetaStore::WaitDurable(const RequestTag::Durability& d) {
   if (d.ticket == 0) return absl::OkStatus();
   RETURN_IF_ERROR(WaitDurable(d.ticket));

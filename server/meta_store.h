@@ -223,6 +223,9 @@ class MetaStore {
   // Waits until the changes made with RequestTag::defer_durable up to `d`
   // (and every change applied before them) are durable and replicated.
   absl::Status WaitDurable(const RequestTag::Durability& d) ABSL_LOCKS_EXCLUDED(mu_);
+  // What to wait for so that every change applied so far is durable and
+  // replicated (with WaitDurable).
+  RequestTag::Durability Applied() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `fn` under mu_ with a MetaTxn whose writes are dropped: for the
   // ledger's in-memory changes (reservations) and reads of the counters.
   template <typename Fn>

@@ -89,22 +89,24 @@ absl::Status Namespace::ReadDir(const Caller& caller, uint64_t ino, uint64_t coo
 
 // --- changes ---------------------------------------------------------------
 
-absl::Status Namespace::CheckLoggedIno(MetaTxn* txn, uint64_t client_id, uint64_t ino) {
+absl::Status Namespace::UseLoggedIno(MetaTxn* txn, uint64_t client_id, uint64_t ino) {
   ASSIGN_OR_RETURN(std::optional<std::string> raw, txn->Get(keys::Session(client_id)));
   proto::SessionRecord session;
   if (!raw || !session.ParseFromString(*raw)) {
     return ErrnoStatus(ESTALE, absl::StrCat("inode ", ino, ": session ", client_id,
                                             " has no record, so no inode numbers"));
   }
-  bool held = false;
-  for (const auto& r : session.ino_ranges()) held = held || (ino >= r.first() && ino < r.end());
-  if (!held) {
-    return ErrnoStatus(EINVAL,
-                       absl::StrCat("inode ", ino, " is not in a range of session ", client_id));
+  for (auto& r : *session.mutable_ino_ranges()) {
+    if (ino < r.first() || ino >= r.end()) continue;
+    if (ino < std::max(r.first(), r.next())) {
+      return ErrnoStatus(EEXIST, absl::StrCat("inode number ", ino, " was used already"));
+    }
+    r.set_next(ino + 1);
+    txn->Put(keys::Session(client_id), session.SerializeAsString());
+    return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(std::optional<std::string> used, txn->Get(keys::Inode(ino)));
-  if (used) return ErrnoStatus(EEXIST, absl::StrCat("inode ", ino, " is in use"));
-  return absl::OkStatus();
+  return ErrnoStatus(EINVAL,
+                     absl::StrCat("inode ", ino, " is not in a range of session ", client_id));
 }
 
 proto::InodeRecord Namespace::NewInode(const Caller& caller, const proto::InodeRecord& dir,
@@ -150,7 +152,7 @@ absl::StatusOr<proto::Attr> Namespace::CreateEntry(const Caller& caller, uint64_
     uint64_t ino;
     if (tag != nullptr && tag->ino != 0) {
       // An operation of a mount's log: the number it gave the inode.
-      RETURN_IF_ERROR(CheckLoggedIno(txn, tag->client_id, tag->ino));
+      RETURN_IF_ERROR(UseLoggedIno(txn, tag->client_id, tag->ino));
       ino = tag->ino;
     } else {
       ino = txn->counters().next_ino();

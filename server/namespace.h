@@ -77,9 +77,10 @@ class Namespace {
  private:
   proto::InodeRecord NewInode(const Caller& caller, const proto::InodeRecord& dir, uint32_t mode,
                               int64_t now);
-  // OK when `ino` is in one of the session's inode ranges and not in use
-  // (a create of a mount's log: RequestTag::ino).
-  static absl::Status CheckLoggedIno(MetaTxn* txn, uint64_t client_id, uint64_t ino);
+  // Takes `ino`, of one of the session's inode ranges, for a create of its
+  // log (RequestTag::ino): EEXIST when it was used (a range is used in
+  // order), EINVAL when it is not the session's.
+  static absl::Status UseLoggedIno(MetaTxn* txn, uint64_t client_id, uint64_t ino);
   // Records the new inode's number in `tag` (a retry answers with it).
   absl::StatusOr<proto::Attr> CreateEntry(const Caller& caller, uint64_t parent,
                                           const std::string& name, proto::InodeRecord rec,

@@ -32,9 +32,11 @@ class Session {
     id_ = reply.client_id();
     if (subscribe) Subscribe();
   }
-  ~Session() {
-    if (stream_ctx_) stream_ctx_->TryCancel();
-    if (reader_.joinable()) reader_.join();
+  ~Session() { EndStream(); }
+  // The stream broke (the server restarted): a new one.
+  void Resubscribe() {
+    EndStream();
+    Subscribe();
   }
   uint64_t id() const { return id_; }
   uint64_t NextSeq() { return ++seq_; }
@@ -150,6 +152,10 @@ class Session {
     e.set_time_ns(time_ns);
     return e;
   }
+  void EndStream() {
+    if (stream_ctx_) stream_ctx_->TryCancel();
+    if (reader_.joinable()) reader_.join();
+  }
   void Subscribe() {
     stream_ctx_ = Ctx();
     stream_ctx_->set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
@@ -212,6 +218,13 @@ class NsGrantsTest : public ServiceTest {
     ASSERT_TRUE(d.granted());
     dir_ino_ = d.attr().ino();
   }
+  // The errno the server answers one entry alone with.
+  static int ErrOf(Session* s, const proto::LogEntry& e) {
+    proto::ApplyLogReply reply;
+    EXPECT_TRUE(s->Apply({e}, &reply).ok());
+    EXPECT_EQ(reply.errs_size(), 1);
+    return reply.errs_size() > 0 ? reply.errs(0) : -1;
+  }
   uint64_t first_ = 0;
   uint64_t dir_ino_ = 0;
 };
@@ -272,29 +285,95 @@ TEST_F(NsGrantsTest, EntriesOutsideTheSessionsGrantsAndRangesAreRefused) {
   Session b(stub_.get(), true);
   proto::InodeRangeReply rb = b.Range(8);
   ASSERT_EQ(rb.err(), 0);
-  proto::ApplyLogReply reply;
-  ASSERT_TRUE(a.Apply({a.Create(first_, 1, "in-root", S_IFREG | 0644),            // not granted
-                       a.Create(rb.first(), dir_ino_, "theirs", S_IFREG | 0644),  // b's number
-                       a.Create(dir_ino_, dir_ino_, "used", S_IFREG | 0644),      // in use
-                       a.Create(0, dir_ino_, "none", S_IFREG | 0644),             // no number
-                       a.Create(first_ + 1, dir_ino_, "bad/name", S_IFREG | 0644)},
-                      &reply)
-                  .ok());
-  ASSERT_EQ(reply.errs_size(), 5);
-  EXPECT_EQ(reply.errs(0), ESTALE);
-  EXPECT_EQ(reply.errs(1), EINVAL);
-  EXPECT_EQ(reply.errs(2), EINVAL);  // not in the session's range
-  EXPECT_EQ(reply.errs(3), EINVAL);
-  EXPECT_EQ(reply.errs(4), EINVAL);
+  EXPECT_EQ(ErrOf(&a, a.Create(first_, 1, "in-root", S_IFREG | 0644)), ESTALE);  // not granted
+  EXPECT_EQ(ErrOf(&a, a.Create(rb.first(), dir_ino_, "theirs", S_IFREG | 0644)), EINVAL);
+  EXPECT_EQ(ErrOf(&a, a.Create(dir_ino_, dir_ino_, "dir", S_IFREG | 0644)), EINVAL);
+  EXPECT_EQ(ErrOf(&a, a.Create(0, dir_ino_, "none", S_IFREG | 0644)), EINVAL);
+  EXPECT_EQ(ErrOf(&a, a.Create(first_, dir_ino_, "bad/name", S_IFREG | 0644)), EINVAL);
+  EXPECT_EQ(ErrOf(&a, a.Create(first_, dir_ino_, "ok", S_IFREG | 0644)), 0);
+  // A number is used once, even once its inode is gone again.
+  EXPECT_EQ(ErrOf(&a, a.Create(first_, dir_ino_, "again", S_IFREG | 0644)), EEXIST);
+  EXPECT_EQ(ErrOf(&a, a.Remove(dir_ino_, "ok")), 0);
+  EXPECT_EQ(ErrOf(&a, a.Create(first_, dir_ino_, "again", S_IFREG | 0644)), EEXIST);
   // b holds no grant of "d".
-  proto::ApplyLogReply breply;
-  ASSERT_TRUE(b.Apply({b.Create(rb.first(), dir_ino_, "mine", S_IFREG | 0644)}, &breply).ok());
-  EXPECT_EQ(breply.errs(0), ESTALE);
+  EXPECT_EQ(ErrOf(&b, b.Create(rb.first(), dir_ino_, "mine", S_IFREG | 0644)), ESTALE);
   // A session without inode numbers gets no grant.
   Session c(stub_.get(), true);
   proto::AttrReply cd = c.MkDir(1, "c", true);
   ASSERT_EQ(cd.err(), 0);
   EXPECT_FALSE(cd.granted());
+}
+
+TEST_F(NsGrantsTest, NothingAfterARefusedEntryIsApplied) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply({a.Create(first_, dir_ino_, "f", S_IFREG | 0644),
+                       a.Create(first_ + 1, dir_ino_, "f", S_IFREG | 0644),  // EEXIST
+                       a.Create(first_ + 2, dir_ino_, "g", S_IFREG | 0644)},
+                      &reply)
+                  .ok());
+  ASSERT_EQ(reply.errs_size(), 2);
+  EXPECT_EQ(reply.errs(0), 0);
+  EXPECT_EQ(reply.errs(1), EEXIST);
+  EXPECT_EQ(a.Lookup(dir_ino_, "g").err(), ENOENT);
+}
+
+TEST_F(NsGrantsTest, ARetryOfAnAppliedBatchSucceedsAfterTheGrantIsGone) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  std::vector<proto::LogEntry> log = {a.Create(first_, dir_ino_, "sub", S_IFDIR | 0755),
+                                      a.Create(first_ + 1, first_, "f", S_IFREG | 0644)};
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs_size(), 2);
+  // Another session reads: a's grant is recalled (a has nothing left to
+  // apply), then its first reply is lost and it sends the batch again.
+  Session b(stub_.get(), true);
+  EXPECT_EQ(b.Lookup(dir_ino_, "sub").err(), 0);
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs_size(), 2);
+  EXPECT_EQ(reply.errs(0), 0);
+  EXPECT_EQ(reply.errs(1), 0);
+}
+
+TEST_F(NsGrantsTest, RemovingAGrantedDirectoryElsewhereRecallsItFirst) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  a.OnGrantRecall([&](uint64_t) {
+    proto::ApplyLogReply reply;
+    EXPECT_TRUE(a.Apply({a.Create(first_, dir_ino_, "inside", S_IFREG | 0644)}, &reply).ok());
+  });
+  Session b(stub_.get(), true);
+  proto::RemoveRequest req;
+  b.Tag(&req);
+  req.set_parent(1);
+  req.set_name("d");
+  req.set_is_dir(true);
+  proto::RemoveReply reply;
+  ASSERT_TRUE(stub_->Remove(Session::Ctx().get(), req, &reply).ok());
+  EXPECT_EQ(reply.err(), ENOTEMPTY);  // what a made there came first
+  EXPECT_EQ(a.grant_recalls(), 1);
+}
+
+TEST_F(NsGrantsTest, LinksAndAttributeChangesNeedTheGrantOfTheInodesDirectory) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  ASSERT_EQ(ErrOf(&a, a.Create(first_, dir_ino_, "f", S_IFREG | 0644)), 0);
+  ASSERT_EQ(MkNodErr(1, "outside"), 0);
+  const uint64_t outside = last_ino_;
+  proto::LogEntry link;
+  link.set_seq(a.NextSeq());
+  link.mutable_link()->set_ino(outside);
+  link.mutable_link()->set_new_parent(dir_ino_);
+  link.mutable_link()->set_new_name("l");
+  EXPECT_EQ(ErrOf(&a, link), ESTALE);
+  EXPECT_EQ(ErrOf(&a, a.Chmod(outside, 0600)), ESTALE);
+  link.set_seq(a.NextSeq());
+  link.mutable_link()->set_ino(first_);
+  EXPECT_EQ(ErrOf(&a, link), 0);
+  EXPECT_EQ(ErrOf(&a, a.Chmod(first_, 0600)), 0);
+  EXPECT_EQ(a.Lookup(dir_ino_, "l").attr().nlink(), 2u);
 }
 
 TEST_F(NsGrantsTest, AnotherSessionSeesTheHoldersLogAppliedBeforeItReads) {
@@ -369,6 +448,72 @@ TEST_F(NsGrantsLapseTest, AHolderThatStopsAnsweringLosesItsGrant) {
   ASSERT_TRUE(a.Apply({a.Create(first_, dir_ino_, "x", S_IFREG | 0644)}, &reply).ok());
   EXPECT_EQ(reply.errs(0), ESTALE);
   EXPECT_EQ(b.Lookup(dir_ino_, "x").err(), ENOENT);
+}
+
+// A server that restarts (or takes over) knows no grants, but its records
+// say which sessions took some: until they are back (or the last server's
+// leases ran out), another session's reads wait, and the holder replays its
+// log, each entry once.
+TEST_F(NsGrantsTest, AfterARestartTheHolderReplaysItsLogBeforeOthersRead) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  std::vector<proto::LogEntry> log = {a.Create(first_, dir_ino_, "before", S_IFREG | 0644)};
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs(0), 0);
+  // Its reply was lost: the entry goes again, with one made after it.
+  log.push_back(a.Create(first_ + 1, dir_ino_, "after", S_IFREG | 0644));
+  Restart();
+  Session b(stub_.get(), true);
+  std::atomic<bool> returned{false};
+  proto::AttrReply seen;
+  std::thread reader([&] {
+    seen = b.Lookup(dir_ino_, "after");
+    returned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(returned.load());  // waits for a (3 s at most)
+  const uint64_t inodes = volume_->Space().inodes;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs_size(), 2);
+  EXPECT_EQ(reply.errs(0), 0);
+  EXPECT_EQ(reply.errs(1), 0);
+  EXPECT_EQ(volume_->Space().inodes, inodes + 1);  // "before" was not made twice
+  a.Resubscribe();
+  reader.join();
+  EXPECT_EQ(seen.err(), 0);
+  EXPECT_EQ(seen.attr().ino(), first_ + 1);
+  // Subscribed again, it holds no grant: its next entries there wait for a
+  // new one (the mount asks again, or goes the synchronous way).
+  ASSERT_TRUE(a.Apply({a.Create(first_ + 2, dir_ino_, "later", S_IFREG | 0644)}, &reply).ok());
+  EXPECT_EQ(reply.errs(0), ESTALE);
+}
+
+TEST_F(NsGrantsTest, TwoHoldersReplayTheirLogsAfterARestart) {
+  Session a(stub_.get(), true);
+  Hold(&a, "da");
+  const uint64_t da = dir_ino_, fa = first_;
+  Session b(stub_.get(), true);
+  Hold(&b, "db");
+  const uint64_t db = dir_ino_, fb = first_;
+  std::vector<proto::LogEntry> la = {a.Create(fa, da, "x", S_IFREG | 0644)};
+  std::vector<proto::LogEntry> lb = {b.Create(fb, db, "y", S_IFREG | 0644)};
+  Restart();
+  // Each entry's own recalls wait for the other inherited session: both
+  // replay at once and neither waits past the window.
+  proto::ApplyLogReply ra, rb;
+  std::thread ta([&] { EXPECT_TRUE(a.Apply(la, &ra).ok()); });
+  std::thread tb([&] { EXPECT_TRUE(b.Apply(lb, &rb).ok()); });
+  ta.join();
+  tb.join();
+  ASSERT_EQ(ra.errs_size(), 1);
+  ASSERT_EQ(rb.errs_size(), 1);
+  EXPECT_EQ(ra.errs(0), 0);
+  EXPECT_EQ(rb.errs(0), 0);
+  a.Resubscribe();
+  b.Resubscribe();
+  EXPECT_EQ(a.Lookup(db, "y").attr().ino(), fb);
+  EXPECT_EQ(b.Lookup(da, "x").attr().ino(), fa);
 }
 
 TEST_F(NsGrantsTest, InodeRangesAreRecordedKeptAndRetriedOnce) {

@@ -20,6 +20,8 @@
 
 namespace grantfs {
 
+class LogPins;  // service_ns_grants.cc
+
 struct ServiceOptions {
   // Who may call (common/transport.h): mounts and grantfsctl for the file
   // system's calls, grantfsctl alone for Switchover and Check; and the
@@ -118,9 +120,11 @@ class GrantFsService final {
   void ConfineListing(const RequestContext& rc, uint64_t dir, proto::ReadDirReply* reply);
 
   // Applies one entry of a mount's log (ApplyLog) for the session of `rc`
-  // whose node has `policy`; raises `durable` to what the batch waits for.
+  // whose node has `policy`, under the grants `pins` holds for the batch;
+  // raises `durable` to what the batch waits for.
   absl::Status ApplyEntry(Ctx* ctx, const RequestContext& rc, const CallerPolicy& policy,
-                          const proto::LogEntry& entry, RequestTag::Durability* durable);
+                          const proto::LogEntry& entry, LogPins* pins,
+                          RequestTag::Durability* durable);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode

@@ -266,6 +266,8 @@ grpc::Status GrantFsService::Remove(Ctx* ctx, const proto::RemoveRequest* req,
         const uint64_t expected = req->expected_ino() != 0 ? req->expected_ino() : named;
         ASSIGN_OR_RETURN(Removed r,
                          volume_->Remove(rc, req->parent(), req->name(), req->is_dir(), expected));
+        // A directory granted to the session is gone, and its grant.
+        if (req->is_dir()) volume_->leases().Drop(rc.client_id, LeaseKey::NsGrant(r.ino));
         reply->set_known(true);
         reply->set_ino(r.ino);
         return absl::OkStatus();

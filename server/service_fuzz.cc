@@ -120,7 +120,7 @@ class Run {
     flags_ = in.Byte();
     const std::string bytes = in.Bytes();
     using S = GrantFsService;
-    switch (method % 35) {
+    switch (method % 37) {
       case 0:
         return Call(&S::OpenSession, bytes);
       case 1:
@@ -194,6 +194,10 @@ class Run {
         (void)freed;
         return;
       }
+      case 35:
+        return Call(&S::InodeRange, bytes);
+      case 36:
+        return Call(&S::ApplyLog, bytes);
     }
   }
 
@@ -353,6 +357,52 @@ std::vector<std::string> MakeSeeds() {
   step(w2, 30, proto::StatusRequest());
   step(w2, 33, proto::CheckRequest());
   seeds.push_back(w2.str());
+  // Namespace grants: inode numbers 2-17 (a new volume's next is 2), the
+  // grant of a new directory (inode 18), a log made in it.
+  FuzzInputWriter w3;
+  proto::InodeRangeRequest range;
+  range.set_count(16);
+  step(w3, 35, range);
+  proto::MkNodRequest granted = mkdir;
+  granted.set_name("n");
+  granted.set_want_grant(true);
+  step(w3, 9, granted);
+  proto::ApplyLogRequest log;
+  uint64_t seq = 1000;
+  auto entry = [&](uint64_t ino) {
+    proto::LogEntry* e = log.add_entries();
+    e->set_seq(++seq);
+    e->set_time_ns(1'700'000'000'000'000'000);
+    e->set_ino(ino);
+    return e;
+  };
+  proto::MkNodRequest* sub = entry(2)->mutable_mknod();
+  sub->set_parent(18);
+  sub->set_name("sub");
+  sub->set_mode(040755);
+  proto::MkNodRequest* file = entry(3)->mutable_mknod();
+  file->set_parent(2);
+  file->set_name("f");
+  file->set_mode(0100644);
+  proto::SymlinkRequest* sym = entry(4)->mutable_symlink();
+  sym->set_parent(18);
+  sym->set_name("l");
+  sym->set_target("sub/f");
+  proto::RenameRequest* mv = entry(0)->mutable_rename();
+  mv->set_parent(2);
+  mv->set_name("f");
+  mv->set_new_parent(18);
+  mv->set_new_name("g");
+  proto::SetAttrRequest* chmod = entry(0)->mutable_setattr();
+  chmod->set_ino(3);
+  chmod->set_valid(proto::SetAttrRequest::MODE);
+  chmod->set_mode(0600);
+  proto::RemoveRequest* rm = entry(0)->mutable_remove();
+  rm->set_parent(18);
+  rm->set_name("l");
+  step(w3, 36, log);
+  step(w3, 36, log);  // sent again: answered from the records
+  seeds.push_back(w3.str());
   return seeds;
 }
 

@@ -33,33 +33,44 @@ std::vector<uint64_t> EntryDirs(const proto::LogEntry& e) {
     case proto::LogEntry::kSymlink:
       return {e.symlink().parent()};
     case proto::LogEntry::kLink:
-      return {e.link().new_parent()};
+      return {e.link().new_parent()};  // and the inode's (ApplyEntry)
     case proto::LogEntry::kRemove:
       return {e.remove().parent()};
     case proto::LogEntry::kRename:
       return {e.rename().parent(), e.rename().new_parent()};
     case proto::LogEntry::kSetattr:
-      return {};  // of an inode in a granted directory: checked by its parent
+      return {};  // the inode's directory (ApplyEntry)
     case proto::LogEntry::OP_NOT_SET:
       break;
   }
   return {};
 }
 
-// Ends what LeaseTable::BeginApply began.
-class Applying {
+}  // namespace
+
+// The BeginApply calls of one ApplyLog, ended once its batch is durable:
+// until then no recall waiting for the session ends by its lease running
+// out.
+class LogPins {
  public:
-  Applying(LeaseTable* leases, uint64_t client_id) : leases_(leases), client_id_(client_id) {}
-  ~Applying() { leases_->EndApply(client_id_); }
-  Applying(const Applying&) = delete;
-  Applying& operator=(const Applying&) = delete;
+  LogPins(LeaseTable* leases, uint64_t client_id) : leases_(leases), client_id_(client_id) {}
+  ~LogPins() {
+    if (n_ > 0) leases_->EndApply(client_id_, n_);
+  }
+  LogPins(const LogPins&) = delete;
+  LogPins& operator=(const LogPins&) = delete;
+  // BeginApply; counted when it succeeds.
+  bool Begin(absl::Span<const LeaseKey> keys) {
+    if (!leases_->BeginApply(client_id_, keys)) return false;
+    ++n_;
+    return true;
+  }
 
  private:
   LeaseTable* const leases_;
   const uint64_t client_id_;
+  int n_ = 0;
 };
-
-}  // namespace
 
 grpc::Status GrantFsService::InodeRange(Ctx* ctx, const proto::InodeRangeRequest* req,
                                         proto::InodeRangeReply* reply) {
@@ -68,12 +79,10 @@ grpc::Status GrantFsService::InodeRange(Ctx* ctx, const proto::InodeRangeRequest
       [&](const proto::DedupeRecord& prior, const RequestContext&) {
         // The first attempt's range: the record keeps its first number,
         // and the session's record its end.
-        absl::StatusOr<std::optional<std::string>> raw =
-            volume_->meta().store().Get(keys::Session(req->header().client_id()));
-        proto::SessionRecord rec;
-        if (!raw.ok()) return raw.status();
-        if (*raw && rec.ParseFromString(**raw)) {
-          for (const auto& r : rec.ino_ranges()) {
+        ASSIGN_OR_RETURN(std::optional<proto::SessionRecord> rec,
+                         volume_->meta().sessions().GetSession(req->header().client_id()));
+        if (rec) {
+          for (const auto& r : rec->ino_ranges()) {
             if (r.first() == prior.value()) {
               reply->set_first(r.first());
               reply->set_count(static_cast<uint32_t>(r.end() - r.first()));
@@ -102,15 +111,20 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
                                               kMaxLogEntries, " at most)"));
     }
     const CallerPolicy policy = options_.transport.PolicyOf(*ctx);
+    LogPins pins(&volume_->leases(), rc.client_id);
     RequestTag::Durability durable;
     for (const proto::LogEntry& e : req->entries()) {
-      absl::Status s = ApplyEntry(ctx, rc, policy, e, &durable);
+      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable);
       if (!s.ok() && (absl::IsUnavailable(s) || absl::IsResourceExhausted(s)) && !HasErrno(s)) {
         // Not an outcome of the entry: the mount sends the batch again
         // (what was applied is answered from its records).
+        RETURN_IF_ERROR(volume_->meta().store().WaitDurable(durable));
         return s;
       }
       reply->add_errs(ToErrno(s));
+      // The entries after it were made on a state the server does not
+      // have: none is applied (the mount fails the directory's next fsync).
+      if (!s.ok()) break;
     }
     // One WAL sync and one replica round trip for the whole batch.
     return volume_->meta().store().WaitDurable(durable);
@@ -119,11 +133,23 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
 
 absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
                                         const CallerPolicy& policy, const proto::LogEntry& e,
-                                        RequestTag::Durability* durable) {
+                                        LogPins* pins, RequestTag::Durability* durable) {
   if (e.seq() == 0 || e.op_case() == proto::LogEntry::OP_NOT_SET) {
     return ErrnoStatus(EINVAL, "a log entry without a sequence number or an operation");
   }
-  const std::vector<uint64_t> dirs = EntryDirs(e);
+  std::vector<uint64_t> dirs = EntryDirs(e);
+  // A link or a change of attributes changes the inode, which others may
+  // reach by its number: only in a directory the session holds.
+  uint64_t target = 0;
+  if (e.has_link()) target = e.link().ino();
+  if (e.has_setattr()) target = e.setattr().ino();
+  if (target != 0) {
+    RETURN_IF_ERROR(Reaches(ctx, rc, "ApplyLog", target));
+    ASSIGN_OR_RETURN(proto::InodeRecord rec, volume_->meta().inodes().GetInode(target));
+    dirs.push_back(S_ISDIR(rec.mode()) ? target : rec.parent());
+  } else if (e.has_link() || e.has_setattr()) {
+    return ErrnoStatus(EINVAL, "log entry: inode 0");
+  }
   std::vector<LeaseKey> keys;
   for (uint64_t dir : dirs) {
     if (dir == 0) return ErrnoStatus(EINVAL, "log entry: inode 0");
@@ -131,13 +157,6 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     keys.push_back(LeaseKey::NsGrant(dir));
   }
   LeaseTable& leases = volume_->leases();
-  if (!leases.BeginApply(rc.client_id, keys)) {
-    LOG(WARNING) << "ApplyLog: session " << rc.client_id << " entry " << e.seq()
-                 << ": the session holds no grant of its directory (never granted, recalled"
-                 << " and acknowledged, or its lease ran out)";
-    return ErrnoStatus(ESTALE, "the namespace grant of the entry's directory is gone");
-  }
-  Applying applying(&leases, rc.client_id);
   proto::RequestHeader header;
   header.set_client_id(rc.client_id);
   header.set_seq(e.seq());
@@ -146,13 +165,32 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     return absl::UnavailableError(busy.error_message());
   }
   RETURN_IF_ERROR(once.error());
-  if (once.prior()) return absl::OkStatus();  // applied by an earlier attempt
+  if (once.prior()) {
+    // Applied by an earlier attempt, whose batch may not be durable yet:
+    // this one waits for everything applied so far. A directory it made is
+    // the session's again while it holds the one it is in.
+    const RequestTag::Durability now = volume_->meta().store().Applied();
+    durable->ticket = std::max(durable->ticket, now.ticket);
+    durable->replicated_seq = std::max(durable->replicated_seq, now.replicated_seq);
+    if (e.has_mknod() && S_ISDIR(e.mknod().mode()) && pins->Begin(keys)) {
+      leases.GrantCreated(rc.client_id, e.ino());
+    }
+    return absl::OkStatus();
+  }
+  if (!pins->Begin(keys)) {
+    LOG(WARNING) << "ApplyLog: session " << rc.client_id << " entry " << e.seq()
+                 << ": the session holds no grant of its directory (never granted, recalled"
+                 << " and acknowledged, or its lease ran out)";
+    return ErrnoStatus(ESTALE, "the namespace grant of the entry's directory is gone");
+  }
   RequestContext erc = rc;
   erc.caller = service_call::CallerOf(e.creds(), policy);
   RequestTag* tag = once.tag();
   if (tag == nullptr) return ErrnoStatus(EINVAL, "log entry: no session");
   tag->time_ns = e.time_ns();
-  tag->defer_durable = true;
+  // A truncation frees chunk files after its commit: that commit must be
+  // durable first (the others wait once for the whole batch).
+  tag->defer_durable = !(e.has_setattr() && (e.setattr().valid() & proto::SetAttrRequest::SIZE));
   erc.tag = tag;
   absl::Status s;
   switch (e.op_case()) {
@@ -162,13 +200,11 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
       r.set_want_grant(false);
       tag->ino = e.ino();
       if (tag->ino == 0) return ErrnoStatus(EINVAL, "log entry: a create without an inode number");
-      const uint64_t epoch = leases.Epoch();
-      bool created = false;
-      absl::StatusOr<proto::Attr> a = volume_->MkNod(erc, r, &created);
+      absl::StatusOr<proto::Attr> a = volume_->MkNod(erc, r);
       s = a.status();
       // A directory made in a granted one is granted too: nobody else can
       // know it yet, and the entries that follow may be in it.
-      if (a.ok() && S_ISDIR(a->mode())) leases.GrantCreated(rc.client_id, a->ino(), epoch);
+      if (a.ok() && S_ISDIR(a->mode())) leases.GrantCreated(rc.client_id, a->ino());
       break;
     }
     case proto::LogEntry::kSymlink: {
@@ -180,32 +216,29 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     }
     case proto::LogEntry::kLink: {
       const proto::LinkRequest& r = e.link();
-      RETURN_IF_ERROR(Reaches(ctx, rc, "ApplyLog", r.ino()));
       s = volume_->Link(erc, r.ino(), r.new_parent(), r.new_name()).status();
       break;
     }
     case proto::LogEntry::kRemove: {
       const proto::RemoveRequest& r = e.remove();
-      s = volume_->Remove(erc, r.parent(), r.name(), r.is_dir(), r.expected_ino()).status();
+      absl::StatusOr<Removed> removed =
+          volume_->Remove(erc, r.parent(), r.name(), r.is_dir(), r.expected_ino());
+      s = removed.status();
+      if (removed.ok() && r.is_dir()) leases.Drop(rc.client_id, LeaseKey::NsGrant(removed->ino));
       break;
     }
-    case proto::LogEntry::kRename:
-      s = volume_->Rename(erc, e.rename()).status();
-      break;
-    case proto::LogEntry::kSetattr: {
-      const proto::SetAttrRequest& r = e.setattr();
-      if (r.ino() == 0) return ErrnoStatus(EINVAL, "log entry: inode 0");
-      RETURN_IF_ERROR(Reaches(ctx, rc, "ApplyLog", r.ino()));
-      // Only of an inode in a directory the session holds.
-      ASSIGN_OR_RETURN(proto::InodeRecord rec, volume_->meta().inodes().GetInode(r.ino()));
-      const uint64_t dir = S_ISDIR(rec.mode()) ? r.ino() : rec.parent();
-      if (!leases.BeginApply(rc.client_id, {LeaseKey::NsGrant(dir)})) {
-        return ErrnoStatus(ESTALE, "log entry: setattr of an inode outside the session's grants");
+    case proto::LogEntry::kRename: {
+      absl::StatusOr<Removed> moved = volume_->Rename(erc, e.rename());
+      s = moved.status();
+      // A directory it replaced is gone, and its grant with it.
+      if (moved.ok() && moved->ino != 0 && moved->exchanged == 0) {
+        leases.Drop(rc.client_id, LeaseKey::NsGrant(moved->ino));
       }
-      Applying also(&leases, rc.client_id);
-      s = volume_->SetAttr(erc, r).status();
       break;
     }
+    case proto::LogEntry::kSetattr:
+      s = volume_->SetAttr(erc, e.setattr()).status();
+      break;
     case proto::LogEntry::OP_NOT_SET:
       break;
   }

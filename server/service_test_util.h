@@ -18,15 +18,12 @@
 
 namespace grantfs {
 
-// A 64 MiB volume in a new temporary directory (*dir; the caller removes
-// it), with no background thread.
-inline std::unique_ptr<Volume> OpenTestVolume(std::string* dir,
-                                              absl::Duration meta_lease = absl::Seconds(3)) {
-  char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
-  *dir = mkdtemp(tmpl);
-  std::filesystem::create_directory(*dir + "/vol");
+// A 64 MiB volume in `dir`/vol (made when missing), with no background
+// thread.
+inline std::unique_ptr<Volume> OpenVolumeIn(const std::string& dir, absl::Duration meta_lease) {
+  std::filesystem::create_directories(dir + "/vol");
   VolumeOptions vo;
-  vo.dir = *dir + "/vol";
+  vo.dir = dir + "/vol";
   vo.capacity_bytes = 64 << 20;
   vo.background = false;
   vo.meta_lease = meta_lease;
@@ -35,30 +32,54 @@ inline std::unique_ptr<Volume> OpenTestVolume(std::string* dir,
   return v.ok() ? *std::move(v) : nullptr;
 }
 
+// The same in a new temporary directory (*dir; the caller removes it).
+inline std::unique_ptr<Volume> OpenTestVolume(std::string* dir,
+                                              absl::Duration meta_lease = absl::Seconds(3)) {
+  char tmpl[] = "/tmp/grantfs-service-test-XXXXXX";
+  *dir = mkdtemp(tmpl);
+  return OpenVolumeIn(*dir, meta_lease);
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     volume_ = OpenTestVolume(&dir_, meta_lease_);
-    ServiceOptions so;
-    so.transport = Transport::Insecure("s3cret");
-    service_ = std::make_unique<GrantFsService>(volume_.get(), so);
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    endpoint_ = std::make_unique<GrantFsEndpoint>(service_.get(), RequestQueueOptions());
-    b.RegisterService(endpoint_.get());
-    b.SetMaxReceiveMessageSize(16 << 20);
-    server_ = b.BuildAndStart();
-    ASSERT_NE(port, 0);
+    Serve();
+    ASSERT_NE(port_, 0);
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(16 << 20);
     stub_ = proto::GrantFs::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args));
+        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
   }
   void TearDown() override {
     server_->Shutdown();
     volume_.reset();
     std::filesystem::remove_all(dir_);
+  }
+  // The service over volume_ on port_ (a new one when 0).
+  void Serve() {
+    ServiceOptions so;
+    so.transport = Transport::Insecure("s3cret");
+    service_ = std::make_unique<GrantFsService>(volume_.get(), so);
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:" + std::to_string(port_), grpc::InsecureServerCredentials(),
+                       &port_);
+    endpoint_ = std::make_unique<GrantFsEndpoint>(service_.get(), RequestQueueOptions());
+    b.RegisterService(endpoint_.get());
+    b.SetMaxReceiveMessageSize(16 << 20);
+    server_ = b.BuildAndStart();
+  }
+  // The server stops and starts again on the same volume and port, as
+  // after a crash or a restart: what it knew only in memory is gone.
+  void Restart() {
+    // Calls still running (recall streams) are cancelled after a second.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_.reset();
+    endpoint_.reset();
+    service_.reset();
+    volume_.reset();
+    volume_ = OpenVolumeIn(dir_, meta_lease_);
+    Serve();
   }
   // A context carrying the right secret and a deadline.
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& secret = "s3cret") {
@@ -87,6 +108,7 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<GrantFsEndpoint> endpoint_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<proto::GrantFs::Stub> stub_;
+  int port_ = 0;
   uint64_t last_ino_ = 0;
 };
 

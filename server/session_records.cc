@@ -40,9 +40,12 @@ absl::StatusOr<proto::SessionRecord::InodeRange> SessionRecords::AddInodeRange(u
     for (const auto& r : rec.ino_ranges()) {
       if (r.end() > keep_from) *kept.add_ino_ranges() = r;
     }
-    // A mount that never says which it still uses keeps a bounded list.
-    while (kept.ino_ranges_size() >= kMaxInodeRanges) {
-      kept.mutable_ino_ranges()->erase(kept.mutable_ino_ranges()->begin());
+    // A mount that never says which it still uses gets no more: it makes
+    // its creates the synchronous way until it does.
+    if (kept.ino_ranges_size() >= kMaxInodeRanges) {
+      return ErrnoStatus(EAGAIN,
+                         "the session holds as many inode ranges as it may; keep_from"
+                         " says which it is done with");
     }
     const uint64_t first = txn->counters().next_ino();
     txn->counters().set_next_ino(first + count);
@@ -54,6 +57,14 @@ absl::StatusOr<proto::SessionRecord::InodeRange> SessionRecords::AddInodeRange(u
     return absl::OkStatus();
   }));
   return range;
+}
+
+absl::StatusOr<std::optional<proto::SessionRecord>> SessionRecords::GetSession(uint64_t client_id) {
+  ASSIGN_OR_RETURN(std::optional<std::string> raw, store_->Get(keys::Session(client_id)));
+  if (!raw) return std::optional<proto::SessionRecord>();
+  proto::SessionRecord rec;
+  if (!rec.ParseFromString(*raw)) return CorruptRecord(keys::Session(client_id));
+  return std::optional<proto::SessionRecord>(std::move(rec));
 }
 
 absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>>

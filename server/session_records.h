@@ -37,6 +37,8 @@ class SessionRecords {
   absl::Status PutSession(uint64_t client_id, const proto::SessionRecord& rec,
                           RequestTag* tag = nullptr);
   absl::StatusOr<std::vector<std::pair<uint64_t, proto::SessionRecord>>> ListSessions();
+  // The record of one session (nullopt: none).
+  absl::StatusOr<std::optional<proto::SessionRecord>> GetSession(uint64_t client_id);
   // `count` fresh inode numbers for the session's namespace grants, added to
   // its record (which keeps its earlier ranges that end above `keep_from`).
   // EAGAIN when the session has no record yet.

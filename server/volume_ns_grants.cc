@@ -1,7 +1,7 @@
 // Volume: namespace grants (docs/namespace-grants.md). A mount that holds
 // the grant of a directory makes the changes of its names on its own, in an
 // ordered log it applies later (GrantFsService::ApplyLog); the server keeps
-// who holds what in the lease table (LeaseKey::kGrant) and recalls a grant
+// who holds what in the lease table (LeaseKey::kNsGrant) and recalls a grant
 // before another session reads or changes what it covers.
 #include <algorithm>
 #include <optional>
@@ -29,11 +29,9 @@ bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch
   if (!leases_.Takes(ctx.client_id)) return false;
   // Only a session whose record holds inode numbers takes grants: a server
   // that takes over knows from the record to wait for it (Recover).
-  absl::StatusOr<std::optional<std::string>> raw = meta_->store().Get(keys::Session(ctx.client_id));
-  proto::SessionRecord rec;
-  if (!raw.ok() || !*raw || !rec.ParseFromString(**raw) || rec.ino_ranges_size() == 0) {
-    return false;
-  }
+  absl::StatusOr<std::optional<proto::SessionRecord>> rec =
+      meta_->sessions().GetSession(ctx.client_id);
+  if (!rec.ok() || !*rec || (*rec)->ino_ranges_size() == 0) return false;
   if (!leases_.Grant(ctx.client_id, LeaseKey::NsGrant(dir), epoch)) return false;
   // Registered first, then the others' leases on the directory recalled: a
   // read that comes after the registration recalls the grant itself
@@ -61,8 +59,9 @@ void Volume::BreakGrants(const RequestContext& ctx, absl::Span<const uint64_t> i
     proto::DirentRecord d;
     if (raw.ok() && *raw && d.ParseFromString(**raw)) keys.push_back(LeaseKey::NsGrant(d.ino()));
   }
-  // Returns at once when nobody else holds them (nor, on a server that
-  // took over, may hold them); else the holders apply their logs first.
+  // Nobody else holds them (nor, on a server that took over, may hold
+  // them): nothing to wait for. Else the holders apply their logs first.
+  if (!leases_.HeldByOther(ctx.client_id, keys)) return;
   leases_.Recall(ctx.client_id, keys);
 }
 

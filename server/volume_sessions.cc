@@ -170,6 +170,9 @@ absl::StatusOr<int> Volume::RunMaintenance() {
     if (!n.ok()) LOG(WARNING) << "expiring request records: " << n.status();
   }
   ASSIGN_OR_RETURN(std::vector<uint64_t> garbage, meta_->orphans().ListGarbage());
+  // A removal applied from a mount's log may not be durable yet (its batch
+  // waits once for all): the data goes only once the removal stays.
+  if (!garbage.empty()) RETURN_IF_ERROR(meta_->store().WaitDurable(meta_->store().Applied()));
   for (uint64_t ino : garbage) {
     ASSIGN_OR_RETURN(uint64_t span, meta_->orphans().GarbageChunkSpan(ino));
     for (uint64_t i = 0; i < span; ++i) RETURN_IF_ERROR(chunks_->RemoveChunk(ino, i));
