@@ -1,5 +1,6 @@
 // Replication's failover: replica loss and the witness, fencing, promotion and switchover.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/test/server_context_test_spouse.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,6 +37,7 @@
 #include "server/keys.h"
 #include "server/meta_store.h"
 #include "server/replication_test_util.h"
+#include "server/service.h"
 #include "server/volume.h"
 
 namespace grantfs {
@@ -181,6 +183,72 @@ TEST_F(ReplicationTest, ReplicaTakesOverWhenThePrimaryStops) {
   EXPECT_EQ(WitnessState().primary(), replica_addr_);
   EXPECT_EQ(fenced_.load(), 0);
   // The promoted copy opens as the volume the primary had.
+  EXPECT_TRUE(SameTree(want, ReplicaTree()));
+}
+
+// Namespace grants: a mount's log, applied in one batch, is on the replica
+// when ApplyLog returns, so a takeover right then loses none of it.
+TEST_F(ReplicationTest, AnAppliedLogIsOnTheReplicaWhenTheCallReturns) {
+  primary_meta_lease_ = absl::Seconds(3);
+  ASSERT_NO_FATAL_FAILURE(StartPrimary());
+  ASSERT_NO_FATAL_FAILURE(StartReplica());
+  ASSERT_NO_FATAL_FAILURE(WaitInSync());
+  ServiceOptions so;
+  so.transport = Transport::Insecure("s");
+  GrantFsService service(volume_.get(), so);
+  uint64_t seq = 0;
+  uint64_t client = 0;
+  auto call = [&](auto method, auto* req, auto* reply) {
+    grpc::ServerContext sctx;
+    grpc::testing::ServerContextTestSpouse spouse(&sctx);
+    spouse.AddClientMetadata("x-grantfs-secret", "s");
+    req->mutable_header()->set_client_id(client);
+    req->mutable_header()->set_seq(++seq);
+    ASSERT_TRUE((service.*method)(&sctx, req, reply).ok());
+    ASSERT_EQ(reply->err(), 0);
+  };
+  proto::OpenSessionRequest open;
+  proto::OpenSessionReply opened;
+  ASSERT_NO_FATAL_FAILURE(call(&GrantFsService::OpenSession, &open, &opened));
+  client = opened.client_id();
+  volume_->leases().StreamUp(client, true);  // its mount's recall stream
+  proto::InodeRangeRequest range;
+  range.set_count(16);
+  proto::InodeRangeReply got;
+  ASSERT_NO_FATAL_FAILURE(call(&GrantFsService::InodeRange, &range, &got));
+  proto::MkNodRequest mkdir;
+  mkdir.set_parent(1);
+  mkdir.set_name("d");
+  mkdir.set_mode(S_IFDIR | 0755);
+  mkdir.set_exclusive(true);
+  mkdir.set_want_grant(true);
+  proto::AttrReply dir;
+  ASSERT_NO_FATAL_FAILURE(call(&GrantFsService::MkNod, &mkdir, &dir));
+  ASSERT_TRUE(dir.granted());
+  proto::ApplyLogRequest log;
+  for (int i = 0; i < 20; ++i) {
+    proto::LogEntry* e = log.add_entries();
+    e->set_seq(1000 + i);
+    if (i < 16) {
+      e->set_ino(got.first() + i);
+      e->mutable_mknod()->set_parent(dir.attr().ino());
+      e->mutable_mknod()->set_name(absl::StrCat("f", i));
+      e->mutable_mknod()->set_mode(S_IFREG | 0644);
+    } else {
+      e->mutable_remove()->set_parent(dir.attr().ino());
+      e->mutable_remove()->set_name(absl::StrCat("f", i - 16));
+    }
+  }
+  proto::ApplyLogReply applied;
+  ASSERT_NO_FATAL_FAILURE(call(&GrantFsService::ApplyLog, &log, &applied));
+  ASSERT_EQ(applied.errs_size(), 20);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(applied.errs(i), 0) << i;
+  const Tree want = PrimaryTree();
+  EXPECT_EQ(want.count("/d/f15"), 1u);
+  EXPECT_EQ(want.count("/d/f0"), 0u);
+
+  replicator_->Stop();
+  ASSERT_TRUE(WaitFor([this] { return !Promoted().empty(); })) << "the replica never took over";
   EXPECT_TRUE(SameTree(want, ReplicaTree()));
 }
 

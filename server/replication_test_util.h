@@ -265,7 +265,7 @@ class ReplicationTest : public ::testing::Test {
     vo.change_sink = replicator_.get();
     vo.epoch = epoch_;
     vo.background = false;
-    vo.meta_lease = absl::ZeroDuration();  // no client here takes metadata leases
+    vo.meta_lease = primary_meta_lease_;
     auto v = Volume::Open(vo);
     ASSERT_TRUE(v.ok()) << v.status();
     volume_ = *std::move(v);
@@ -406,6 +406,9 @@ class ReplicationTest : public ::testing::Test {
   std::atomic<bool> primary_cut_{false};
   std::atomic<int> fenced_{0};
   uint64_t epoch_ = 0;
+  // The primary's metadata lease: 0, as no client here takes leases, unless
+  // a test sets it before StartPrimary.
+  absl::Duration primary_meta_lease_ = absl::ZeroDuration();
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<Volume> volume_;
   RequestContext ctx_;
