@@ -111,6 +111,21 @@ absl::StatusOr<uint64_t> MetaClient::Grant(uint64_t wanted, uint64_t back) {
   return reply.granted_bytes();
 }
 
+absl::StatusOr<proto::InodeRangeReply> MetaClient::InodeRange(uint32_t count, uint64_t keep_from) {
+  proto::InodeRangeRequest req;
+  req.set_count(count);
+  req.set_keep_from(keep_from);
+  proto::InodeRangeReply reply;
+  RETURN_IF_ERROR(rpc_->Call("InodeRange", &proto::GrantFs::Stub::InodeRange, &req, &reply));
+  return reply;
+}
+
+absl::StatusOr<proto::ApplyLogReply> MetaClient::ApplyLog(proto::ApplyLogRequest* req) {
+  proto::ApplyLogReply reply;
+  RETURN_IF_ERROR(rpc_->Call("ApplyLog", &proto::GrantFs::Stub::ApplyLog, req, &reply));
+  return reply;
+}
+
 // --- the namespace ----------------------------------------------------------
 
 namespace {

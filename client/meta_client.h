@@ -76,6 +76,10 @@ class MetaClient {
   // Asks for `wanted` more bytes of space grant, returning `back`; returns
   // the bytes granted.
   absl::StatusOr<uint64_t> Grant(uint64_t wanted, uint64_t back);
+  // Namespace grants (docs/namespace-grants.md): `count` inode numbers, the
+  // ranges ending at or below `keep_from` given back; and a log applied.
+  absl::StatusOr<proto::InodeRangeReply> InodeRange(uint32_t count, uint64_t keep_from);
+  absl::StatusOr<proto::ApplyLogReply> ApplyLog(proto::ApplyLogRequest* req);
 
   // --- the namespace -------------------------------------------------------
   // `leases` (optional) gets the leases the reply carried; Lookup's also

@@ -97,6 +97,10 @@ class RpcClient {
 
   void set_client_id(uint64_t id) { client_id_.store(id); }
   uint64_t client_id() const { return client_id_.load(); }
+  // A sequence number no request of this client carries: for an operation
+  // sent later in a namespace log (proto LogEntry.seq), deduplicated by the
+  // server like a request.
+  uint64_t NextSeq() { return seq_.fetch_add(1) + 1; }
 
   // Stamps the header (client id, sequence), then calls `method` with the
   // deadline and the retry and failover policy. OK only when the RPC

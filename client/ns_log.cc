@@ -1,0 +1,164 @@
+#include "client/ns_log.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+
+NsLog::NsLog(const NsLogOptions& options, Send send) : options_(options), send_(std::move(send)) {}
+
+NsLog::~NsLog() { Stop(); }
+
+void NsLog::Start() {
+  absl::MutexLock l(&mu_);
+  if (ager_.joinable() || stopping_) return;
+  ager_ = std::thread([this] { AgeLoop(); });
+}
+
+void NsLog::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (ager_.joinable()) ager_.join();
+}
+
+absl::StatusOr<uint64_t> NsLog::Append(proto::LogEntry entry) {
+  absl::MutexLock l(&mu_);
+  const absl::Time give_up = options_.clock->Now() + options_.wait;
+  while (error_.ok() && entries_.size() >= options_.max_entries) {
+    if (options_.clock->Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the namespace log is full (", entries_.size(), " entries): ", send_error_.ToString()));
+    }
+    if (!sending_) {
+      SendOne(UINT64_MAX);
+    } else {
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](bool* s) { return !*s; }, &sending_),
+                           absl::Milliseconds(100));
+    }
+  }
+  if (!error_.ok()) return error_;
+  entries_.push_back(std::move(entry));
+  appended_at_.push_back(options_.clock->Now());
+  return first_pos_ + entries_.size() - 1;
+}
+
+absl::Status NsLog::Flush(uint64_t upto) {
+  absl::MutexLock l(&mu_);
+  const absl::Time give_up = options_.clock->Now() + options_.wait;
+  for (;;) {
+    if (!error_.ok()) return error_;
+    if (entries_.empty() || first_pos_ > upto) return absl::OkStatus();
+    if (options_.clock->Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the namespace log could not be sent: ", send_error_.ToString()));
+    }
+    if (!sending_) {
+      const uint64_t before = first_pos_;
+      SendOne(upto);
+      // A batch that could not go: back off a little before the next try
+      // (the RPC layer already retried and failed over).
+      if (first_pos_ == before && error_.ok() && !send_error_.ok()) {
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(200));
+      }
+    } else {
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](bool* s) { return !*s; }, &sending_),
+                           absl::Milliseconds(100));
+    }
+  }
+}
+
+void NsLog::SendOne(uint64_t upto) {
+  if (sending_ || entries_.empty() || !error_.ok()) return;
+  const size_t n = static_cast<size_t>(
+      std::min<uint64_t>({entries_.size(), options_.batch_entries, upto - first_pos_ + 1}));
+  proto::ApplyLogRequest req;
+  for (size_t i = 0; i < n; ++i) *req.add_entries() = entries_[i];
+  const uint64_t batch_first = first_pos_;
+  sending_ = true;
+  mu_.Unlock();
+  absl::StatusOr<proto::ApplyLogReply> reply = send_(&req);
+  mu_.Lock();
+  sending_ = false;
+  // Only this thread took entries off the front since batch_first: none.
+  DCHECK_EQ(first_pos_, batch_first);
+  if (!reply.ok()) {
+    send_error_ = reply.status();
+    LOG(WARNING) << "namespace log: " << n << " entries not sent: " << reply.status()
+                 << " (kept, sent again)";
+    return;
+  }
+  send_error_ = absl::OkStatus();
+  size_t applied = 0;
+  int refused = 0;
+  for (int i = 0; i < reply->errs_size() && applied < n; ++i) {
+    if (reply->errs(i) != 0) {
+      refused = reply->errs(i);
+      break;
+    }
+    ++applied;
+  }
+  for (size_t i = 0; i < applied; ++i) {
+    entries_.pop_front();
+    appended_at_.pop_front();
+  }
+  first_pos_ += applied;
+  if (refused != 0 || applied < n) {
+    const proto::LogEntry& bad = entries_.front();
+    error_ =
+        ErrnoStatus(refused != 0 ? refused : EIO,
+                    absl::StrCat("the server refused entry ", bad.seq(), " of the namespace log; ",
+                                 entries_.size(), " entries from it on are dropped"));
+    LOG(ERROR) << "namespace log: " << error_ << ": " << bad.ShortDebugString();
+    first_pos_ += entries_.size();
+    entries_.clear();
+    appended_at_.clear();
+  }
+}
+
+void NsLog::AgeLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.max_age / 4);
+    if (stopping_) break;
+    // Batches go while the oldest entry is past its age.
+    while (!stopping_ && !sending_ && error_.ok() && !entries_.empty() &&
+           options_.clock->Now() - appended_at_.front() >= options_.max_age) {
+      const uint64_t before = first_pos_;
+      SendOne(first_pos_ + entries_.size() - 1);
+      if (first_pos_ == before) break;  // could not go: next round
+    }
+  }
+}
+
+absl::Status NsLog::error() {
+  absl::MutexLock l(&mu_);
+  return error_;
+}
+
+size_t NsLog::pending() {
+  absl::MutexLock l(&mu_);
+  return entries_.size();
+}
+
+uint64_t NsLog::last() {
+  absl::MutexLock l(&mu_);
+  return first_pos_ + entries_.size() - 1;
+}
+
+uint64_t NsLog::OldestPendingIno() {
+  absl::MutexLock l(&mu_);
+  for (const proto::LogEntry& e : entries_) {
+    if (e.ino() != 0) return e.ino();
+  }
+  return 0;
+}
+
+}  // namespace grantfs

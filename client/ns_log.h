@@ -1,0 +1,103 @@
+// The mount's log of namespace operations it made on its own in directories
+// granted to it (docs/namespace-grants.md): kept in the order they were
+// made, sent to the server in batches (ApplyLog) by size, by age and when
+// asked (fsync, a recall, unmount), each batch once at a time so the order
+// holds, and bounded in memory: an append waits while the log is full.
+//
+// An entry is gone from the log once the server applied it (durable and
+// replicated). A batch that could not be sent (no server answered) stays
+// and is sent again with the same sequence numbers: the server applies each
+// entry once. An entry the server refused ends the log's good life: it and
+// every entry after it are dropped (they were made on a state the server
+// does not have), the error is kept (error()), and every later append and
+// flush returns it; the mount then goes the synchronous way.
+//
+// Thread-safe; mu_ is a leaf, and no lock is held while a batch is sent.
+#ifndef GRANTFS_CLIENT_NS_LOG_H_
+#define GRANTFS_CLIENT_NS_LOG_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+struct NsLogOptions {
+  // Entries waiting at most; an append past it waits for a batch to go.
+  size_t max_entries = 16384;
+  // Entries in one ApplyLog (the server takes 4096 at most).
+  size_t batch_entries = 1024;
+  // An entry waits at most about this long before its batch is sent (the
+  // background thread, when started).
+  absl::Duration max_age = absl::Seconds(1);
+  // How long an append waits for room, and a flush for its batches,
+  // before it gives up (DEADLINE_EXCEEDED; nothing is lost: the entries
+  // stay).
+  absl::Duration wait = absl::Seconds(60);
+  Clock* clock = Clock::Monotonic();
+};
+
+class NsLog {
+ public:
+  // Sends one batch; the reply's `errs` says what was applied.
+  using Send = std::function<absl::StatusOr<proto::ApplyLogReply>(proto::ApplyLogRequest*)>;
+  NsLog(const NsLogOptions& options, Send send);
+  ~NsLog();
+  NsLog(const NsLog&) = delete;
+  NsLog& operator=(const NsLog&) = delete;
+
+  // The thread that sends entries older than max_age. Stop() ends it
+  // (what is left stays for a last Flush()).
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Adds `entry` (its seq set by the caller) at the end; returns its
+  // position (1, 2, ...). Waits while the log is full, sending meanwhile.
+  // The log's error once an entry was refused.
+  absl::StatusOr<uint64_t> Append(proto::LogEntry entry) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends every entry up to position `upto` (all by default) and returns
+  // once the server applied them, or with the error that stopped it.
+  absl::Status Flush(uint64_t upto = UINT64_MAX) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // OK, or why the log stopped (an entry refused: its errno).
+  absl::Status error() ABSL_LOCKS_EXCLUDED(mu_);
+  // Entries not applied yet.
+  size_t pending() ABSL_LOCKS_EXCLUDED(mu_);
+  // The lowest inode number a create not applied yet uses (0: none): the
+  // server may forget ranges below it (InodeRangeRequest.keep_from).
+  uint64_t OldestPendingIno() ABSL_LOCKS_EXCLUDED(mu_);
+  // Position of the last entry appended (0: none yet).
+  uint64_t last() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Sends the next batch (the oldest entries, at most batch_entries and
+  // not past `upto`) unless another thread is sending. Returns with mu_
+  // held; releases it while the batch is out.
+  void SendOne(uint64_t upto) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AgeLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const NsLogOptions options_;
+  const Send send_;
+  absl::Mutex mu_;
+  std::deque<proto::LogEntry> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Time> appended_at_ ABSL_GUARDED_BY(mu_);  // one per entry
+  uint64_t first_pos_ ABSL_GUARDED_BY(mu_) = 1;              // position of entries_.front()
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status send_error_ ABSL_GUARDED_BY(mu_);  // of the last batch that could not go
+  absl::Status error_ ABSL_GUARDED_BY(mu_);       // sticky: an entry was refused
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ager_;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_NS_LOG_H_

@@ -1,0 +1,215 @@
+#include "client/ns_log.h"
+
+#include <atomic>
+#include <cerrno>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/errno_status.h"
+#include "common/status_test_util.h"
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+// A server that applies what it is sent (records the entries' sequence
+// numbers), refuses the entry with seq `refuse`, and fails the next
+// `fail` batches outright (no server answered).
+class FakeServer {
+ public:
+  absl::StatusOr<proto::ApplyLogReply> Apply(proto::ApplyLogRequest* req) {
+    absl::MutexLock l(&mu_);
+    batches_.push_back(req->entries_size());
+    if (fail_ > 0) {
+      --fail_;
+      for (const auto& e : req->entries()) tried_.push_back(e.seq());
+      return absl::UnavailableError("no server answered");
+    }
+    proto::ApplyLogReply reply;
+    for (const auto& e : req->entries()) {
+      if (e.seq() == refuse_) {
+        reply.add_errs(EEXIST);
+        break;
+      }
+      // A batch sent again: what was applied is answered from its record.
+      if (applied_.empty() || applied_.back() < e.seq()) applied_.push_back(e.seq());
+      reply.add_errs(0);
+    }
+    return reply;
+  }
+  std::vector<uint64_t> applied() {
+    absl::MutexLock l(&mu_);
+    return applied_;
+  }
+  std::vector<size_t> batches() {
+    absl::MutexLock l(&mu_);
+    return batches_;
+  }
+  std::vector<uint64_t> tried() {
+    absl::MutexLock l(&mu_);
+    return tried_;
+  }
+  void set_fail(int n) {
+    absl::MutexLock l(&mu_);
+    fail_ = n;
+  }
+  void set_refuse(uint64_t seq) {
+    absl::MutexLock l(&mu_);
+    refuse_ = seq;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<uint64_t> applied_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> tried_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> batches_ ABSL_GUARDED_BY(mu_);
+  int fail_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refuse_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+proto::LogEntry Entry(uint64_t seq, uint64_t ino = 0) {
+  proto::LogEntry e;
+  e.set_seq(seq);
+  e.set_ino(ino);
+  e.mutable_mknod()->set_parent(7);
+  return e;
+}
+
+NsLog::Send SendTo(FakeServer* s) {
+  return [s](proto::ApplyLogRequest* req) { return s->Apply(req); };
+}
+
+TEST(NsLog, EntriesGoInOrderInBatchesAndOnlyAsFarAsAsked) {
+  FakeServer server;
+  NsLogOptions o;
+  o.batch_entries = 3;
+  NsLog log(o, SendTo(&server));
+  for (uint64_t i = 1; i <= 8; ++i) {
+    ASSERT_OK_AND_ASSIGN(uint64_t pos, log.Append(Entry(100 + i)));
+    EXPECT_EQ(pos, i);
+  }
+  EXPECT_TRUE(server.applied().empty());  // nothing goes by itself unless started
+  ASSERT_TRUE(log.Flush(4).ok());
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{101, 102, 103, 104}));
+  EXPECT_EQ(log.pending(), 4u);
+  ASSERT_TRUE(log.Flush().ok());
+  EXPECT_EQ(server.applied().size(), 8u);
+  EXPECT_EQ(server.batches(), (std::vector<size_t>{3, 1, 3, 1}));
+  EXPECT_EQ(log.pending(), 0u);
+  EXPECT_EQ(log.last(), 8u);
+}
+
+TEST(NsLog, ABatchThatCouldNotGoIsSentAgainWithTheSameNumbers) {
+  FakeServer server;
+  NsLog log(NsLogOptions(), SendTo(&server));
+  ASSERT_TRUE(log.Append(Entry(1)).ok());
+  ASSERT_TRUE(log.Append(Entry(2)).ok());
+  server.set_fail(2);
+  ASSERT_TRUE(log.Flush().ok());
+  EXPECT_EQ(server.tried(), (std::vector<uint64_t>{1, 2, 1, 2}));
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(log.error().ok());
+}
+
+TEST(NsLog, AFlushThatCannotGetThroughGivesUpAndKeepsTheEntries) {
+  FakeServer server;
+  NsLogOptions o;
+  o.wait = absl::Milliseconds(300);
+  NsLog log(o, SendTo(&server));
+  ASSERT_TRUE(log.Append(Entry(1)).ok());
+  server.set_fail(1000);
+  EXPECT_EQ(log.Flush().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(log.pending(), 1u);
+  server.set_fail(0);
+  ASSERT_TRUE(log.Flush().ok());
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1}));
+}
+
+TEST(NsLog, ARefusedEntryStopsTheLogAndDropsWhatCameAfterIt) {
+  FakeServer server;
+  NsLog log(NsLogOptions(), SendTo(&server));
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(log.Append(Entry(i)).ok());
+  server.set_refuse(3);
+  absl::Status s = log.Flush();
+  EXPECT_EQ(ToErrno(s), EEXIST);
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(log.pending(), 0u);
+  EXPECT_EQ(ToErrno(log.error()), EEXIST);
+  EXPECT_EQ(ToErrno(log.Append(Entry(6)).status()), EEXIST);
+  EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
+}
+
+TEST(NsLog, AFullLogSendsBeforeItTakesMore) {
+  FakeServer server;
+  NsLogOptions o;
+  o.max_entries = 4;
+  o.batch_entries = 2;
+  NsLog log(o, SendTo(&server));
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(log.Append(Entry(i)).ok());
+  EXPECT_LE(log.pending(), 4u);
+  EXPECT_GE(server.applied().size(), 6u);
+  ASSERT_TRUE(log.Flush().ok());
+  std::vector<uint64_t> want;
+  for (uint64_t i = 1; i <= 10; ++i) want.push_back(i);
+  EXPECT_EQ(server.applied(), want);
+}
+
+TEST(NsLog, OldEntriesGoByThemselves) {
+  FakeServer server;
+  NsLogOptions o;
+  o.max_age = absl::Milliseconds(20);
+  NsLog log(o, SendTo(&server));
+  log.Start();
+  ASSERT_TRUE(log.Append(Entry(1)).ok());
+  for (int i = 0; i < 1000 && log.pending() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1}));
+  log.Stop();
+}
+
+TEST(NsLog, TheOldestPendingCreateSaysWhichInodeNumbersAreStillUsed) {
+  FakeServer server;
+  NsLog log(NsLogOptions(), SendTo(&server));
+  EXPECT_EQ(log.OldestPendingIno(), 0u);
+  ASSERT_TRUE(log.Append(Entry(1)).ok());  // no create
+  ASSERT_TRUE(log.Append(Entry(2, 50)).ok());
+  ASSERT_TRUE(log.Append(Entry(3, 51)).ok());
+  EXPECT_EQ(log.OldestPendingIno(), 50u);
+  ASSERT_TRUE(log.Flush(2).ok());
+  EXPECT_EQ(log.OldestPendingIno(), 51u);
+}
+
+TEST(NsLog, ConcurrentAppendsAndFlushesKeepTheOrder) {
+  FakeServer server;
+  NsLogOptions o;
+  o.max_entries = 64;
+  o.batch_entries = 7;
+  o.max_age = absl::Milliseconds(1);
+  NsLog log(o, SendTo(&server));
+  log.Start();
+  std::atomic<uint64_t> next{0};
+  absl::Mutex order;  // an entry's number and its place in the log agree
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        {
+          absl::MutexLock l(&order);
+          ASSERT_TRUE(log.Append(Entry(++next)).ok());
+        }
+        if (i % 50 == 0) {
+          ASSERT_TRUE(log.Flush().ok());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(log.Flush().ok());
+  log.Stop();
+  const std::vector<uint64_t> applied = server.applied();
+  ASSERT_EQ(applied.size(), 2000u);
+  for (size_t i = 0; i < applied.size(); ++i) ASSERT_EQ(applied[i], i + 1);
+}
+
+}  // namespace
+}  // namespace grantfs
