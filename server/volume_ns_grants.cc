@@ -42,7 +42,7 @@ bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch
 
 void Volume::BreakGrants(const RequestContext& ctx, absl::Span<const uint64_t> inos,
                          const std::string* name) {
-  if (!leases_.GrantsOut()) return;
+  if (inos.empty() || !leases_.GrantsOut()) return;
   std::vector<LeaseKey> keys;
   auto add = [&](uint64_t ino) {
     if (ino == 0) return;
