@@ -13,7 +13,30 @@ void FileSystem::WriteMetrics(MetricsText* out) {
   out->Gauge("grantfs_mount_fastwrite", "1 in fastwrite mode, 0 in writethrough",
              cache_ != nullptr ? 1 : 0);
   out->Gauge("grantfs_mount_leases", "1 when metadata leases are on", leases_ != nullptr ? 1 : 0);
+  if (leases_ != nullptr) {
+    const LeaseCache::Stats s = leases_->stats();
+    out->Counter("grantfs_mount_lease_hits_total",
+                 "lookups, getattrs and listings answered from leases",
+                 static_cast<double>(s.hits));
+    out->Counter("grantfs_mount_lease_misses_total", "the same, asked of the server",
+                 static_cast<double>(s.misses));
+    out->Counter("grantfs_mount_lease_recalls_total", "leases the server recalled from this mount",
+                 static_cast<double>(s.recalls));
+    out->Gauge("grantfs_mount_leased_attrs", "inodes whose attributes are leased now",
+               static_cast<double>(s.attrs));
+    out->Gauge("grantfs_mount_leased_names", "names (there or not) leased now",
+               static_cast<double>(s.names));
+  }
   if (cache_ == nullptr) return;
+  const WriteCache::Counters wc = cache_->counters();
+  out->Counter("grantfs_mount_flushed_bytes_total",
+               "bytes of cached writes the server acknowledged",
+               static_cast<double>(wc.flushed_bytes));
+  out->Gauge("grantfs_mount_waiting_writers", "writers waiting now for room in the cache",
+             static_cast<double>(wc.waiting_writers));
+  out->Counter("grantfs_mount_throttled_writes_total",
+               "writes that waited for room in the cache (the dirty limit)",
+               static_cast<double>(wc.throttled_writes));
   out->Gauge("grantfs_mount_dirty_bytes", "bytes written here and not yet on the server",
              static_cast<double>(cache_->dirty_bytes()));
   out->Gauge("grantfs_mount_dirty_limit_bytes",

@@ -113,7 +113,12 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     auto room = [this, size]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || dirty_bytes_ == 0 || dirty_bytes_ + size <= options_.dirty_limit;
     };
-    while (!room()) mu_.AwaitWithTimeout(absl::Condition(&room), absl::Seconds(1));
+    if (!room()) {
+      ++waiting_writers_;
+      ++throttled_writes_;
+      while (!room()) mu_.AwaitWithTimeout(absl::Condition(&room), absl::Seconds(1));
+      --waiting_writers_;
+    }
     dirty_bytes_ += size;  // held now so concurrent writers cannot overshoot
     debit = NewBlockBytes(inodes_[ino], offset, size);
   }
@@ -241,6 +246,7 @@ void WriteCache::FlusherLoop() {
               << fetches_.size();
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
+      flushed_bytes_ += e->data.size();
       pool_->Settle(e->debit, r->grant_used);
       if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
     } else if (IsPermanentFlushError(r.status())) {
@@ -462,6 +468,11 @@ bool WriteCache::AttrFetch::Clean(uint64_t ino) const {
 uint64_t WriteCache::dirty_bytes() {
   absl::MutexLock l(&mu_);
   return dirty_bytes_;
+}
+
+WriteCache::Counters WriteCache::counters() {
+  absl::MutexLock l(&mu_);
+  return Counters{flushed_bytes_, waiting_writers_, throttled_writes_};
 }
 
 int WriteCache::in_flight() {

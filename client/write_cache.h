@@ -155,6 +155,14 @@ class WriteCache {
   };
 
   uint64_t dirty_bytes();
+  // Since the cache started: bytes the server acknowledged, and writes that
+  // waited for room (the dirty limit); and writers waiting now.
+  struct Counters {
+    uint64_t flushed_bytes = 0;
+    uint64_t waiting_writers = 0;
+    uint64_t throttled_writes = 0;
+  };
+  Counters counters() ABSL_LOCKS_EXCLUDED(mu_);
   // Bytes of idle extent buffers kept for reuse (at most
   // min(dirty_limit / 8, 64 MiB)).
   uint64_t spare_bytes();
@@ -231,6 +239,9 @@ class WriteCache {
   std::map<uint64_t, Ack> acks_ ABSL_GUARDED_BY(mu_);     // by inode
   std::map<uint64_t, Inode> inodes_ ABSL_GUARDED_BY(mu_);
   uint64_t dirty_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flushed_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // Counters
+  uint64_t waiting_writers_ ABSL_GUARDED_BY(mu_) = 0;   // Counters
+  uint64_t throttled_writes_ ABSL_GUARDED_BY(mu_) = 0;  // Counters
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;

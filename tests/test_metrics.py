@@ -104,7 +104,7 @@ def test_server_and_mount_metrics_follow_the_work(metered):
     assert len(sessions) == 2 and any("node1" in l for l in sessions), sessions
     assert all(re.match(r'client_id="[0-9a-f]{16}"', l) for l in sessions), sessions
 
-    m, _ = scrape(mount_port)
+    m, types_m = scrape(mount_port)
     ops = check_histograms(m, "grantfs_mount_op_seconds")
     assert ops.get("create", 0) >= 20, ops
     assert ops.get("write", 0) >= 20, ops
@@ -113,6 +113,22 @@ def test_server_and_mount_metrics_follow_the_work(metered):
     assert m[("grantfs_mount_kernel_inodes", "")] >= 1
     assert m[("grantfs_mount_dirty_bytes", "")] >= 0
     assert m[("grantfs_mount_dirty_limit_bytes", "")] > 0
+    # 20 files of 8 KiB, each fsync'd: all of it acknowledged.
+    assert m[("grantfs_mount_flushed_bytes_total", "")] >= 20 * 8192
+    assert m[("grantfs_mount_waiting_writers", "")] == 0
+    assert types_m["grantfs_mount_throttled_writes_total"] == "counter"
+    # Each file was looked up (or made) here: stats of them come from leases.
+    for i in range(20):
+        os.stat(os.path.join(topo.n1, f"f{i}"))
+    m2, _ = scrape(mount_port)
+    assert m2[("grantfs_mount_leased_attrs", "")] >= 1
+    assert m2[("grantfs_mount_lease_hits_total", "")] + m2[("grantfs_mount_lease_misses_total", "")] > 0
+    # Node 2 read f3, whose lease node 1 held: a change of it on node 2
+    # recalls it from node 1.
+    recalls = m2[("grantfs_mount_lease_recalls_total", "")]
+    os.chmod(os.path.join(topo.n2, "f3"), 0o600)
+    m3, _ = scrape(mount_port)
+    assert m3[("grantfs_mount_lease_recalls_total", "")] > recalls
 
 
 def test_a_bad_or_taken_metrics_address_stops_the_server_at_once(tmp_base):
