@@ -2,6 +2,7 @@
 --metrics_addr serve the text format at /metrics; the numbers follow what
 the file system did."""
 
+import json
 import os
 import re
 import subprocess
@@ -192,3 +193,27 @@ def test_a_server_shows_each_role_it_takes(tmp_base):
         assert check_histograms(a, "grantfs_server_call_seconds").get("MkNod", 0) >= 1
     finally:
         t.stop()
+
+
+def test_the_grafana_dashboard_uses_only_metrics_that_exist(metered):
+    """docs/grafana-dashboard.json: every metric its panels ask for is served
+    by a server or a mount (a renamed metric would leave a panel empty)."""
+    topo, (server_port, mount_port) = metered
+    with open(os.path.join(topo.n1, "f"), "wb") as f:
+        f.write(os.urandom(8192))
+        os.fsync(f.fileno())
+    served = set()
+    for port in (server_port, mount_port):
+        samples, types = scrape(port)
+        served |= set(types)
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "grafana-dashboard.json")
+    with open(path) as f:
+        dashboard = json.load(f)
+    used = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            for name in re.findall(r"grantfs_[a-z_]+", target["expr"]):
+                used.add(re.sub(r"_(bucket|count|sum)$", "", name))
+    assert used, "no metric in the dashboard"
+    assert used <= served, sorted(used - served)

@@ -30,6 +30,7 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
     for path in ("./usr/bin/grantfs-server", "./usr/bin/grantfs-mount", "./usr/bin/grantfsctl",
                  "./usr/lib/systemd/system/grantfs-server@.service",
                  "./usr/share/doc/grantfs/operations.md",
+                 "./usr/share/doc/grantfs/grafana-dashboard.json",
                  "./usr/share/doc/grantfs/examples/example.conf"):
         assert re.search(rf" {re.escape(path)}$", listing, re.M), path
     assert "./sbin/mount.grantfs -> /usr/bin/grantfs-mount" in listing
