@@ -12,7 +12,7 @@
 //                                   SessionToStruct names the --json fields)
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
 //                                   moves the primary role to the in-sync replica
-//   grantfsctl fsck --data_dir=DIR [--repair] [--json]
+//   grantfsctl fsck --data_dir=DIR [--repair] [--json] [--progress]
 //                                   checks a stopped server's data directory
 //                                   (server/fsck.h); exit 0 clean, 1 problems
 //                                   (with --repair: problems left), 2 cannot run
@@ -33,8 +33,11 @@
 // order given); `df` and `clients` ask the serving primary. Exit codes: 0
 // done, 1 no server answered as needed (each address tried is named on
 // stderr), 2 bad usage or keys.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,7 @@
 #include "client/cluster_keys.h"
 #include "client/rpc_client.h"
 #include "client/status_json.h"
+#include "common/progress.h"
 #include "common/transport_flags.h"
 #include "google/protobuf/struct.pb.h"
 #include "server/fsck.h"
@@ -67,6 +71,8 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(bool, repair, false,
           "fsck: fix what has one right answer (counters, link counts, allocated blocks, "
           "records of inodes that do not exist, chunk files without a record)");
+ABSL_FLAG(bool, progress, false,
+          "fsck --data_dir: show its progress on stderr (always on a terminal)");
 ABSL_FLAG(bool, json, false,
           "status, fsck: print one JSON object (status: every server that answered, and "
           "the error of each that did not)");
@@ -256,7 +262,22 @@ int Fsck() {
   grantfs::FsckOptions o;
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.repair = absl::GetFlag(FLAGS_repair);
+  // A line per phase on stderr, redrawn in place: asked for, or on a
+  // terminal.
+  std::unique_ptr<grantfs::ProgressLine> line;
+  std::string phase;
+  if (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO)) {
+    o.progress = [&](const char* now, uint64_t done, uint64_t total) {
+      if (phase != now) {
+        if (line) line->Finish();
+        phase = now;
+        line = std::make_unique<grantfs::ProgressLine>(stderr, "fsck: " + phase);
+      }
+      line->Update(done, total);
+    };
+  }
   absl::StatusOr<grantfs::FsckReport> report = grantfs::CheckVolume(o);
+  if (line) line->Finish();
   if (!report.ok()) {
     fprintf(stderr, "grantfsctl fsck: %s\n", std::string(report.status().message()).c_str());
     return 2;
@@ -387,7 +408,7 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|clients|switchover|fsck\n"
-      "       grantfsctl fsck --data_dir=DIR [--repair] [--json]\n"
+      "       grantfsctl fsck --data_dir=DIR [--repair] [--json] [--progress]\n"
       "       grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {

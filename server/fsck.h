@@ -41,6 +41,7 @@
 #define GRANTFS_SERVER_FSCK_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ struct FsckOptions {
   // CheckMetadataSnapshot below), whose chunk files move on meanwhile. Not
   // with repair.
   bool metadata_only = false;
+  // Told how far the offline check got, every few thousand records or
+  // hundred chunk files and at the end of each phase ("metadata records",
+  // "chunk files"): done, and the total when known (0: not known; the
+  // records' total is RocksDB's estimate). Null: nobody.
+  std::function<void(const char* phase, uint64_t done, uint64_t total)> progress;
 };
 
 // One inconsistency.

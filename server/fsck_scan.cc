@@ -29,7 +29,15 @@ absl::Status Checker::ScanRecords() {
   ro.fill_cache = false;
   ro.verify_checksums = true;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  uint64_t estimate = 0;
+  if (options_.progress && !db_->GetIntProperty("rocksdb.estimate-num-keys", &estimate)) {
+    estimate = 0;
+  }
+  uint64_t scanned = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (options_.progress && ++scanned % 4096 == 0) {
+      options_.progress("metadata records", scanned, estimate);
+    }
     const std::string key = it->key().ToString();
     const rocksdb::Slice v = it->value();
     if (key.empty()) {
@@ -203,6 +211,7 @@ absl::Status Checker::ScanRecords() {
     return absl::DataLossError(
         absl::StrCat("reading the metadata store: ", it->status().ToString()));
   }
+  if (options_.progress) options_.progress("metadata records", scanned, scanned);
   return absl::OkStatus();
 }
 
@@ -253,8 +262,13 @@ absl::Status Checker::ScanChunkFiles() {
       NoteIno(ino);
       chunk_files_[{ino, index}] = st.st_size;
       ++report_->chunk_files;
+      // The chunk records say how many files there should be.
+      if (options_.progress && report_->chunk_files % 256 == 0) {
+        options_.progress("chunk files", report_->chunk_files, chunks_.size());
+      }
     }
   }
+  if (options_.progress) options_.progress("chunk files", report_->chunk_files, chunks_.size());
   return absl::OkStatus();
 }
 

@@ -89,6 +89,14 @@ def test_clean_volume_then_damage_and_repair(tmp_base):
     report = json.loads(offline_fsck(data, "--json").stdout)
     assert report["clean"] and report["problems"] == []
     assert report["files"] >= 45 and report["directories"] == 7
+    # --progress: a line per phase on stderr, each ending at its total; the
+    # report on stdout is the same.
+    p = offline_fsck(data, "--json", "--progress")
+    assert json.loads(p.stdout)["clean"], p.stdout
+    lines = [l.split("\r")[-1].replace("\033[K", "") for l in p.stderr.splitlines()]
+    assert any(l.startswith("fsck: metadata records: ") and "(100%" in l for l in lines), p.stderr
+    assert any(l.startswith(f"fsck: chunk files: {report['chunk_files']} of ") for l in lines), \
+        p.stderr
 
     # Repairable: chunk files no record names, one of a live file, one of an
     # inode number never handed out (so next_ino is raised past it too).
