@@ -21,7 +21,7 @@ std::string ProgressLine::Format(const std::string& what, uint64_t done, uint64_
   } else {
     absl::StrAppend(&line, " (");
   }
-  absl::StrAppend(&line, absl::StrFormat(total > 0 ? ", %.0f/s" : "%.0f/s", rate));
+  absl::StrAppend(&line, total > 0 ? ", " : "", absl::StrFormat("%.0f/s", rate));
   if (total > 0 && done < total && rate > 0) {
     absl::StrAppend(&line, absl::StrFormat(", ETA %.0f s", (total - done) / rate));
   }
