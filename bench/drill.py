@@ -40,7 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suitelib import failover as drill  # noqa: E402 (suitelib puts tests/ on the path)
-from suitelib.context import Progress  # noqa: E402
+from suitelib.context import Countdown, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import fmt, fmt_summary, summarize  # noqa: E402
 
@@ -72,10 +72,12 @@ def drills(h, progress, runs, size_mb, kill_at, capacity):
     m1 = h.mount_grantfs("mnt1", trio.servers)
     m2 = h.mount_grantfs("mnt2", trio.servers)
     results, failures = [], []
+    countdown = Countdown(runs)
     for run in range(1, runs + 1):
-        progress.step(f"drill {run}/{runs}: {size_mb} MiB write, kill -9 of the primary at "
+        progress.step(f"drill {countdown.next()}: {size_mb} MiB write, kill -9 of the primary at "
                       f"{kill_at:.0%}")
         r = drill.one_drill(trio, run, data, m1, m2, kill_at)
+        countdown.finished()
         results.append(r)
         progress.done("ok" if not drill.drill_failed(r) else "FAILED")
         print(run_line(r), flush=True)

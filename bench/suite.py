@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suitelib import (failover_section, fs_sections, group_commit, modes, report,  # noqa: E402
                       rpc_sections, tls_section)
-from suitelib.context import Context, Progress  # noqa: E402
+from suitelib.context import Context, Countdown, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import Results  # noqa: E402
 
@@ -194,10 +194,12 @@ def main(argv):
     ctx = Context(harness, cfg, a.mode, results, progress, a.out)
     os.makedirs(ctx.bench_dir, exist_ok=True)
     sections, failures, timings = [], {}, []
+    groups = [(nums, fn) for nums, fn in GROUPS if set(nums) & a.wanted]
+    countdown = Countdown(len(groups))
     try:
-        for nums, fn in GROUPS:
-            if not set(nums) & a.wanted:
-                continue
+        for nums, fn in groups:
+            progress.note(f"section {', '.join(map(str, nums))} ({countdown.next()}): "
+                          f"{TITLES[nums[0]]}")
             t0 = time.monotonic()
             try:
                 for sec in fn(ctx):
@@ -215,6 +217,7 @@ def main(argv):
                 for n in nums:
                     failures[n] = "internal error: " + tb.strip().splitlines()[-1]
             timings.append((nums, time.monotonic() - t0))
+            countdown.finished()
             progress.note(f"sections {', '.join(map(str, nums))} took {timings[-1][1]:.1f} s")
     except KeyboardInterrupt as e:
         progress.note(f"interrupted ({str(e) or 'SIGINT'}): cleaning up, no report written")

@@ -20,7 +20,7 @@ from kit.mount import mounts_under
 from kit.waits import wait_for
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from suitelib import stats  # noqa: E402
+from suitelib import context, stats  # noqa: E402
 from suitelib.report import PNG_MAGIC  # noqa: E402
 
 SUITE = os.path.join(REPO, "bench", "suite.py")
@@ -46,6 +46,19 @@ def test_summarize_median_min_max():
         stats.summarize([])
     with pytest.raises(ValueError):
         stats.summarize([1, math.nan])
+
+
+def test_countdown_says_which_step_and_the_time_left():
+    now = [100.0]
+    c = context.Countdown(4, clock=lambda: now[0])
+    assert c.next() == "1/4"
+    now[0] += 30
+    c.finished()
+    assert c.next() == "2/4, ETA ~1m30s"
+    now[0] += 90
+    c.finished()
+    assert c.next() == "3/4, ETA ~2m00s"
+    assert context.format_seconds(7) == "7s" and context.format_seconds(7300) == "2h01m"
 
 
 def test_formatting():
@@ -122,6 +135,8 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     assert took < 120, f"smoke run took {took:.0f} s"
     # Progress on stderr, one line per step; the tables on stdout.
     assert "§1 dd" in r.stderr and "§7 --threads=" in r.stderr
+    # Each section group counted, with the time left from the second on.
+    assert "section 1, 2 (1/9): " in r.stderr and "section 10 (9/9, ETA ~" in r.stderr
     assert "| target |" in r.stdout
 
     with open(os.path.join(out, "benchmarks.md")) as f:

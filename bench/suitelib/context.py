@@ -41,6 +41,37 @@ class Progress:
         print(f"[{self.elapsed():7.1f}s] {msg}", file=self.stream, flush=True)
 
 
+class Countdown:
+    """How far a run of `total` like steps got: "i/N" and, once one step is
+    done, the time left at the average pace so far ("ETA ~2m10s")."""
+
+    def __init__(self, total, clock=time.monotonic):
+        self.total = total
+        self.clock = clock
+        self.t0 = clock()
+        self.done = 0
+
+    def next(self):
+        """Text for the step about to start (call finished() after it)."""
+        text = f"{self.done + 1}/{self.total}"
+        if self.done > 0:
+            left = (self.clock() - self.t0) / self.done * (self.total - self.done)
+            text += f", ETA ~{format_seconds(left)}"
+        return text
+
+    def finished(self):
+        self.done += 1
+
+
+def format_seconds(s):
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 class Section:
     """One numbered section of the report: markdown parts, and the CSV and
     PNG files written for it (into out_dir/bench/)."""
