@@ -516,6 +516,35 @@ TEST_F(NsGrantsTest, TwoHoldersReplayTheirLogsAfterARestart) {
   EXPECT_EQ(b.Lookup(da, "x").attr().ino(), fa);
 }
 
+TEST_F(NsGrantsTest, AFileMadeInTheLogIsOpenedAndClosedInItAndLeasedToItsMaker) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  proto::LogEntry open;
+  open.set_seq(a.NextSeq());
+  open.mutable_open()->set_ino(first_);
+  open.mutable_open()->set_flags(O_RDWR);
+  open.mutable_open()->set_handle(7);
+  open.mutable_open()->set_created(true);
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply({a.Create(first_, dir_ino_, "f", S_IFREG | 0400), open,
+                       a.Create(first_ + 1, dir_ino_, "sub", S_IFDIR | 0755)},
+                      &reply)
+                  .ok());
+  ASSERT_EQ(reply.errs_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(reply.errs(i), 0) << i;
+  EXPECT_EQ(reply.unleased_size(), 0);  // both leased to a, as if made by calls
+  EXPECT_TRUE(volume_->sessions().HoldsOpen(a.id(), first_, 7));
+  // d: grant, attributes, names (the mkdir); f: attributes; sub: the same
+  // three as d.
+  EXPECT_EQ(volume_->leases().HeldBy(a.id()), 7u);
+  proto::LogEntry release;
+  release.set_seq(a.NextSeq());
+  release.mutable_release()->set_ino(first_);
+  release.mutable_release()->set_handle(7);
+  EXPECT_EQ(ErrOf(&a, release), 0);
+  EXPECT_FALSE(volume_->sessions().HoldsOpen(a.id(), first_, 7));
+}
+
 TEST_F(NsGrantsTest, InodeRangesAreRecordedKeptAndRetriedOnce) {
   Session a(stub_.get(), true);
   proto::InodeRangeRequest req;

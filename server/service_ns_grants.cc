@@ -39,6 +39,8 @@ std::vector<uint64_t> EntryDirs(const proto::LogEntry& e) {
     case proto::LogEntry::kRename:
       return {e.rename().parent(), e.rename().new_parent()};
     case proto::LogEntry::kSetattr:
+    case proto::LogEntry::kOpen:
+    case proto::LogEntry::kRelease:
       return {};  // the inode's directory (ApplyEntry)
     case proto::LogEntry::OP_NOT_SET:
       break;
@@ -114,7 +116,9 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
     LogPins pins(&volume_->leases(), rc.client_id);
     RequestTag::Durability durable;
     for (const proto::LogEntry& e : req->entries()) {
-      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable);
+      std::vector<uint64_t> unleased;
+      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, &unleased);
+      for (uint64_t ino : unleased) reply->add_unleased(ino);
       if (!s.ok() && (absl::IsUnavailable(s) || absl::IsResourceExhausted(s)) && !HasErrno(s)) {
         // Not an outcome of the entry: the mount sends the batch again
         // (what was applied is answered from its records).
@@ -133,7 +137,8 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
 
 absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
                                         const CallerPolicy& policy, const proto::LogEntry& e,
-                                        LogPins* pins, RequestTag::Durability* durable) {
+                                        LogPins* pins, RequestTag::Durability* durable,
+                                        std::vector<uint64_t>* unleased) {
   if (e.seq() == 0 || e.op_case() == proto::LogEntry::OP_NOT_SET) {
     return ErrnoStatus(EINVAL, "a log entry without a sequence number or an operation");
   }
@@ -143,11 +148,13 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
   uint64_t target = 0;
   if (e.has_link()) target = e.link().ino();
   if (e.has_setattr()) target = e.setattr().ino();
+  if (e.has_open()) target = e.open().ino();
+  if (e.has_release()) target = e.release().ino();
   if (target != 0) {
     RETURN_IF_ERROR(Reaches(ctx, rc, "ApplyLog", target));
     ASSIGN_OR_RETURN(proto::InodeRecord rec, volume_->meta().inodes().GetInode(target));
     dirs.push_back(S_ISDIR(rec.mode()) ? target : rec.parent());
-  } else if (e.has_link() || e.has_setattr()) {
+  } else if (e.has_link() || e.has_setattr() || e.has_open() || e.has_release()) {
     return ErrnoStatus(EINVAL, "log entry: inode 0");
   }
   std::vector<LeaseKey> keys;
@@ -192,6 +199,16 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
   // durable first (the others wait once for the whole batch).
   tag->defer_durable = !(e.has_setattr() && (e.setattr().valid() & proto::SetAttrRequest::SIZE));
   erc.tag = tag;
+  // The leases of what a create makes: as for a call (LeaseCreated).
+  const uint64_t epoch = leases.Epoch();
+  auto lease_created = [&](const proto::Attr& a) {
+    bool leased =
+        leases.Takes(rc.client_id) && leases.Grant(rc.client_id, LeaseKey::Attr(a.ino()), epoch);
+    if (S_ISDIR(a.mode())) {
+      leased = leased && leases.Grant(rc.client_id, LeaseKey::Dir(a.ino()), epoch);
+    }
+    if (!leased) unleased->push_back(a.ino());
+  };
   absl::Status s;
   switch (e.op_case()) {
     case proto::LogEntry::kMknod: {
@@ -202,16 +219,20 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
       if (tag->ino == 0) return ErrnoStatus(EINVAL, "log entry: a create without an inode number");
       absl::StatusOr<proto::Attr> a = volume_->MkNod(erc, r);
       s = a.status();
+      if (!a.ok()) break;
+      lease_created(*a);
       // A directory made in a granted one is granted too: nobody else can
       // know it yet, and the entries that follow may be in it.
-      if (a.ok() && S_ISDIR(a->mode())) leases.GrantCreated(rc.client_id, a->ino());
+      if (S_ISDIR(a->mode())) leases.GrantCreated(rc.client_id, a->ino());
       break;
     }
     case proto::LogEntry::kSymlink: {
       tag->ino = e.ino();
       if (tag->ino == 0) return ErrnoStatus(EINVAL, "log entry: a create without an inode number");
       const proto::SymlinkRequest& r = e.symlink();
-      s = volume_->Symlink(erc, r.parent(), r.name(), r.target()).status();
+      absl::StatusOr<proto::Attr> a = volume_->Symlink(erc, r.parent(), r.name(), r.target());
+      s = a.status();
+      if (a.ok()) lease_created(*a);
       break;
     }
     case proto::LogEntry::kLink: {
@@ -238,6 +259,14 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     }
     case proto::LogEntry::kSetattr:
       s = volume_->SetAttr(erc, e.setattr()).status();
+      break;
+    case proto::LogEntry::kOpen: {
+      const proto::OpenRequest& r = e.open();
+      s = volume_->Open(erc, r.ino(), r.flags(), r.handle(), r.created()).status();
+      break;
+    }
+    case proto::LogEntry::kRelease:
+      s = volume_->Release(erc, e.release().ino(), e.release().handle());
       break;
     case proto::LogEntry::OP_NOT_SET:
       break;
