@@ -67,9 +67,10 @@ void PrintNodeViews(const std::vector<NodeView>& nodes) {
 // they settled; false with *gone when the record changed or went.
 bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool removing,
                   std::vector<NodeView>* views, std::string* server, bool* gone) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  const absl::Time began = absl::Now();
+  const absl::Time deadline = began + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   *gone = false;
-  for (;;) {
+  for (bool first = true;; first = false) {
     proto::ListMountsReply reply;
     absl::Status s = List(ctl, &reply, server);
     if (s.ok()) {
@@ -79,10 +80,17 @@ bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool r
         return false;
       }
       *views = NodesOf(reply, *rec);
-      if (Settled(*views, removing)) return true;
+      // A primary that just took over knows the nodes again from their
+      // next heartbeats: give them a few seconds to call before taking "no
+      // live node" for an answer.
+      bool any_alive = false;
+      for (const NodeView& v : *views) any_alive = any_alive || v.alive;
+      const bool too_early = !any_alive && absl::Now() < began + absl::Seconds(3);
+      if (!too_early && Settled(*views, removing)) return true;
     }
     if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(200));
+    // The first look comes at once: nodes often answer within milliseconds.
+    absl::SleepFor(absl::Milliseconds(first ? 50 : 200));
   }
 }
 
@@ -116,7 +124,9 @@ int Mount(Ctl& ctl, const std::vector<std::string>& args) {
     live += v.alive ? 1 : 0;
     mounted += v.alive && v.state == "mounted" ? 1 : 0;
   }
-  const bool done = !gone && settled && mounted == live;
+  // --wait_s=0: recorded is done (the nodes were not waited for).
+  const bool done =
+      absl::GetFlag(FLAGS_wait_s) == 0 ? !gone : !gone && settled && mounted == live;
   if (ctl.json) {
     google::protobuf::Struct out = NodeViewsToStruct(views);
     auto& f = *out.mutable_fields();
@@ -134,6 +144,8 @@ int Mount(Ctl& ctl, const std::vector<std::string>& args) {
     PrintNodeViews(views);
     if (live == 0) {
       printf("  no node agent is running: every node's agent mounts it when it starts\n");
+    } else if (absl::GetFlag(FLAGS_wait_s) == 0) {
+      printf("  recorded; not waiting for the nodes (--wait_s=0; grantfsctl mounts shows them)\n");
     } else if (!settled) {
       printf("  not every node answered within %d s (grantfsctl mounts shows them)\n",
              absl::GetFlag(FLAGS_wait_s));
