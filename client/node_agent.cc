@@ -49,28 +49,50 @@ NodeAgent::NodeAgent(const NodeAgentOptions& options) : options_(options) {}
 
 NodeAgent::~NodeAgent() { Stop(); }
 
-std::set<std::string> NodeAgent::ParseStateFile(const std::string& text) {
-  std::set<std::string> out;
+std::map<std::string, NodeAgent::Spec> NodeAgent::ParseStateFile(const std::string& text) {
+  std::map<std::string, Spec> out;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    std::string path, error;
-    if (!absl::CUnescape(absl::StripAsciiWhitespace(line), &path, &error)) {
-      LOG(WARNING) << "node agent: state file: ignoring a line that does not parse: " << error;
-      continue;
+    std::vector<std::string> fields;
+    bool ok = true;
+    // Not stripped: an empty options field ends the line with a tab.
+    for (absl::string_view f : absl::StrSplit(line, '\t')) {
+      std::string v, error;
+      if (!absl::CUnescape(f, &v, &error)) {
+        LOG(WARNING) << "node agent: state file: ignoring a line that does not parse: " << error;
+        ok = false;
+        break;
+      }
+      fields.push_back(std::move(v));
     }
+    if (!ok || (fields.size() != 1 && fields.size() != 3)) continue;
+    const std::string& path = fields[0];
     absl::StatusOr<std::string> p = NormalizeMountPath(path);
     if (!p.ok() || *p != path) {
       LOG(WARNING) << "node agent: state file: ignoring '" << absl::CHexEscape(path)
                    << "': not a mount path";
       continue;
     }
-    out.insert(path);
+    Spec spec;
+    if (fields.size() == 3) {
+      spec.known = true;
+      spec.subdir = fields[1];
+      spec.options = fields[2];
+    }
+    out[path] = spec;
   }
   return out;
 }
 
-std::string NodeAgent::FormatStateFile(const std::set<std::string>& paths) {
+std::string NodeAgent::FormatStateFile(const std::map<std::string, Spec>& mounts) {
   std::string out;
-  for (const std::string& p : paths) absl::StrAppend(&out, absl::CHexEscape(p), "\n");
+  for (const auto& [path, spec] : mounts) {
+    absl::StrAppend(&out, absl::CHexEscape(path));
+    if (spec.known) {
+      absl::StrAppend(&out, "\t", absl::CHexEscape(spec.subdir), "\t",
+                      absl::CHexEscape(spec.options));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
 
@@ -85,7 +107,7 @@ absl::Status NodeAgent::Start() {
         absl::StrCat("node name '", absl::CHexEscape(options_.node),
                      "': 1 to 64 of the characters A-Z a-z 0-9 . _ -"));
   }
-  std::set<std::string> managed;
+  std::map<std::string, Spec> managed;
   if (!options_.state_file.empty()) {
     std::ifstream in(options_.state_file);
     if (in) {
@@ -126,7 +148,7 @@ void NodeAgent::Stop() {
     absl::Status s = options_.mounter->Unmount(path, /*lazy=*/false);
     if (s.ok()) {
       LOG(INFO) << "node agent: stop: unmounted " << path;
-      SetManaged(path, false);
+      SetManaged(path, std::nullopt);
     } else {
       LOG(WARNING) << "node agent: stop: " << path << " stays mounted: " << s.message();
     }
@@ -152,7 +174,16 @@ std::vector<proto::NodeMountState> NodeAgent::States() {
 
 std::set<std::string> NodeAgent::Managed() {
   absl::MutexLock l(&mu_);
-  return managed_;
+  std::set<std::string> out;
+  for (const auto& [path, spec] : managed_) out.insert(path);
+  return out;
+}
+
+std::optional<NodeAgent::Spec> NodeAgent::ManagedSpec(const std::string& path) {
+  absl::MutexLock l(&mu_);
+  auto it = managed_.find(path);
+  if (it == managed_.end()) return std::nullopt;
+  return it->second;
 }
 
 void NodeAgent::SaveStateLocked() {
@@ -173,9 +204,19 @@ void NodeAgent::SaveStateLocked() {
   }
 }
 
-void NodeAgent::SetManaged(const std::string& path, bool managed) {
+void NodeAgent::SetManaged(const std::string& path, const std::optional<Spec>& spec) {
   absl::MutexLock l(&mu_);
-  const bool changed = managed ? managed_.insert(path).second : managed_.erase(path) > 0;
+  bool changed = false;
+  if (!spec) {
+    changed = managed_.erase(path) > 0;
+  } else {
+    auto [it, added] = managed_.emplace(path, *spec);
+    if (!added && spec->known && !(it->second == *spec)) {
+      it->second = *spec;
+      changed = true;
+    }
+    changed = changed || added;
+  }
   if (changed) SaveStateLocked();
 }
 
@@ -222,15 +263,41 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
              absl::InfiniteDuration());
     return;
   }
+  Spec want;
+  want.known = true;
+  want.subdir = rec.subdir();
+  want.options = rec.options();
   switch (options_.mounter->Probe(path)) {
-    case MountAt::kGrantFs:
-      SetManaged(path, true);  // ours, or the previous run's: adopted
-      SetState(path, rec.generation(), State::MOUNTED, "");
-      return;
+    case MountAt::kGrantFs: {
+      const std::optional<Spec> had = ManagedSpec(path);
+      if (!had || !had->known || *had == want) {
+        // Ours, or the previous run's: adopted (with the table's spec when
+        // there is no record of how it was made).
+        SetManaged(path, want);
+        SetState(path, rec.generation(), State::MOUNTED, "");
+        return;
+      }
+      // Made for an older record of this path (removed and added again
+      // while this agent was away): made again.
+      if (Settled(path, rec.generation(), State::FAILED)) return;
+      LOG(INFO) << "node agent: " << path << " is mounted with directory " << had->subdir
+                << " and options '" << had->options << "'; the table now says " << want.subdir
+                << " and '" << want.options << "': mounting it again";
+      absl::Status s = options_.mounter->Unmount(path, /*lazy=*/false);
+      if (!s.ok()) {
+        SetState(path, rec.generation(), State::FAILED,
+                 absl::StrCat("mounted with another directory or options, and cannot be "
+                              "unmounted: ",
+                              s.message()),
+                 options_.retry);
+        return;
+      }
+      SetManaged(path, std::nullopt);
+      break;
+    }
     case MountAt::kOther:
       SetState(path, rec.generation(), State::FAILED,
-               absl::StrCat("another file system (", SystemMounter::MountedType(path),
-                            ") is mounted at ", path),
+               absl::StrCat("another file system is mounted at ", path),
                options_.retry);
       return;
     case MountAt::kDead: {
@@ -250,9 +317,13 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
   }
   if (Settled(path, rec.generation(), State::FAILED)) return;  // retried later
   SetState(path, rec.generation(), State::PENDING, "");
+  ++mount_attempts_;
+  const absl::Time began = absl::Now();
   absl::Status s = options_.mounter->Mount(rec);
+  mount_time_.Observe(absl::Now() - began);
+  if (!s.ok()) ++mount_failures_;
   if (s.ok()) {
-    SetManaged(path, true);
+    SetManaged(path, want);
     SetState(path, rec.generation(), State::MOUNTED, "");
   } else {
     SetState(path, rec.generation(), State::FAILED, std::string(s.message()), options_.retry);
@@ -263,14 +334,20 @@ void NodeAgent::EnsureUnmounted(const std::string& path, uint64_t generation, bo
   const MountAt at = options_.mounter->Probe(path);
   if (at == MountAt::kNothing || at == MountAt::kOther) {
     // kOther: not a GrantFS mount, so not one of ours to take down.
-    SetManaged(path, false);
+    SetManaged(path, std::nullopt);
     SetState(path, generation, State::UNMOUNTED, "");
     return;
   }
   if (Settled(path, generation, State::BUSY) || Settled(path, generation, State::FAILED)) return;
+  ++unmount_attempts_;
   absl::Status s = options_.mounter->Unmount(path, force || at == MountAt::kDead);
+  if (absl::IsFailedPrecondition(s)) {
+    ++unmount_busy_;
+  } else if (!s.ok()) {
+    ++unmount_failures_;
+  }
   if (s.ok()) {
-    SetManaged(path, false);
+    SetManaged(path, std::nullopt);
     SetState(path, generation, State::UNMOUNTED, force ? "detached (-f)" : "");
   } else if (absl::IsFailedPrecondition(s)) {
     SetState(path, generation, State::BUSY, std::string(s.message()), options_.retry);
@@ -353,16 +430,19 @@ void NodeAgent::HeartbeatLoop() {
         },
         &server);
     if (s.ok()) {
+      ++heartbeats_;
       absl::MutexLock l(&mu_);
       if (!connected_) LOG(INFO) << "node agent: registered with the primary " << server;
       connected_ = true;
       if (!table_ || !SameTable(*table_, reply.table())) {
         table_ = std::move(*reply.mutable_table());
         ++table_seq_;
+        ++tables_;
       }
       continue;
     }
     if (absl::IsCancelled(s)) continue;  // a state to report, or a stop
+    ++heartbeat_failures_;
     {
       absl::MutexLock l(&mu_);
       if (stop_) return;
@@ -381,6 +461,55 @@ void NodeAgent::HeartbeatLoop() {
       for (int i = 0; i < 20 && !stopping(); ++i) absl::SleepFor(absl::Milliseconds(100));
     }
   }
+}
+
+}  // namespace grantfs
+
+namespace grantfs {
+
+std::string NodeAgent::RenderMetrics() {
+  int by_state[5] = {0, 0, 0, 0, 0};
+  bool connected = false;
+  size_t managed = 0;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [path, local] : states_) {
+      const int st = local.state.state();
+      if (st >= 0 && st < 5) ++by_state[st];
+    }
+    connected = connected_;
+    managed = managed_.size();
+  }
+  MetricsText out;
+  out.Gauge("grantfs_agent_connected", "1 while the primary answers the agent's heartbeats",
+            connected ? 1 : 0);
+  out.Counter("grantfs_agent_heartbeats_total", "heartbeats the primary answered",
+              static_cast<double>(heartbeats_.load()));
+  out.Counter("grantfs_agent_heartbeat_failures_total",
+              "heartbeats that failed (no primary, refused)",
+              static_cast<double>(heartbeat_failures_.load()));
+  out.Counter("grantfs_agent_tables_total", "new global mount tables received",
+              static_cast<double>(tables_.load()));
+  const char* names[5] = {"pending", "mounted", "failed", "busy", "unmounted"};
+  for (int i = 0; i < 5; ++i) {
+    out.Gauge("grantfs_agent_mounts", "global mounts of this node by state", by_state[i],
+              absl::StrCat("state=\"", names[i], "\""));
+  }
+  out.Gauge("grantfs_agent_managed_mounts", "mounts this agent made and keeps",
+            static_cast<double>(managed));
+  out.Counter("grantfs_agent_mount_attempts_total", "grantfs-mount runs",
+              static_cast<double>(mount_attempts_.load()));
+  out.Counter("grantfs_agent_mount_failures_total", "grantfs-mount runs that failed",
+              static_cast<double>(mount_failures_.load()));
+  out.Counter("grantfs_agent_unmount_attempts_total", "unmounts tried",
+              static_cast<double>(unmount_attempts_.load()));
+  out.Counter("grantfs_agent_unmount_busy_total", "unmounts refused because the mount was busy",
+              static_cast<double>(unmount_busy_.load()));
+  out.Counter("grantfs_agent_unmount_failures_total", "unmounts that failed otherwise",
+              static_cast<double>(unmount_failures_.load()));
+  mount_time_.Write(&out, "grantfs_agent_mount_seconds",
+                    "how long grantfs-mount took to bring a mount up (or fail)", "");
+  return out.text();
 }
 
 }  // namespace grantfs

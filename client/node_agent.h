@@ -26,6 +26,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -40,6 +42,7 @@
 #include "client/cluster_client.h"
 #include "client/node_mounts.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "proto/cluster.pb.h"
 
 namespace grantfs {
@@ -90,10 +93,24 @@ class NodeAgent {
   std::set<std::string> Managed() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a heartbeat was answered since the last failure.
   bool connected() ABSL_LOCKS_EXCLUDED(mu_);
+  // Prometheus text (docs/metrics.md, "Node agent"): heartbeats, mounts by
+  // state, mount and unmount attempts, the time grantfs-mount took.
+  std::string RenderMetrics() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Loads/saves a state file's text (exposed for tests).
-  static std::set<std::string> ParseStateFile(const std::string& text);
-  static std::string FormatStateFile(const std::set<std::string>& paths);
+  // What a mount was made with: the directory of the volume and the
+  // options. Unknown for a mount adopted from a state file of an older
+  // agent, or found mounted with no record of it.
+  struct Spec {
+    bool known = false;
+    std::string subdir, options;
+    bool operator==(const Spec& o) const {
+      return known == o.known && subdir == o.subdir && options == o.options;
+    }
+  };
+  // A state file's text: one line per path, C-escaped, with the spec's
+  // subdir and options (tab-separated) when known. Exposed for tests.
+  static std::map<std::string, Spec> ParseStateFile(const std::string& text);
+  static std::string FormatStateFile(const std::map<std::string, Spec>& mounts);
 
  private:
   struct Local {
@@ -113,7 +130,11 @@ class NodeAgent {
   // Whether `path` of `generation` is in `state` and not due for a retry.
   bool Settled(const std::string& path, uint64_t generation, proto::NodeMountState::State state)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void SetManaged(const std::string& path, bool managed) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records that this agent keeps `path`, made with `spec` (one not known
+  // does not replace a known one), or no longer does (nullopt).
+  void SetManaged(const std::string& path, const std::optional<Spec>& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<Spec> ManagedSpec(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   void SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -127,12 +148,18 @@ class NodeAgent {
   std::optional<proto::GlobalMountTable> table_ ABSL_GUARDED_BY(mu_);
   uint64_t table_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Local> states_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> managed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Spec> managed_ ABSL_GUARDED_BY(mu_);
   // A state changed since the last heartbeat was sent.
   bool report_due_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   // The heartbeat in flight, cancelled to report a change or to stop.
   grpc::ClientContext* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // Counted outside mu_ (metrics).
+  std::atomic<uint64_t> heartbeats_{0}, heartbeat_failures_{0}, tables_{0};
+  std::atomic<uint64_t> mount_attempts_{0}, mount_failures_{0};
+  std::atomic<uint64_t> unmount_attempts_{0}, unmount_busy_{0}, unmount_failures_{0};
+  LatencyHistogram mount_time_;
 
   std::thread heartbeat_thread_;
   std::thread reconcile_thread_;

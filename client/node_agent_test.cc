@@ -213,11 +213,56 @@ TEST_F(NodeAgentTest, WhatItMountedAndTheTableNoLongerHoldsIsUnmounted) {
   EXPECT_EQ(mounter_.Probe("/mnt/mine"), MountAt::kGrantFs);
 }
 
+TEST_F(NodeAgentTest, MetricsCountMountsByStateAndAttempts) {
+  NodeAgent agent(Options());
+  agent.Reconcile(Table({Rec("/g/x", 5)}));
+  mounter_.Fail("no");
+  agent.Reconcile(Table({Rec("/g/x", 5), Rec("/g/y", 5)}));
+  const std::string m = agent.RenderMetrics();
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_mounts{state=\"mounted\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_mounts{state=\"failed\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_mount_attempts_total 2\n"));
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_mount_failures_total 1\n"));
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_mount_seconds_count 2\n"));
+  EXPECT_THAT(m, HasSubstr("grantfs_agent_connected 0\n"));
+  EXPECT_THAT(m, HasSubstr("# TYPE grantfs_agent_heartbeats_total counter\n"));
+}
+
 TEST_F(NodeAgentTest, TheStateFileKeepsEscapedPathsAndSkipsBadLines) {
-  const std::set<std::string> paths = {"/g/a b", "/g/new\nline", "/g/x"};
-  EXPECT_EQ(NodeAgent::ParseStateFile(NodeAgent::FormatStateFile(paths)), paths);
-  EXPECT_EQ(NodeAgent::ParseStateFile("/g/ok\nrelative\n/\n/g/../etc\n\\x\n"),
-            std::set<std::string>({"/g/ok"}));
+  NodeAgent::Spec known;
+  known.known = true;
+  known.subdir = "/a\tb";
+  known.options = "";
+  const std::map<std::string, NodeAgent::Spec> mounts = {
+      {"/g/a b", known}, {"/g/new\nline", NodeAgent::Spec()}, {"/g/x", known}};
+  EXPECT_EQ(NodeAgent::ParseStateFile(NodeAgent::FormatStateFile(mounts)), mounts);
+  const auto parsed =
+      NodeAgent::ParseStateFile("/g/ok\nrelative\n/\n/g/../etc\n\\x\n/g/two\tfields\n");
+  ASSERT_EQ(parsed.size(), 1u);
+  EXPECT_EQ(parsed.begin()->first, "/g/ok");
+  EXPECT_FALSE(parsed.begin()->second.known);
+}
+
+TEST_F(NodeAgentTest, AMountMadeForAnOlderRecordOfItsPathIsMadeAgain) {
+  NodeAgent agent(Options());
+  agent.Reconcile(Table({Rec("/g/x", 5)}));
+  // Removed and forgotten while the agent was away, added again with
+  // another directory: unmounted and mounted again.
+  proto::GlobalMountRecord other = Rec("/g/x", 9);
+  other.set_subdir("/sub");
+  agent.Reconcile(Table({other}));
+  EXPECT_EQ(mounter_.unmounts(), 1);
+  EXPECT_EQ(mounter_.mounts(), 2);
+  EXPECT_EQ(ByPath(agent.States())["/g/x"].state(), State::MOUNTED);
+  // Busy: a failure that says so, tried again later.
+  proto::GlobalMountRecord third = Rec("/g/x", 11);
+  third.set_options("ro");
+  mounter_.Busy("pid 1 (sh) has its working directory inside");
+  agent.Reconcile(Table({third}));
+  auto st = ByPath(agent.States());
+  EXPECT_EQ(st["/g/x"].state(), State::FAILED);
+  EXPECT_THAT(st["/g/x"].reason(), HasSubstr("another directory or options"));
+  EXPECT_EQ(mounter_.mounts(), 2);
 }
 
 TEST_F(NodeAgentTest, BadOptionsAreRefusedAtStart) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "client/cluster_config.h"
 #include "client/node_agent.h"
 #include "client/node_mounts.h"
+#include "common/metrics_http.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 
@@ -49,6 +51,9 @@ ABSL_FLAG(int, poll_ms, 1000,
           "the heartbeat's long poll (100-2000 ms): a node that misses 5 s of them is down");
 ABSL_FLAG(int, retry_ms, 2000, "failed mounts and busy unmounts are tried again this often");
 ABSL_FLAG(int, mount_timeout_s, 20, "how long one grantfs-mount may take to come up");
+ABSL_FLAG(std::string, metrics_addr, "",
+          "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
+          "(docs/metrics.md); empty: none");
 ABSL_FLAG(bool, unmount_on_stop, false,
           "on SIGTERM, unmount the global mounts this agent keeps (default: they stay up, and the "
           "next agent adopts them)");
@@ -170,6 +175,16 @@ int main(int argc, char** argv) {
   ao.retry = absl::Milliseconds(retry_ms);
   ao.unmount_on_stop = absl::GetFlag(FLAGS_unmount_on_stop);
   grantfs::NodeAgent agent(ao);
+  std::unique_ptr<grantfs::MetricsServer> metrics;  // stops before `agent` goes
+  if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {
+    absl::StatusOr<std::unique_ptr<grantfs::MetricsServer>> m =
+        grantfs::MetricsServer::Start(addr, [&agent] { return agent.RenderMetrics(); });
+    if (!m.ok()) {
+      LOG(ERROR) << m.status();
+      return 2;
+    }
+    metrics = *std::move(m);
+  }
   if (absl::Status s = agent.Start(); !s.ok()) {
     LOG(ERROR) << s.message();
     return 2;
@@ -178,6 +193,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   LOG(INFO) << "signal " << sig << ": stopping the node agent"
             << (ao.unmount_on_stop ? " and unmounting" : " (the mounts stay up)");
+  metrics.reset();
   agent.Stop();
   return 0;
 }

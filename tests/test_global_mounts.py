@@ -173,6 +173,16 @@ def test_a_global_mount_appears_on_every_node_and_only_there(cluster, nodes):
     assert xs[2].stop_agent() == 0
     assert xs[2].mounted(path)
 
+    # An agent's metrics, scraped with curl on its node.
+    xs[2].start_agent(["--metrics_addr=127.0.0.1:9431"])
+    wait_for(lambda: xs[2].run(["curl", "-sf", "http://127.0.0.1:9431/metrics"],
+                               check=False).returncode == 0, BOUND_S, "nz's metrics")
+    wait_for(lambda: 'grantfs_agent_mounts{state="mounted"} 1' in xs[2].run(
+        ["curl", "-sf", "http://127.0.0.1:9431/metrics"]).stdout, BOUND_S, "nz adopting it")
+    text = xs[2].run(["curl", "-sf", "http://127.0.0.1:9431/metrics"]).stdout
+    assert "grantfs_agent_connected 1" in text
+    assert "grantfs_agent_mount_attempts_total 0" in text  # adopted, not mounted again
+
 
 def test_bad_requests_get_a_precise_error_and_exit_2(cluster, nodes):
     base = nodes.base
