@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -87,9 +88,33 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
+// `path` as /proc/self/mountinfo names a mount there: with the symlinks
+// of its directories (and its own, if it is one) resolved. The last name is
+// not looked at otherwise: a dead FUSE mount answers ENOTCONN to it.
+std::string Resolved(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char* r = realpath(path.c_str(), nullptr);
+    if (r != nullptr) {
+      std::string out(r);
+      free(r);
+      return out;
+    }
+    return path;
+  }
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return path;
+  char* dir = realpath(path.substr(0, slash).c_str(), nullptr);
+  if (dir == nullptr) return path;
+  std::string out = absl::StrCat(dir, path.substr(slash));
+  free(dir);
+  return out;
+}
+
 }  // namespace
 
-std::string SystemMounter::MountedType(const std::string& path) {
+std::string SystemMounter::MountedType(const std::string& path_in) {
+  const std::string path = Resolved(path_in);
   std::ifstream in("/proc/self/mountinfo");
   std::string line, type;
   while (std::getline(in, line)) {

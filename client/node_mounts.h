@@ -59,7 +59,8 @@ class SystemMounter final : public NodeMounter {
   absl::Status Unmount(const std::string& path, bool lazy) override;
 
   // The fstype of the mount at `path` in /proc/self/mountinfo ("" none):
-  // "fuse.grantfs" for ours.
+  // "fuse.grantfs" for ours. Symlinks on the way are resolved first (the
+  // kernel lists a mount under the resolved path).
   static std::string MountedType(const std::string& path);
   // "pid 12 (sleep) has its working directory inside; ..." for at most five
   // processes of this mount namespace that use something under `path`.

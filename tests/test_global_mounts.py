@@ -260,6 +260,24 @@ def test_a_killed_agent_restores_its_mounts_without_mounting_twice(cluster, node
              interval=0.2)
 
 
+def test_a_mount_below_a_symlink_is_found_again_not_stacked(cluster, nodes):
+    nx = nodes("x", "nx")
+    wait_agents(cluster, ["nx"])
+    real = os.path.join(nx.global_root, "real")
+    link = os.path.join(nx.global_root, "link")
+    nx.run(["mkdir", real])
+    nx.run(["ln", "-s", real, link])
+    path = os.path.join(link, "m")
+    ctl_json(cluster, "mount", "-g", path)
+    # The kernel lists it under the resolved path; the agent looks there.
+    assert nx.grantfs_mounts(os.path.join(real, "m")) == 1
+    time.sleep(5)  # two of the agent's retry periods
+    assert nx.grantfs_mounts(os.path.join(real, "m")) == 1
+    assert node_states(cluster, path) == {"nx": "mounted"}
+    assert ctl_json(cluster, "umount", "-g", path)["removed"] is True
+    assert nx.grantfs_mounts(os.path.join(real, "m")) == 0
+
+
 def test_umount_g_removes_it_everywhere(cluster, nodes):
     xs = [nodes("x", "nx"), nodes("y", "ny"), nodes("z", "nz")]
     wait_agents(cluster, ["nx", "ny", "nz"])
