@@ -48,6 +48,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -401,6 +403,14 @@ int main(int argc, char** argv) {
       "       grantfsctl [--json] umount -g [-f] PATH\n"
       "       grantfsctl fsck --data_dir=DIR [--repair] [--json]\n"
       "       grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]");
+  // --help lists every flag grantfsctl takes (the global-mount commands',
+  // the configuration file's and the TLS ones too).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/") || absl::StrContains(file, "transport_flags");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   // The configuration file's values first: the command line's override them.
   if (absl::StatusOr<std::optional<grantfs::ClusterConfig>> conf =
           grantfs::ApplyClusterConfig(argc, argv);

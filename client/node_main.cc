@@ -25,6 +25,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -77,6 +79,15 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfs-node [--config=FILE] [--server=A:PORT,B:PORT] [--node=NAME] [--tls_dir=DIR] "
       "[--state_dir=DIR]: keeps this node's global mounts (docs/operations.md)");
+  // --help lists every flag the agent takes (its own, the configuration
+  // file's and the TLS ones), not only those of a file named like it.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/") || absl::StrContains(file, "transport_flags");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] { return std::string("grantfs-node ") + kAgentVersion + "\n"; };
+  absl::SetFlagsUsageConfig(usage);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   absl::StatusOr<std::optional<grantfs::ClusterConfig>> config =

@@ -200,6 +200,35 @@ def test_bad_requests_get_a_precise_error_and_exit_2(cluster, nodes):
         assert says in r.stderr, (args, r.stderr)
 
 
+def test_the_configuration_file_says_where_the_cluster_is(cluster, nodes):
+    conf = os.path.join(nodes.base, "cluster.conf")
+    with open(conf, "w") as f:
+        f.write(f"# a test cluster\nservers = {cluster.servers}\nnode = from-conf\n")
+    r = subprocess.run([CTL_BIN, f"--config={conf}", "--json", "mounts"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["server"] in cluster.servers.split(",")
+    # The command line wins over the file.
+    r = subprocess.run([CTL_BIN, f"--config={conf}", "--server=127.0.0.1:1", "--retry_s=0",
+                        "mounts"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "127.0.0.1:1" in r.stderr
+    # An agent started with only the file registers under the file's name.
+    n = AgentNode(cluster.lab, "x", "from-conf", cluster.servers, nodes.base)
+    nodes.made.append(n)
+    n.start_node().start_agent(config=conf)
+    wait_agents(cluster, ["from-conf"])
+    # Bad files: named by file and line, exit 2; a missing --config file too.
+    with open(conf, "w") as f:
+        f.write(f"servers = {cluster.servers}\nserver = typo\n")
+    for argv in ([CTL_BIN, f"--config={conf}", "mounts"],
+                 [CTL_BIN, f"--config={conf}.missing", "mounts"]):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+    assert f"{conf}:2: unknown key 'server'" in subprocess.run(
+        [CTL_BIN, f"--config={conf}", "mounts"], capture_output=True, text=True,
+        timeout=60).stderr
+
+
 def test_only_admins_and_root_nodes_may_change_the_table(cluster, nodes):
     # A node certificate without the root option (docs/security.md).
     tls = os.environ["GRANTFS_TLS_DIR"]

@@ -94,9 +94,14 @@ class AgentNode:
             raise HarnessError(f"node {self.name}: no mount namespace of its own")
         return self
 
-    def start_agent(self, extra=()):
-        argv = [binary(NODE_AGENT, self.build), f"--server={self.servers}",
-                f"--node={self.name}", f"--state_dir={self.state_dir}", "--config=",
+    def start_agent(self, extra=(), config=None):
+        """The agent, with the node's servers and name as flags; with
+        `config`, from that configuration file instead."""
+        if config is None:
+            flags = [f"--server={self.servers}", f"--node={self.name}", "--config="]
+        else:
+            flags = [f"--config={config}"]
+        argv = [binary(NODE_AGENT, self.build), *flags, f"--state_dir={self.state_dir}",
                 *self.extra, *extra]
         with open(self.log_path, "a") as log:
             log.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(argv)}\n")
