@@ -3,7 +3,8 @@
 // agent (client/node_agent.h) use it.
 //
 // Each call has a deadline. UNAVAILABLE (a replica, a fenced primary, a
-// server down) and DEADLINE_EXCEEDED move the call to the next server; a
+// server down), DEADLINE_EXCEEDED and UNIMPLEMENTED (a witness, an older
+// server) move the call to the next server; a
 // round over every server that found no primary is tried again, after
 // waiting up to a second for a connection, until `retry_for` ends. Every
 // other status (INVALID_ARGUMENT, PERMISSION_DENIED, ...) and CANCELLED are
@@ -88,12 +89,18 @@ class ClusterClient {
           if (server != nullptr) *server = servers_[i].address;
           return absl::OkStatus();
         }
+        // UNIMPLEMENTED: no Cluster service there (a witness listed by
+        // mistake, or a server older than global mounts): not the primary.
         if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-            s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+            s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+            s.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
           if (server != nullptr) *server = servers_[i].address;
           return FromGrpcStatus(s);
         }
-        tried.push_back(absl::StrCat(servers_[i].address, ": ", s.error_message()));
+        tried.push_back(absl::StrCat(servers_[i].address, ": ",
+                                     s.error_code() == grpc::StatusCode::UNIMPLEMENTED
+                                         ? "no global mounts there (a witness, or an older server)"
+                                         : s.error_message()));
       }
       if (absl::Now() >= give_up) {
         return absl::UnavailableError(

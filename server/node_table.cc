@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace grantfs {
 namespace {
@@ -70,6 +71,12 @@ absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const s
     it = nodes_.emplace(hb.node(), Node()).first;
     it->second.info.set_node(hb.node());
     it->second.info.set_first_seen_ns(options_.wall_clock->NowNanos());
+    LOG(INFO) << "node '" << hb.node() << "' registered: agent " << hb.agent_version() << " at "
+              << address << (peer.empty() ? "" : " (\"" + peer + "\")");
+  } else if (now - it->second.last >= options_.node_timeout) {
+    LOG(INFO) << "node '" << hb.node() << "' is back after "
+              << absl::FormatDuration(absl::Trunc(now - it->second.last, absl::Seconds(1)))
+              << " without a heartbeat (agent " << hb.agent_version() << " at " << address << ")";
   }
   Node& n = it->second;
   n.last = now;
