@@ -125,8 +125,7 @@ int Mount(Ctl& ctl, const std::vector<std::string>& args) {
     mounted += v.alive && v.state == "mounted" ? 1 : 0;
   }
   // --wait_s=0: recorded is done (the nodes were not waited for).
-  const bool done =
-      absl::GetFlag(FLAGS_wait_s) == 0 ? !gone : !gone && settled && mounted == live;
+  const bool done = absl::GetFlag(FLAGS_wait_s) == 0 ? !gone : !gone && settled && mounted == live;
   if (ctl.json) {
     google::protobuf::Struct out = NodeViewsToStruct(views);
     auto& f = *out.mutable_fields();
@@ -279,6 +278,7 @@ int Nodes(Ctl& ctl) {
            n.peer().empty() ? "-" : n.peer().c_str(), counts[proto::NodeMountState::MOUNTED],
            counts[proto::NodeMountState::PENDING], counts[proto::NodeMountState::FAILED],
            counts[proto::NodeMountState::BUSY]);
+    if (!n.conflict().empty()) printf("  CONFLICT: %s\n", n.conflict().c_str());
   }
   return kOk;
 }

@@ -120,6 +120,7 @@ google::protobuf::Struct NodesToStruct(const std::string& server,
     Set(s, "address", n.address());
     SetBool(s, "alive", n.alive());
     SetNumber(s, "heartbeat_age_ms", static_cast<double>(n.heartbeat_age_ms()));
+    Set(s, "conflict", n.conflict());
     int counts[5] = {0, 0, 0, 0, 0};
     for (const State& m : n.mounts()) {
       if (m.state() >= 0 && m.state() < 5) ++counts[m.state()];

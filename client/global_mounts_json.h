@@ -15,8 +15,9 @@
 //             "generation", "removing", "force", "created_by", "created_at" (RFC 3339, UTC),
 //             "nodes": [{"node", "state", "reason", "alive", "last_state"}]}]}
 //   nodes:   {"server", "node_timeout_ms", "nodes": [{"node", "agent_version",
-//             "peer", "address", "alive", "heartbeat_age_ms", "mounted",
-//             "pending", "failed", "busy"}]}
+//             "peer", "address", "alive", "heartbeat_age_ms", "conflict" ("" or
+//             two agents reporting as one node), "mounted", "pending",
+//             "failed", "busy"}]}
 //   mount -g / umount -g: {"server", "path", "generation", "existed" (mount),
 //             "force" (umount), "removed" (umount), "done", "nodes":
 //             [{"node", "state", "reason", "alive", "last_state"}]}

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <utility>
 
@@ -45,7 +46,19 @@ bool SameTable(const proto::GlobalMountTable& a, const proto::GlobalMountTable& 
 
 }  // namespace
 
-NodeAgent::NodeAgent(const NodeAgentOptions& options) : options_(options) {}
+namespace {
+
+uint64_t RandomInstance() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return v;
+}
+
+}  // namespace
+
+NodeAgent::NodeAgent(const NodeAgentOptions& options)
+    : options_(options), instance_(RandomInstance()) {}
 
 NodeAgent::~NodeAgent() { Stop(); }
 
@@ -243,6 +256,13 @@ void NodeAgent::SetState(const std::string& path, uint64_t generation, State::St
   if (in_flight_ != nullptr) in_flight_->TryCancel();  // report it now
 }
 
+bool NodeAgent::Is(const std::string& path, uint64_t generation, State::State state) {
+  absl::MutexLock l(&mu_);
+  auto it = states_.find(path);
+  return it != states_.end() && it->second.state.generation() == generation &&
+         it->second.state.state() == state;
+}
+
 bool NodeAgent::Settled(const std::string& path, uint64_t generation, State::State state) {
   absl::MutexLock l(&mu_);
   auto it = states_.find(path);
@@ -297,8 +317,7 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
     }
     case MountAt::kOther:
       SetState(path, rec.generation(), State::FAILED,
-               absl::StrCat("another file system is mounted at ", path),
-               options_.retry);
+               absl::StrCat("another file system is mounted at ", path), options_.retry);
       return;
     case MountAt::kDead: {
       LOG(WARNING) << "node agent: the mount at " << path
@@ -316,7 +335,11 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
       break;
   }
   if (Settled(path, rec.generation(), State::FAILED)) return;  // retried later
-  SetState(path, rec.generation(), State::PENDING, "");
+  // A retry keeps saying failed (with its reason) until it succeeds: no
+  // pending and failed again, logged and reported, every retry period.
+  if (!Is(path, rec.generation(), State::FAILED)) {
+    SetState(path, rec.generation(), State::PENDING, "");
+  }
   ++mount_attempts_;
   const absl::Time began = absl::Now();
   absl::Status s = options_.mounter->Mount(rec);
@@ -408,6 +431,7 @@ void NodeAgent::HeartbeatLoop() {
     proto::NodeHeartbeatRequest req;
     req.set_node(options_.node);
     req.set_agent_version(options_.version);
+    req.set_instance(instance_);
     {
       absl::MutexLock l(&mu_);
       if (stop_) return;

@@ -127,6 +127,9 @@ class NodeAgent {
   void SetState(const std::string& path, uint64_t generation, proto::NodeMountState::State state,
                 const std::string& reason, absl::Duration retry_after = absl::ZeroDuration())
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `path` of `generation` is in `state`.
+  bool Is(const std::string& path, uint64_t generation, proto::NodeMountState::State state)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `path` of `generation` is in `state` and not due for a retry.
   bool Settled(const std::string& path, uint64_t generation, proto::NodeMountState::State state)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -140,6 +143,7 @@ class NodeAgent {
 
   // Constant after construction.
   const NodeAgentOptions options_;
+  const uint64_t instance_;  // random: this run of the agent (NodeHeartbeatRequest)
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -247,6 +247,36 @@ TEST(NodeTableTest, BadHeartbeatsAreRefused) {
   EXPECT_EQ(nodes.List().back().mounts(0).reason().size(), 512u);
 }
 
+TEST(NodeTableTest, TwoAgentsWithOneNameAreToldApartARestartIsNot) {
+  FakeClock clock;
+  NodeTableOptions o;
+  o.clock = &clock;
+  o.wall_clock = &clock;
+  NodeTable nodes(o);
+  proto::NodeHeartbeatRequest a = Beat("n1"), b = Beat("n1");
+  a.set_instance(1);
+  b.set_instance(2);
+  ASSERT_OK(nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1"));
+  clock.Advance(absl::Seconds(1));
+  ASSERT_OK(nodes.Heartbeat(b, "", "ipv4:10.0.0.2:1"));  // a restart, or a second agent
+  EXPECT_EQ(nodes.List()[0].conflict(), "");
+  clock.Advance(absl::Seconds(1));
+  absl::Status s = nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1");  // the first one still calls
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_THAT(s.message(), HasSubstr("taken by another agent, at ipv4:10.0.0.2:1"));
+  ASSERT_OK(nodes.Heartbeat(b, "", "ipv4:10.0.0.2:1"));  // the last one keeps the name
+  EXPECT_THAT(nodes.List()[0].conflict(), HasSubstr("two agents report as this node"));
+  // It keeps being refused while it calls; once silent, the conflict goes.
+  clock.Advance(absl::Seconds(4));
+  EXPECT_EQ(nodes.Heartbeat(a, "", "x").code(), absl::StatusCode::kAlreadyExists);
+  for (int i = 0; i < 6; ++i) {
+    clock.Advance(absl::Seconds(1));
+    ASSERT_OK(nodes.Heartbeat(b, "", "ipv4:10.0.0.2:1"));
+  }
+  EXPECT_EQ(nodes.List()[0].conflict(), "");
+  EXPECT_EQ(nodes.List()[0].address(), "ipv4:10.0.0.2:1");
+}
+
 TEST(NodeTableTest, WhenFullASilentNodeMakesRoomALiveOneDoesNot) {
   FakeClock clock;
   NodeTableOptions o;

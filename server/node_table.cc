@@ -79,6 +79,25 @@ absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const s
               << " without a heartbeat (agent " << hb.agent_version() << " at " << address << ")";
   }
   Node& n = it->second;
+  if (hb.instance() != 0 && n.instance != 0 && hb.instance() != n.instance) {
+    if (hb.instance() == n.replaced_instance && now - n.replaced_seen < options_.node_timeout) {
+      // The agent replaced by another still calls: two agents, one name.
+      n.replaced_seen = now;
+      n.conflict = absl::StrCat("two agents report as this node: ", n.info.address(), " and ",
+                                address, " (give each node its own name)");
+      if (now - n.conflict_logged > absl::Seconds(10)) {
+        LOG(WARNING) << "node '" << hb.node() << "': " << n.conflict << "; refusing " << address;
+        n.conflict_logged = now;
+      }
+      return absl::AlreadyExistsError(
+          absl::StrCat("node name '", hb.node(), "' is taken by another agent, at ",
+                       n.info.address(), ": give each node its own --node"));
+    }
+    // A new agent of this node (a restart), or the other one of two.
+    n.replaced_instance = n.instance;
+    n.replaced_seen = n.last;
+  }
+  if (hb.instance() != 0) n.instance = hb.instance();
   n.last = now;
   n.info.set_agent_version(hb.agent_version());
   n.info.set_peer(peer);
@@ -101,6 +120,7 @@ std::vector<proto::NodeInfo> NodeTable::List() {
     proto::NodeInfo info = n.info;
     info.set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - n.last));
     info.set_alive(now - n.last < options_.node_timeout);
+    if (now - n.replaced_seen < options_.node_timeout) info.set_conflict(n.conflict);
     out.push_back(std::move(info));
   }
   return out;

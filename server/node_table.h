@@ -51,7 +51,11 @@ class NodeTable {
   // [A-Za-z0-9._-]), a version over 64 bytes, more than 1024 mounts or a
   // path over 1024 bytes (reasons are cut to 512 bytes); PERMISSION_DENIED
   // when a node certificate of another name ("node:NAME", NAME not
-  // "default") reports for this name; RESOURCE_EXHAUSTED when full.
+  // "default") reports for this name; RESOURCE_EXHAUSTED when full;
+  // ALREADY_EXISTS for an agent whose node another agent took over (another
+  // `instance`) while it still calls: two agents with one name. The one
+  // that came last keeps the name; the other is refused until it has been
+  // silent for the node timeout.
   absl::Status Heartbeat(const proto::NodeHeartbeatRequest& hb, const std::string& peer,
                          const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -61,8 +65,13 @@ class NodeTable {
 
  private:
   struct Node {
-    proto::NodeInfo info;  // without heartbeat_age_ms and alive
-    absl::Time last;       // options_.clock
+    proto::NodeInfo info;            // without heartbeat_age_ms, alive and conflict
+    absl::Time last;                 // options_.clock
+    uint64_t instance = 0;           // the agent reporting now
+    uint64_t replaced_instance = 0;  // the one before it
+    absl::Time replaced_seen = absl::InfinitePast();  // its last call
+    std::string conflict;  // what was seen, while replaced_seen is recent
+    absl::Time conflict_logged = absl::InfinitePast();
   };
 
   // Constant after construction.

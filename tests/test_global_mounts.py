@@ -229,6 +229,25 @@ def test_the_configuration_file_says_where_the_cluster_is(cluster, nodes):
         timeout=60).stderr
 
 
+def test_two_agents_with_one_name_are_reported(cluster, nodes):
+    first = nodes("x", "dup")
+    wait_agents(cluster, ["dup"])
+    second = nodes("y", "dup")  # the same --node on another machine
+
+    def conflict():
+        got = {n["node"]: n for n in ctl_json(cluster, "nodes")["nodes"]}
+        return got["dup"]["conflict"]
+    wait_for(lambda: "two agents report as this node" in conflict(), BOUND_S,
+             "the conflict shown", interval=0.5)
+    assert "CONFLICT" in ctl(cluster, "nodes").stdout
+    wait_for(lambda: "is taken by another agent" in open(first.log_path).read(), BOUND_S,
+             "the first agent told", interval=0.5)
+    # Once the first one stops, the conflict goes.
+    first.stop_agent()
+    wait_for(lambda: conflict() == "", BOUND_S, "the conflict gone", interval=0.5)
+    second.check_agent()
+
+
 def test_only_admins_and_root_nodes_may_change_the_table(cluster, nodes):
     # A node certificate without the root option (docs/security.md).
     tls = os.environ["GRANTFS_TLS_DIR"]
