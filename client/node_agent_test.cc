@@ -410,5 +410,74 @@ TEST_F(NodeAgentServiceTest, ARestartedAgentAdoptsItsMountsAndUnmountsWhatWasRem
   EXPECT_EQ(mounter_.mounts(), 2);  // /g/keep adopted, not mounted twice
 }
 
+// --- the Cluster service's gate and the client's failover ---------------------------
+
+// A Cluster service on 127.0.0.1 in process.
+struct InProcessCluster {
+  explicit InProcessCluster(const ClusterServiceOptions& o) : service(o) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    server = b.BuildAndStart();
+  }
+  ~InProcessCluster() {
+    service.Shutdown();
+    server->Shutdown();
+    server->Wait();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  ClusterService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+TEST_F(NodeAgentServiceTest, AReplicaIsNotThePrimaryTheClientGoesOnToTheNext) {
+  InProcessCluster replica{ClusterServiceOptions()};  // no table: a replica's
+  const std::string primary = cluster_->addresses()[0];
+  ClusterClientOptions co;
+  co.servers = {replica.address(), primary};
+  auto c = ClusterClient::Create(co);
+  ASSERT_TRUE(c.ok());
+  proto::ListMountsReply reply;
+  std::string server;
+  ASSERT_OK((*c)->Call(&proto::Cluster::Stub::ListMounts, proto::ListMountsRequest(), &reply,
+                       absl::ZeroDuration(), nullptr, &server));
+  EXPECT_EQ(server, primary);
+  // Only the replica: UNAVAILABLE, naming it and what it said.
+  co.servers = {replica.address()};
+  auto alone = ClusterClient::Create(co);
+  ASSERT_TRUE(alone.ok());
+  absl::Status s =
+      (*alone)->Call(&proto::Cluster::Stub::ListMounts, proto::ListMountsRequest(), &reply);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr(replica.address() + ": not the primary"));
+}
+
+TEST_F(NodeAgentServiceTest, BeyondTheWaitingLimitAHeartbeatIsAnsweredAtOnce) {
+  ClusterServiceOptions so;
+  so.table = table_.get();
+  so.nodes = &nodes_;
+  so.max_waiting = 0;
+  InProcessCluster busy(so);
+  ClusterClientOptions co;
+  co.servers = {busy.address()};
+  auto c = ClusterClient::Create(co);
+  ASSERT_TRUE(c.ok());
+  proto::NodeHeartbeatRequest req;
+  req.set_node("n1");
+  req.set_known_incarnation(table_->incarnation());
+  req.set_known_version(table_->version());
+  req.set_wait_ms(2000);
+  proto::NodeHeartbeatReply reply;
+  const absl::Time t0 = absl::Now();
+  ASSERT_OK((*c)->Call(&proto::Cluster::Stub::Heartbeat, req, &reply, absl::Seconds(2)));
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(1500));  // not the 2 s wait
+  // A bad node name is refused with what is wrong.
+  req.set_node("no/slashes");
+  absl::Status s = (*c)->Call(&proto::Cluster::Stub::Heartbeat, req, &reply);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("node name"));
+}
+
 }  // namespace
 }  // namespace grantfs
