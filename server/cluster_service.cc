@@ -73,6 +73,12 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx,
       table->WaitChanged(req->known_incarnation(), req->known_version(), wait);
     }
     waiting_.fetch_sub(1);
+    // Fenced or handed over while the call waited: the table here may be
+    // older than the new primary's.
+    std::string why;
+    if (options_.server_role != nullptr && !options_.server_role->Serving(&why)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the primary: " + why);
+    }
   }
   absl::StatusOr<proto::GlobalMountTable> t = table->List();
   if (!t.ok()) {
