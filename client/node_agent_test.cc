@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/cluster_client.h"
+#include "client/fake_mounter.h"
 #include "common/clock.h"
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
@@ -33,63 +34,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using State = proto::NodeMountState;
-
-// A node's mounts in memory. Thread-safe.
-class FakeMounter : public NodeMounter {
- public:
-  MountAt Probe(const std::string& path) override {
-    absl::MutexLock l(&mu_);
-    auto it = at_.find(path);
-    return it == at_.end() ? MountAt::kNothing : it->second;
-  }
-  absl::Status Mount(const proto::GlobalMountRecord& rec) override {
-    absl::MutexLock l(&mu_);
-    ++mounts_;
-    if (!fail_.empty()) return absl::FailedPreconditionError(fail_);
-    at_[rec.path()] = MountAt::kGrantFs;
-    return absl::OkStatus();
-  }
-  absl::Status Unmount(const std::string& path, bool lazy) override {
-    absl::MutexLock l(&mu_);
-    ++unmounts_;
-    if (lazy) ++lazy_;
-    if (!busy_.empty() && !lazy) return absl::FailedPreconditionError(busy_);
-    at_.erase(path);
-    return absl::OkStatus();
-  }
-  void Set(const std::string& path, MountAt at) {
-    absl::MutexLock l(&mu_);
-    at_[path] = at;
-  }
-  void Fail(const std::string& why) {
-    absl::MutexLock l(&mu_);
-    fail_ = why;
-  }
-  void Busy(const std::string& who) {
-    absl::MutexLock l(&mu_);
-    busy_ = who;
-  }
-  int mounts() {
-    absl::MutexLock l(&mu_);
-    return mounts_;
-  }
-  int unmounts() {
-    absl::MutexLock l(&mu_);
-    return unmounts_;
-  }
-  int lazy() {
-    absl::MutexLock l(&mu_);
-    return lazy_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, MountAt> at_ ABSL_GUARDED_BY(mu_);
-  std::string fail_ ABSL_GUARDED_BY(mu_), busy_ ABSL_GUARDED_BY(mu_);
-  int mounts_ ABSL_GUARDED_BY(mu_) = 0;
-  int unmounts_ ABSL_GUARDED_BY(mu_) = 0;
-  int lazy_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 proto::GlobalMountRecord Rec(const std::string& path, uint64_t gen, bool removing = false,
                              bool force = false) {
