@@ -255,9 +255,12 @@ class NodeAgentServiceTest : public ::testing::Test {
     cluster_ = *std::move(c);
   }
   void TearDown() override {
-    service_->Shutdown();
-    server_->Shutdown();
-    server_->Wait();
+    // Also after a SetUp that stopped half way.
+    if (service_) service_->Shutdown();
+    if (server_) {
+      server_->Shutdown();
+      server_->Wait();
+    }
     table_.reset();
     volume_.reset();
     std::error_code ec;
