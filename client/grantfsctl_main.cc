@@ -27,6 +27,12 @@
 //                                   with the in-sync replica's; exit 0 clean and
 //                                   equal (or no replica), 1 problems or differences,
 //                                   2 cannot run
+//   grantfsctl mount -g [-o OPTIONS] [SUBDIR] PATH | umount -g [-f] PATH | mounts | nodes
+//                                   global mounts on every node and the node
+//                                   agents (client/global_mounts_cli.h)
+//
+// Flags not given default to /etc/grantfs/cluster.conf (--config=FILE;
+// client/cluster_config.h): servers, tls_dir, secret_file, insecure.
 //
 // With several servers, `status` shows every server that answers (the
 // primary and its replica), one block each (--json: one object each, in the
@@ -38,17 +44,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cluster_config.h"
 #include "client/cluster_keys.h"
+#include "client/global_mounts_cli.h"
 #include "client/rpc_client.h"
 #include "client/status_json.h"
 #include "common/progress.h"
@@ -407,18 +418,37 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "grantfsctl [--server=HOST:PORT[,HOST:PORT...]] [--json] status|df|clients|switchover|fsck\n"
+      "grantfsctl [--config=FILE] [--server=HOST:PORT[,HOST:PORT...]] [--json] "
+      "status|df|clients|switchover|fsck|mounts|nodes\n"
+      "       grantfsctl [--json] mount -g [-o OPTIONS] [SUBDIR] PATH\n"
+      "       grantfsctl [--json] umount -g [-f] PATH\n"
       "       grantfsctl fsck --data_dir=DIR [--repair] [--json] [--progress]\n"
       "       grantfsctl init [--tls_dir=DIR] [--servers=A,B] [--nodes=N1,N2] [--admins=OPS]");
+  // --help lists every flag grantfsctl takes (the global-mount commands',
+  // the configuration file's and the TLS ones too).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/") || absl::StrContains(file, "transport_flags");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  // The configuration file's values first: the command line's override them.
+  if (absl::StatusOr<std::optional<grantfs::ClusterConfig>> conf =
+          grantfs::ApplyClusterConfig(argc, argv);
+      !conf.ok()) {
+    fprintf(stderr, "grantfsctl: %s\n", std::string(conf.status().message()).c_str());
+    return 2;
+  }
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2) {
+  if (args.size() < 2 || (args.size() != 2 && !grantfs::IsGlobalMountCommand(args[1]))) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
   const std::string cmd = args[1];
   if (cmd == "fsck" && !absl::GetFlag(FLAGS_data_dir).empty()) return Fsck();
   if (cmd == "init") return Init();
-  if (cmd != "status" && cmd != "df" && cmd != "clients" && cmd != "switchover" && cmd != "fsck") {
+  if (cmd != "status" && cmd != "df" && cmd != "clients" && cmd != "switchover" && cmd != "fsck" &&
+      !grantfs::IsGlobalMountCommand(cmd)) {
     fprintf(stderr, "grantfsctl: unknown command '%s'\nusage: %s\n", cmd.c_str(),
             std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
@@ -437,6 +467,12 @@ int main(int argc, char** argv) {
   if (!transport.ok()) {
     fprintf(stderr, "grantfsctl: %s\n", transport.status().ToString().c_str());
     return 2;
+  }
+
+  if (grantfs::IsGlobalMountCommand(cmd)) {
+    return grantfs::RunGlobalMountCommand(cmd,
+                                          std::vector<std::string>(args.begin() + 2, args.end()),
+                                          servers, *transport, absl::GetFlag(FLAGS_json));
   }
 
   if (cmd == "status") {

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # A local GrantFS cluster: a witness, a primary, its replica, and two mounts
-# standing for two nodes (each mount knows both servers).
+# standing for two nodes (each mount knows both servers); this machine's node
+# agent (grantfs-node) for global mounts, and the cluster's configuration
+# file, so that `grantfsctl mount -g /global/NAME` works with no flags.
 #   scripts/demo.sh          install, build, start, mount, show a file cross nodes
-#   scripts/demo.sh stop     unmount both nodes and stop the servers
+#   scripts/demo.sh stop     stop the agent (its global mounts go), unmount both
+#                            nodes and stop the servers
+# GRANTFS_DEMO_CONFIG: where the configuration goes (default
+# /etc/grantfs/cluster.conf; one the demo did not write is left alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -10,12 +15,26 @@ BUILD_DIR=${BUILD_DIR:-build}
 DATA=${GRANTFS_DEMO_DATA:-/var/lib/grantfs-demo}
 PORT=${GRANTFS_DEMO_PORT:-7420}  # primary; replica PORT+1, witness PORT+2
 NODES=(/mnt/grantfs/node1 /mnt/grantfs/node2)
+CONFIG=${GRANTFS_DEMO_CONFIG:-/etc/grantfs/cluster.conf}
+DEMO_MARK="# written by scripts/demo.sh"
 [ "$(id -u)" -eq 0 ] || { echo "demo.sh: run as root (FUSE mounts)"; exit 1; }
 A=127.0.0.1:$PORT
 B=127.0.0.1:$((PORT + 1))
 W=127.0.0.1:$((PORT + 2))
 
 stop() {
+  # The agent first: with --unmount_on_stop it takes its global mounts down.
+  if [ -f "$DATA/node.pid" ]; then
+    kill "$(cat "$DATA/node.pid")" 2>/dev/null || true
+    for i in $(seq 50); do kill -0 "$(cat "$DATA/node.pid")" 2>/dev/null || break; sleep 0.2; done
+    rm -f "$DATA/node.pid"
+  fi
+  # What it could not take down (busy): detached.
+  if [ -f "$DATA/node-agent/mounts.list" ]; then
+    while read -r m; do
+      if mountpoint -q "$m" 2>/dev/null; then umount -l "$m" || true; fi
+    done <"$DATA/node-agent/mounts.list"
+  fi
   for m in "${NODES[@]}"; do
     if mountpoint -q "$m"; then fusermount3 -u "$m" || umount -l "$m"; fi
   done
@@ -62,6 +81,26 @@ done
 for m in "${NODES[@]}"; do
   "$BIN/client/grantfs-mount" "$A,$B:/" "$m" --log_file="$DATA/mount-$(basename "$m").log"
 done
+# The cluster's configuration (servers, keys, node name), where grantfsctl
+# and the node agent look by default; then this machine's agent.
+if [ -f "$CONFIG" ] && ! grep -qF "$DEMO_MARK" "$CONFIG"; then
+  echo "demo: $CONFIG exists and was not written by the demo: leaving it alone;" \
+    "the demo's is $DATA/cluster.conf (grantfsctl --config=$DATA/cluster.conf ...)"
+  CONFIG=$DATA/cluster.conf
+fi
+mkdir -p "$(dirname "$CONFIG")"
+cat >"$CONFIG" <<EOC
+$DEMO_MARK: the demo cluster (docs/operations.md, "Global mounts")
+servers = $A,$B
+tls_dir = $GRANTFS_TLS_DIR
+node = $(hostname -s)
+EOC
+mkdir -p "$DATA/node-agent"
+"$BIN/client/grantfs-node" --config="$CONFIG" --state_dir="$DATA/node-agent" --unmount_on_stop \
+  >"$DATA/node.log" 2>&1 &
+echo $! >"$DATA/node.pid"
+CTL_CONFIG=""
+[ "$CONFIG" = /etc/grantfs/cluster.conf ] || CTL_CONFIG=" --config=$CONFIG"
 echo "GrantFS says hello at $(date)" >"${NODES[0]}/hello.txt"
 echo "demo: wrote ${NODES[0]}/hello.txt; reading it on node2:"
 cat "${NODES[1]}/hello.txt"
@@ -74,5 +113,11 @@ mounted at ${NODES[0]} and ${NODES[1]}, with TLS and the keys in $DATA/keys:
   df -h ${NODES[0]}                                        capacity as every node sees it
   kill -9 \$(cat $DATA/a.pid)                          a failover drill: the replica takes over
   $BIN/client/grantfsctl --server=$A,$B switchover   planned switchover
+This machine's node agent runs (log $DATA/node.log), and $CONFIG says where
+the cluster is, so these need no other flags:
+  $BIN/client/grantfsctl$CTL_CONFIG mount -g /global/demo        a global mount: on every node's agent
+  $BIN/client/grantfsctl$CTL_CONFIG mounts                         global mounts and each node's state
+  $BIN/client/grantfsctl$CTL_CONFIG nodes                          the node agents and their heartbeats
+  $BIN/client/grantfsctl$CTL_CONFIG umount -g /global/demo       unmounted everywhere
   $0 stop                                   unmount and stop
 EOT

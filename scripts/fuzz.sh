@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(service_fuzz replica_apply_fuzz reply_fuzz)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(service_fuzz replica_apply_fuzz reply_fuzz node_agent_fuzz)
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-2}
 OUT="$BUILD_DIR/fuzz"

@@ -24,6 +24,9 @@ namespace grantfs::fsck_internal {
 
 std::string KeyName(const std::string& k) {
   if (k == keys::Counters() || k == keys::Identity() || k == kReplicaPositionKey) return k;
+  if (!k.empty() && k[0] == keys::kGlobalMountKind) {
+    return absl::StrCat("T", absl::CHexEscape(k.substr(1)));
+  }
   if (!k.empty()) {
     const std::string kind(1, k[0]);
     auto id = [&k](size_t at) { return keys::GetBigEndian64(k.data() + at); };

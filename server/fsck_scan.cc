@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "proto/cluster.pb.h"
 #include "rocksdb/write_batch.h"
 #include "server/fsck_checker.h"
 #include "server/keys.h"
@@ -201,6 +202,13 @@ absl::Status Checker::ScanRecords() {
       case 'S': {
         proto::SessionRecord rec;
         CheckRecord(key, v, 9, "SessionRecord", &rec);
+        break;
+      }
+      case keys::kGlobalMountKind: {  // server/mount_table.h
+        proto::GlobalMountRecord rec;
+        if (!Parse(v, &rec) || keys::GlobalMount(rec.path()) != key) {
+          Corrupt(key, v, "GlobalMountRecord of its path");
+        }
         break;
       }
       default:

@@ -15,6 +15,8 @@
 //   'Q' client_id seq      -> DedupeRecord       (applied requests, for retries)
 //   'R' "position"         -> epoch, seq         (a replica's copy: checkpoint/replica.cc)
 //   'S' client_id          -> SessionRecord      (open client sessions)
+//   'T' path               -> GlobalMountRecord  (the cluster's global mounts:
+//                                                 server/mount_table.h)
 #ifndef GRANTFS_SERVER_KEYS_H_
 #define GRANTFS_SERVER_KEYS_H_
 
@@ -54,6 +56,8 @@ inline std::string Garbage(uint64_t ino) { return Prefix('G', ino); }
 inline std::string Grant(uint64_t client_id) { return Prefix('L', client_id); }
 inline std::string Locks(uint64_t ino) { return Prefix('P', ino); }
 inline std::string Session(uint64_t client_id) { return Prefix('S', client_id); }
+inline std::string GlobalMount(const std::string& path) { return "T" + path; }
+inline constexpr char kGlobalMountKind = 'T';
 inline std::string Counters() { return "Mcounters"; }
 inline std::string Identity() { return "Midentity"; }
 inline std::string Dedupe(uint64_t client_id, uint64_t seq) {

@@ -15,8 +15,11 @@
 #include "common/keepalive.h"
 #include "glog/logging.h"
 #include "server/chunk_store.h"
+#include "server/cluster_service.h"
 #include "server/data_dir.h"
 #include "server/keys.h"
+#include "server/mount_table.h"
+#include "server/node_table.h"
 #include "server/service.h"
 #include "server/service_endpoint.h"
 
@@ -289,6 +292,13 @@ std::optional<RoleEvents::Event> RunReplica(const ServerConfig& config,
   qo.workers = 1;
   GrantFsEndpoint endpoint(&service, qo);
   builder.RegisterService(&endpoint);
+  // The global mounts are the primary's: here every call is UNAVAILABLE,
+  // and node agents and grantfsctl try the next server.
+  ClusterServiceOptions cso;
+  cso.transport = config.transport;
+  cso.server_role = replica->get();
+  ClusterService cluster(cso);
+  builder.RegisterService(&cluster);
   builder.RegisterService(replica->get());
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) return std::nullopt;
@@ -356,6 +366,16 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
   GrantFsService service(volume->get(), so);
   GrantFsEndpoint endpoint(&service, config.queue);
   builder.RegisterService(&endpoint);
+  // The global mount table and the node agents (server/cluster_service.h).
+  MountTable mount_table(&(*volume)->meta().store());
+  NodeTable node_table;
+  ClusterServiceOptions cso;
+  cso.transport = config.transport;
+  cso.server_role = so.server_role;
+  cso.table = &mount_table;
+  cso.nodes = &node_table;
+  ClusterService cluster(cso);
+  builder.RegisterService(&cluster);
   std::unique_ptr<grpc::Server> server = Listen(config, &builder);
   if (!server) {
     if (replicator) replicator->Stop();
@@ -382,6 +402,7 @@ std::optional<RoleEvents::Event> RunPrimary(const ServerConfig& config, const De
     }
   }
   (*volume)->sessions().Shutdown();  // ends the Subscribe streams
+  cluster.Shutdown();                // ends the agents' long polls
   if (e.kind == RoleEvents::Kind::kStop && replicator) replicator->Stop();
   // Fenced: calls under way are answered (UNAVAILABLE: no longer serving).
   StopServing(server.get(), absl::Seconds(e.kind == RoleEvents::Kind::kStop ? 5 : 1));

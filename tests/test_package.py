@@ -28,10 +28,13 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
 
     listing = run(["dpkg-deb", "-c", deb])
     for path in ("./usr/bin/grantfs-server", "./usr/bin/grantfs-mount", "./usr/bin/grantfsctl",
+                 "./usr/bin/grantfs-node",
                  "./usr/lib/systemd/system/grantfs-server@.service",
+                 "./usr/lib/systemd/system/grantfs-node.service",
                  "./usr/share/doc/grantfs/operations.md",
                  "./usr/share/doc/grantfs/grafana-dashboard.json",
-                 "./usr/share/doc/grantfs/examples/example.conf"):
+                 "./usr/share/doc/grantfs/examples/example.conf",
+                 "./usr/share/doc/grantfs/examples/cluster.conf"):
         assert re.search(rf" {re.escape(path)}$", listing, re.M), path
     assert "./sbin/mount.grantfs -> /usr/bin/grantfs-mount" in listing
     depends = run(["dpkg-deb", "-f", deb, "Depends"])
@@ -58,3 +61,19 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
         f.write(unit.replace("/usr/bin/grantfs-server", os.path.join(root, "usr/bin/grantfs-server"))
                 .replace("/etc/grantfs/%i.conf", conf))
     run(["systemd-analyze", "verify", os.path.join(check, "grantfs-server@primary.service")])
+
+    # The node agent's unit: the agent alone gets SIGTERM (the mounts stay),
+    # and it reads /etc/grantfs/cluster.conf.
+    with open(os.path.join(root, "usr/lib/systemd/system/grantfs-node.service")) as f:
+        node_unit = f.read()
+    assert "ExecStart=/usr/bin/grantfs-node --state_dir=/var/lib/grantfs-node" in node_unit
+    assert "KillMode=process" in node_unit
+    with open(os.path.join(check, "grantfs-node.service"), "w") as f:
+        f.write(node_unit.replace("/usr/bin/grantfs-node",
+                                  os.path.join(root, "usr/bin/grantfs-node")))
+    run(["systemd-analyze", "verify", os.path.join(check, "grantfs-node.service")])
+    # The example configuration is one the programs read.
+    r = subprocess.run([os.path.join(root, "usr/bin/grantfs-node"),
+                        "--config=" + os.path.join(root, "usr/share/doc/grantfs/examples/cluster.conf"),
+                        "--poll_ms=1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--poll_ms must be 100 to 2000" in r.stderr, r.stderr

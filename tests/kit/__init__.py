@@ -15,6 +15,8 @@ and the topologies made of them, for tests/ and bench/ alike.
     topology   Standalone (a server and N mounts), Trio (witness, primary,
                replica), RolePoller
     netlab     NetLab: network namespaces standing for machines
+    agents     AgentNode: a node (network and mount namespace) with its
+               grantfs-node, for the global-mount tests
     users      as_user(), NOBODY, NOGROUP; expect_errno()
 
 tests/conftest.py holds the pytest fixtures only; bench/ puts tests/ on

@@ -13,6 +13,7 @@ BUILD = os.environ.get("GRANTFS_BUILD", os.path.join(REPO, "build"))
 SERVER = "server/grantfs-server"
 MOUNT = "client/grantfs-mount"
 CTL = "client/grantfsctl"
+NODE_AGENT = "client/grantfs-node"
 PASSTHROUGH = "bench/grantfs-passthrough"
 PROXY = "bench/grantfs-latency-proxy"
 
@@ -25,5 +26,6 @@ def binary(rel, build=None):
 SERVER_BIN = binary(SERVER)
 MOUNT_BIN = binary(MOUNT)
 CTL_BIN = binary(CTL)
+NODE_AGENT_BIN = binary(NODE_AGENT)
 PASSTHROUGH_BIN = binary(PASSTHROUGH)
 PROXY_BIN = binary(PROXY)

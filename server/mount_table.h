@@ -1,0 +1,82 @@
+// The cluster's global mount table (docs/operations.md, "Global mounts"):
+// one GlobalMountRecord per path in the metadata store (key 'T' + path,
+// server/keys.h), written like every other record (one durable batch,
+// replicated before the change returns), so it survives restarts and
+// failovers.
+//
+// A record is added (`grantfsctl mount -g`), marked for removal (`umount
+// -g`: the nodes unmount it) and then forgotten (deleted, once the nodes
+// are done). Every change bumps the table's in-memory version and wakes the
+// callers of WaitChanged: the node agents' long polls (server/cluster_service.h).
+//
+// Thread-safe. Changes are checked and written in one MetaStore::Mutate, so
+// two concurrent changes of one path cannot both pass the checks.
+#ifndef GRANTFS_SERVER_MOUNT_TABLE_H_
+#define GRANTFS_SERVER_MOUNT_TABLE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/cluster.pb.h"
+#include "server/meta_store.h"
+
+namespace grantfs {
+
+class MountTable {
+ public:
+  // `store` must outlive the table. Each table gets a random incarnation:
+  // a primary that starts (or takes over) has a table agents have not seen.
+  explicit MountTable(MetaStore* store);
+  MountTable(const MountTable&) = delete;
+  MountTable& operator=(const MountTable&) = delete;
+
+  // Every record, sorted by path, with the incarnation and version.
+  absl::StatusOr<proto::GlobalMountTable> List();
+
+  struct Added {
+    proto::GlobalMountRecord mount;
+    bool existed = false;  // the same path, directory and options were recorded
+  };
+  // Records a global mount. INVALID_ARGUMENT for a bad path, directory or
+  // options (common/mount_spec.h); ALREADY_EXISTS when the path holds
+  // another mount; FAILED_PRECONDITION when the path is being removed, or
+  // nests with another global mount's path (one inside the other).
+  absl::StatusOr<Added> Add(const std::string& path, const std::string& subdir,
+                            const std::string& options, const std::string& created_by);
+  // Marks the mount at `path` for removal (a new generation), with `force`
+  // (detach where busy); marking one already marked again is allowed (to add
+  // -f). NOT_FOUND when there is none; INVALID_ARGUMENT for a bad path.
+  absl::StatusOr<proto::GlobalMountRecord> MarkRemoving(const std::string& path, bool force);
+  // Deletes the record of `path`, which must be marked for removal and, when
+  // `generation` is not 0, be of that generation (FAILED_PRECONDITION
+  // otherwise). NOT_FOUND when there is none.
+  absl::Status Forget(const std::string& path, uint64_t generation);
+
+  uint64_t incarnation() const { return incarnation_; }
+  uint64_t version() ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns once the table's (incarnation, version) differs from the given
+  // one, `timeout` has passed, or Shutdown was called.
+  void WaitChanged(uint64_t incarnation, uint64_t version, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes every WaitChanged, now and later (the server stops).
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Changed() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Constant after construction.
+  MetaStore* const store_;
+  const uint64_t incarnation_;
+
+  absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_SERVER_MOUNT_TABLE_H_
