@@ -62,6 +62,7 @@
 #include "client/global_mounts_cli.h"
 #include "client/rpc_client.h"
 #include "client/status_json.h"
+#include "common/flag_help.h"
 #include "common/progress.h"
 #include "common/transport_flags.h"
 #include "google/protobuf/struct.pb.h"
@@ -427,10 +428,7 @@ int main(int argc, char** argv) {
   // --help lists every flag grantfsctl takes (the global-mount commands',
   // the configuration file's and the TLS ones too).
   absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/") || absl::StrContains(file, "transport_flags");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
+  grantfs::ListFlagsFrom({"client/"}, &usage);
   absl::SetFlagsUsageConfig(usage);
   // The configuration file's values first: the command line's override them.
   if (absl::StatusOr<std::optional<grantfs::ClusterConfig>> conf =

@@ -33,6 +33,7 @@
 #include "client/filesystem.h"
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
+#include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/names.h"
 #include "common/transport_flags.h"
@@ -220,6 +221,10 @@ std::vector<std::string> FuseMountOptions(const Args& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfs-mount [flags] SERVER[:PORT][,SERVER...]:/[PATH] MOUNTPOINT [-o opts] [-f]");
+  // --help lists every flag (the mount's and the TLS ones).
+  absl::FlagsUsageConfig usage;
+  grantfs::ListFlagsFrom({"client/"}, &usage);
+  absl::SetFlagsUsageConfig(usage);
   Args args;
   if (!ParseArgs(argc, argv, &args)) {
     fprintf(stderr, "usage: %s\n", std::string(absl::ProgramUsageMessage()).c_str());

@@ -34,6 +34,7 @@
 #include "client/cluster_config.h"
 #include "client/node_agent.h"
 #include "client/node_mounts.h"
+#include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
@@ -82,10 +83,7 @@ int main(int argc, char** argv) {
   // --help lists every flag the agent takes (its own, the configuration
   // file's and the TLS ones), not only those of a file named like it.
   absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/") || absl::StrContains(file, "transport_flags");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
+  grantfs::ListFlagsFrom({"client/"}, &usage);
   usage.version_string = [] { return std::string("grantfs-node ") + kAgentVersion + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   google::InitGoogleLogging(argv[0]);

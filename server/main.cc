@@ -24,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
@@ -129,6 +130,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfs-server --data_dir=DIR --listen=ADDR:PORT [--role=primary|replica --peer=ADDR "
       "--witness=ADDR | --role=witness]");
+  // --help lists every flag (the server's and the TLS ones).
+  absl::FlagsUsageConfig usage;
+  grantfs::ListFlagsFrom({"server/"}, &usage);
+  absl::SetFlagsUsageConfig(usage);
   // Every Write and replication message brings buffers of up to 8 MiB (gRPC's
   // and the parsed request's). glibc would map each one fresh and unmap it
   // after the reply, or trim it off the heap, so the kernel faulted in and

@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from kit.build import CTL_BIN
+from kit.build import CTL_BIN, MOUNT_BIN, NODE_AGENT_BIN, SERVER_BIN
 from kit.ports import free_port
 
 
@@ -128,3 +128,17 @@ def test_clients_lists_each_mount_with_what_it_holds(cluster):
     r = subprocess.run([CTL_BIN, f"--server={gone}", "clients"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and gone in r.stderr, r.stderr
+
+
+def test_every_program_lists_all_its_flags_in_help():
+    """--help of each program names its own flags and the TLS ones (abseil
+    alone lists only flags of a file named like the program: none)."""
+    for binary, flags in ((SERVER_BIN, ["--data_dir", "--role", "--metrics_addr", "--tls_dir"]),
+                          (MOUNT_BIN, ["--leases", "--dirty_limit_mb", "--tls_dir"]),
+                          (CTL_BIN, ["--data_dir", "--progress", "--json", "--tls_dir"]),
+                          (NODE_AGENT_BIN, ["--config", "--state_dir", "--tls_dir"])):
+        r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        assert "No flags matched" not in out, binary
+        for flag in flags:
+            assert flag in out, (binary, flag)
