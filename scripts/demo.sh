@@ -8,12 +8,16 @@
 #                            nodes and stop the servers
 # GRANTFS_DEMO_CONFIG: where the configuration goes (default
 # /etc/grantfs/cluster.conf; one the demo did not write is left alone).
+# GRANTFS_DEMO_PORT (7420), GRANTFS_DEMO_METRICS_PORT (9420): the first ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 DATA=${GRANTFS_DEMO_DATA:-/var/lib/grantfs-demo}
 PORT=${GRANTFS_DEMO_PORT:-7420}  # primary; replica PORT+1, witness PORT+2
+# Prometheus metrics (docs/metrics.md): primary MPORT, replica +1, witness +2,
+# the two mounts +3 and +4, the node agent +5.
+MPORT=${GRANTFS_DEMO_METRICS_PORT:-9420}
 NODES=(/mnt/grantfs/node1 /mnt/grantfs/node2)
 CONFIG=${GRANTFS_DEMO_CONFIG:-/etc/grantfs/cluster.conf}
 DEMO_MARK="# written by scripts/demo.sh"
@@ -21,6 +25,7 @@ DEMO_MARK="# written by scripts/demo.sh"
 A=127.0.0.1:$PORT
 B=127.0.0.1:$((PORT + 1))
 W=127.0.0.1:$((PORT + 2))
+metrics() { echo "--metrics_addr=127.0.0.1:$((MPORT + $1))"; }
 
 stop() {
   # The agent first: with --unmount_on_stop it takes its global mounts down.
@@ -62,14 +67,14 @@ stop >/dev/null 2>&1 || true
 export GRANTFS_TLS_DIR="$DATA/keys"
 # The demo's nodes act as root: their certificate keeps root (no root squash).
 "$BIN/client/grantfsctl" init --node_options=root >/dev/null
-"$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" \
+"$BIN/server/grantfs-server" --role=witness --listen=$W --data_dir="$DATA/witness" "$(metrics 2)" \
   >"$DATA/witness.log" 2>&1 &
 echo $! >"$DATA/witness.pid"
 "$BIN/server/grantfs-server" --role=primary --listen=$A --peer=$B --witness=$W \
-  --data_dir="$DATA/a" --capacity=4G >"$DATA/a.log" 2>&1 &
+  --data_dir="$DATA/a" --capacity=4G "$(metrics 0)" >"$DATA/a.log" 2>&1 &
 echo $! >"$DATA/a.pid"
 "$BIN/server/grantfs-server" --role=replica --listen=$B --peer=$A --witness=$W \
-  --data_dir="$DATA/b" --capacity=4G >"$DATA/b.log" 2>&1 &
+  --data_dir="$DATA/b" --capacity=4G "$(metrics 1)" >"$DATA/b.log" 2>&1 &
 echo $! >"$DATA/b.pid"
 # Ready when the primary says its replica is in sync (whichever server is
 # primary: after a restart of the demo the roles may be the other way).
@@ -78,8 +83,11 @@ for i in $(seq 100); do
     break
   sleep 0.2
 done
+n=3
 for m in "${NODES[@]}"; do
-  "$BIN/client/grantfs-mount" "$A,$B:/" "$m" --log_file="$DATA/mount-$(basename "$m").log"
+  "$BIN/client/grantfs-mount" "$A,$B:/" "$m" --log_file="$DATA/mount-$(basename "$m").log" \
+    "$(metrics $n)"
+  n=$((n + 1))
 done
 # The cluster's configuration (servers, keys, node name), where grantfsctl
 # and the node agent look by default; then this machine's agent.
@@ -97,7 +105,7 @@ node = $(hostname -s)
 EOC
 mkdir -p "$DATA/node-agent"
 "$BIN/client/grantfs-node" --config="$CONFIG" --state_dir="$DATA/node-agent" --unmount_on_stop \
-  >"$DATA/node.log" 2>&1 &
+  "$(metrics 5)" >"$DATA/node.log" 2>&1 &
 echo $! >"$DATA/node.pid"
 CTL_CONFIG=""
 [ "$CONFIG" = /etc/grantfs/cluster.conf ] || CTL_CONFIG=" --config=$CONFIG"
@@ -113,6 +121,9 @@ mounted at ${NODES[0]} and ${NODES[1]}, with TLS and the keys in $DATA/keys:
   df -h ${NODES[0]}                                        capacity as every node sees it
   kill -9 \$(cat $DATA/a.pid)                          a failover drill: the replica takes over
   $BIN/client/grantfsctl --server=$A,$B switchover   planned switchover
+  curl -s http://127.0.0.1:$MPORT/metrics                 the primary's metrics (docs/metrics.md);
+      the replica's on port $((MPORT + 1)), the witness's $((MPORT + 2)), the mounts' $((MPORT + 3))
+      and $((MPORT + 4)), the node agent's $((MPORT + 5)); docs/grafana-dashboard.json shows them
 This machine's node agent runs (log $DATA/node.log), and $CONFIG says where
 the cluster is, so these need no other flags:
   $BIN/client/grantfsctl$CTL_CONFIG mount -g /global/demo        a global mount: on every node's agent
