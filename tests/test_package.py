@@ -31,6 +31,7 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
                  "./usr/bin/grantfs-node",
                  "./usr/lib/systemd/system/grantfs-server@.service",
                  "./usr/lib/systemd/system/grantfs-node.service",
+                 "./usr/lib/systemd/system/grantfs-witness.service",
                  "./usr/share/doc/grantfs/operations.md",
                  "./usr/share/doc/grantfs/grafana-dashboard.json",
                  "./usr/share/doc/grantfs/examples/example.conf",
@@ -72,6 +73,17 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
         f.write(node_unit.replace("/usr/bin/grantfs-node",
                                   os.path.join(root, "usr/bin/grantfs-node")))
     run(["systemd-analyze", "verify", os.path.join(check, "grantfs-node.service")])
+    # The witness's unit, with its example configuration.
+    with open(os.path.join(root, "usr/lib/systemd/system/grantfs-witness.service")) as f:
+        witness_unit = f.read()
+    assert ("ExecStart=/usr/bin/grantfs-server --role=witness $GRANTFS_WITNESS_FLAGS"
+            in witness_unit)
+    with open(os.path.join(check, "grantfs-witness.service"), "w") as f:
+        f.write(witness_unit
+                .replace("/usr/bin/grantfs-server", os.path.join(root, "usr/bin/grantfs-server"))
+                .replace("/etc/grantfs/witness.conf",
+                         os.path.join(root, "usr/share/doc/grantfs/examples/witness.conf")))
+    run(["systemd-analyze", "verify", os.path.join(check, "grantfs-witness.service")])
     # The example configuration is one the programs read.
     r = subprocess.run([os.path.join(root, "usr/bin/grantfs-node"),
                         "--config=" + os.path.join(root, "usr/share/doc/grantfs/examples/cluster.conf"),
