@@ -1,5 +1,9 @@
 #include "client/cluster_config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -88,16 +92,42 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const s
 
 absl::StatusOr<std::optional<ClusterConfig>> ReadClusterConfig(const std::string& path,
                                                                bool must_exist) {
-  std::ifstream in(path);
-  if (!in) {
+  // open + fstat: a FIFO or a device named as the file must not hang or
+  // flood the program; at most kConfigMax + 1 bytes are read (one more
+  // tells a file that is too large). ENOENT of the default path is "no
+  // file"; every other error (EACCES too) is one, said precisely.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
     const int err = errno;
     if (err == ENOENT && !must_exist) return std::nullopt;
     return absl::NotFoundError(
         absl::StrCat("cannot read the configuration file ", path, ": ", strerror(err)));
   }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("the configuration file ", path, " is not a regular file"));
+  }
+  std::string data(kConfigMax + 1, '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t n = read(fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::NotFoundError(
+          absl::StrCat("cannot read the configuration file ", path, ": ", strerror(err)));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  data.resize(got);
   std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > kConfigMax) {
+  text << data;
+  if (got > kConfigMax) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": larger than ", kConfigMax, " bytes: not a configuration file"));
   }

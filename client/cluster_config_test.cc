@@ -1,6 +1,8 @@
 // The cluster's configuration file (client/cluster_config.h).
 #include "client/cluster_config.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -59,6 +61,27 @@ TEST(ClusterConfigTest, AMissingDefaultFileIsNoErrorAMissingNamedOneIs) {
   r = ReadClusterConfig("/nonexistent/cluster.conf", true);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/cluster.conf"));
+}
+
+TEST(ClusterConfigTest, ADirectoryADeviceOrAHugeFileIsRefusedNotRead) {
+  // Also as the default path: only a missing file is "no file".
+  for (bool must_exist : {false, true}) {
+    for (const char* path : {"/tmp", "/dev/zero"}) {
+      absl::StatusOr<std::optional<ClusterConfig>> r = ReadClusterConfig(path, must_exist);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << path;
+      EXPECT_THAT(r.status().message(), HasSubstr("is not a regular file")) << path;
+    }
+  }
+  char tmpl[] = "/tmp/grantfs_cluster_config_test.XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string big(1 << 20, '#');
+  ASSERT_EQ(write(fd, big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  close(fd);
+  absl::StatusOr<std::optional<ClusterConfig>> r = ReadClusterConfig(tmpl, true);
+  unlink(tmpl);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("larger than 65536 bytes"));
 }
 
 TEST(ClusterConfigTest, TheFileSetsFlagsTheCommandLineThenOverrides) {

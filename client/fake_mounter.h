@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -42,6 +43,15 @@ class FakeMounter : public NodeMounter {
     at_.erase(path);
     return absl::OkStatus();
   }
+  bool OfThisCluster(const std::string& path) override {
+    absl::MutexLock l(&mu_);
+    return foreign_.count(path) == 0;
+  }
+  // The GrantFS mount at `path` is of another cluster (OfThisCluster false).
+  void Foreign(const std::string& path) {
+    absl::MutexLock l(&mu_);
+    foreign_.insert(path);
+  }
   void Set(const std::string& path, MountAt at) {
     absl::MutexLock l(&mu_);
     at_[path] = at;
@@ -70,6 +80,7 @@ class FakeMounter : public NodeMounter {
  private:
   absl::Mutex mu_;
   std::map<std::string, MountAt> at_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> foreign_ ABSL_GUARDED_BY(mu_);
   std::string fail_ ABSL_GUARDED_BY(mu_), busy_ ABSL_GUARDED_BY(mu_);
   int mounts_ ABSL_GUARDED_BY(mu_) = 0;
   int unmounts_ ABSL_GUARDED_BY(mu_) = 0;

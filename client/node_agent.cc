@@ -113,6 +113,13 @@ absl::Status NodeAgent::Start() {
   if (options_.cluster == nullptr || options_.mounter == nullptr || options_.clock == nullptr) {
     return absl::InvalidArgumentError("node agent: cluster, mounter and clock are required");
   }
+  if (absl::StatusOr<std::string> r = NormalizeMountPath(options_.allowed_root);
+      !r.ok() || *r != options_.allowed_root) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allowed root '", absl::CHexEscape(options_.allowed_root),
+                     "': not a normalized absolute path other than /",
+                     r.ok() ? "" : absl::StrCat(": ", r.status().message())));
+  }
   if (options_.node.empty() || options_.node.size() > 64 ||
       options_.node.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                       "0123456789._-") != std::string::npos) {
@@ -283,6 +290,13 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
              absl::InfiniteDuration());
     return;
   }
+  if (!BelowAllowedRoot(path)) {
+    SetState(path, rec.generation(), State::FAILED,
+             absl::StrCat("refused: outside the allowed root ", options_.allowed_root,
+                          " (grantfs-node --allowed_root)"),
+             absl::InfiniteDuration());
+    return;
+  }
   Spec want;
   want.known = true;
   want.subdir = rec.subdir();
@@ -290,6 +304,15 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
   switch (options_.mounter->Probe(path)) {
     case MountAt::kGrantFs: {
       const std::optional<Spec> had = ManagedSpec(path);
+      if (!had && !options_.mounter->OfThisCluster(path)) {
+        // Not made by this agent (no record) and not of this cluster's
+        // servers: someone else's mount, neither adopted nor replaced.
+        SetState(path, rec.generation(), State::FAILED,
+                 absl::StrCat("a GrantFS mount of other servers is at ", path,
+                              " (not made by this agent): not adopted"),
+                 options_.retry);
+        return;
+      }
       if (!had || !had->known || *had == want) {
         // Ours, or the previous run's: adopted (with the table's spec when
         // there is no record of how it was made).
@@ -320,6 +343,13 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
                absl::StrCat("another file system is mounted at ", path), options_.retry);
       return;
     case MountAt::kDead: {
+      if (!ManagedSpec(path) && !options_.mounter->OfThisCluster(path)) {
+        SetState(path, rec.generation(), State::FAILED,
+                 absl::StrCat("a dead GrantFS mount of other servers is at ", path,
+                              " (not made by this agent): not replaced"),
+                 options_.retry);
+        return;
+      }
       LOG(WARNING) << "node agent: the mount at " << path
                    << " lost its daemon (ENOTCONN): detaching it and mounting again";
       absl::Status s = options_.mounter->Unmount(path, /*lazy=*/true);
@@ -353,12 +383,26 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
   }
 }
 
+bool NodeAgent::BelowAllowedRoot(const std::string& path) const {
+  return PathsNest(path, options_.allowed_root) && path.size() > options_.allowed_root.size();
+}
+
 void NodeAgent::EnsureUnmounted(const std::string& path, uint64_t generation, bool force) {
+  if (!BelowAllowedRoot(path) && !ManagedSpec(path)) {
+    // Never mounted by this agent: nothing of ours to take down there.
+    SetState(path, generation, State::UNMOUNTED, "outside the allowed root: not touched");
+    return;
+  }
   const MountAt at = options_.mounter->Probe(path);
   if (at == MountAt::kNothing || at == MountAt::kOther) {
     // kOther: not a GrantFS mount, so not one of ours to take down.
     SetManaged(path, std::nullopt);
     SetState(path, generation, State::UNMOUNTED, "");
+    return;
+  }
+  if (!ManagedSpec(path) && !options_.mounter->OfThisCluster(path)) {
+    SetState(path, generation, State::UNMOUNTED,
+             "a GrantFS mount of other servers, not made by this agent: not touched");
     return;
   }
   if (Settled(path, generation, State::BUSY) || Settled(path, generation, State::FAILED)) return;
@@ -445,6 +489,7 @@ void NodeAgent::HeartbeatLoop() {
     }
     proto::NodeHeartbeatReply reply;
     std::string server;
+    const absl::Time sent = absl::Now();
     absl::Status s = options_.cluster->Call(
         &proto::Cluster::Stub::Heartbeat, req, &reply, absl::Milliseconds(req.wait_ms()),
         [this](grpc::ClientContext* ctx) {
@@ -462,6 +507,12 @@ void NodeAgent::HeartbeatLoop() {
         table_ = std::move(*reply.mutable_table());
         ++table_seq_;
         ++tables_;
+      } else if (req.wait_ms() > 0) {
+        // Answered before the wait with the table it has (the primary's
+        // limit of waiting calls): not called again at once, which would
+        // spin; a state to report or a stop still ends the pause.
+        auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || report_due_; };
+        mu_.AwaitWithDeadline(absl::Condition(&due), sent + absl::Milliseconds(req.wait_ms()));
       }
       continue;
     }

@@ -64,6 +64,11 @@ struct NodeAgentOptions {
   absl::Duration poll = absl::Seconds(1);
   // Failed mounts and busy unmounts are tried again this often. Default 2 s.
   absl::Duration retry = absl::Seconds(2);
+  // The only directory this agent mounts in: a table path that is not below
+  // it (normalized, not "/") is refused and reported failed ("outside the
+  // allowed root"). Whoever changes the table cannot mount over /etc or
+  // the agent's state directory. Default /global (--allowed_root).
+  std::string allowed_root = "/global";
   // At Stop(), unmount every mount this agent keeps (busy ones stay).
   bool unmount_on_stop = false;
   // Timestamps of states (wall clock). Not owned.
@@ -140,6 +145,8 @@ class NodeAgent {
   std::optional<Spec> ManagedSpec(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   void SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `path` (normalized) is strictly below options_.allowed_root.
+  bool BelowAllowedRoot(const std::string& path) const;
 
   // Constant after construction.
   const NodeAgentOptions options_;

@@ -63,6 +63,7 @@ class NodeAgentTest : public ::testing::Test {
   NodeAgentOptions Options() {
     NodeAgentOptions o;
     o.node = "n1";
+    o.allowed_root = "/g";
     o.mounter = &mounter_;
     o.clock = &clock_;
     o.retry = absl::Seconds(2);
@@ -209,6 +210,46 @@ TEST_F(NodeAgentTest, AMountMadeForAnOlderRecordOfItsPathIsMadeAgain) {
   EXPECT_EQ(mounter_.mounts(), 2);
 }
 
+TEST_F(NodeAgentTest, APathOutsideTheAllowedRootOrWithUnsafeOptionsIsRefusedNotMounted) {
+  NodeAgent agent(Options());  // allowed root /g
+  proto::GlobalMountRecord suid = Rec("/g/suid", 4);
+  suid.set_options("ro,suid");
+  proto::GlobalMountRecord dev = Rec("/g/dev", 4);
+  dev.set_options("dev");
+  agent.Reconcile(Table({Rec("/etc", 2), Rec("/gx/y", 2), Rec("/g", 2), suid, dev}));
+  EXPECT_EQ(mounter_.mounts(), 0);
+  auto st = ByPath(agent.States());
+  for (const char* p : {"/etc", "/gx/y", "/g"}) {
+    EXPECT_EQ(st[p].state(), State::FAILED) << p;
+    EXPECT_THAT(st[p].reason(), HasSubstr("outside the allowed root /g")) << p;
+  }
+  EXPECT_EQ(st["/g/suid"].state(), State::FAILED);
+  EXPECT_THAT(st["/g/suid"].reason(), HasSubstr("'suid': not allowed"));
+  EXPECT_THAT(st["/g/dev"].reason(), HasSubstr("'dev': not allowed"));
+  // A removal outside the root never unmounts what is there.
+  mounter_.Set("/etc", MountAt::kGrantFs);
+  agent.Reconcile(Table({Rec("/etc", 3, /*removing=*/true)}));
+  EXPECT_EQ(mounter_.Probe("/etc"), MountAt::kGrantFs);
+}
+
+TEST_F(NodeAgentTest, AGrantFsMountOfOtherServersWithNoRecordIsNotAdopted) {
+  NodeAgent agent(Options());
+  mounter_.Set("/g/theirs", MountAt::kGrantFs);
+  mounter_.Foreign("/g/theirs");
+  agent.Reconcile(Table({Rec("/g/theirs", 2)}));
+  EXPECT_EQ(mounter_.mounts(), 0);
+  EXPECT_EQ(mounter_.unmounts(), 0);
+  EXPECT_TRUE(agent.Managed().empty());
+  auto st = ByPath(agent.States());
+  EXPECT_EQ(st["/g/theirs"].state(), State::FAILED);
+  EXPECT_THAT(st["/g/theirs"].reason(), HasSubstr("not adopted"));
+  // Removed from the table: it is not this agent's to unmount either.
+  agent.Reconcile(Table({Rec("/g/theirs", 2, /*removing=*/true)}));
+  EXPECT_EQ(mounter_.unmounts(), 0);
+  EXPECT_EQ(mounter_.Probe("/g/theirs"), MountAt::kGrantFs);
+  EXPECT_EQ(ByPath(agent.States())["/g/theirs"].state(), State::UNMOUNTED);
+}
+
 TEST_F(NodeAgentTest, BadOptionsAreRefusedAtStart) {
   NodeAgentOptions o = Options();
   o.node = "a b";
@@ -220,6 +261,12 @@ TEST_F(NodeAgentTest, BadOptionsAreRefusedAtStart) {
   o.cluster = cluster->get();
   NodeAgent agent(o);
   EXPECT_EQ(agent.Start().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* root : {"/", "relative", "/a/../b", ""}) {
+    o.node = "n1";
+    o.allowed_root = root;
+    NodeAgent bad_root(o);
+    EXPECT_EQ(bad_root.Start().code(), absl::StatusCode::kInvalidArgument) << root;
+  }
 }
 
 // --- the whole agent against a real Cluster service --------------------------------
@@ -301,6 +348,7 @@ class NodeAgentServiceTest : public ::testing::Test {
 TEST_F(NodeAgentServiceTest, ANewMountReachesTheAgentAndItsStateThePrimaryAtOnce) {
   NodeAgentOptions o;
   o.node = "n1";
+  o.allowed_root = "/g";
   o.version = "test";
   o.poll = absl::Seconds(2);  // the server's longest wait
   o.cluster = cluster_.get();
@@ -335,6 +383,7 @@ TEST_F(NodeAgentServiceTest, ANewMountReachesTheAgentAndItsStateThePrimaryAtOnce
 TEST_F(NodeAgentServiceTest, ARestartedAgentAdoptsItsMountsAndUnmountsWhatWasRemovedMeanwhile) {
   NodeAgentOptions o;
   o.node = "n1";
+  o.allowed_root = "/g";
   o.cluster = cluster_.get();
   o.mounter = &mounter_;
   o.state_file = dir_ + "/mounts.list";

@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, mount_binary, "",
 ABSL_FLAG(int, poll_ms, 1000,
           "the heartbeat's long poll (100-2000 ms): a node that misses 5 s of them is down");
 ABSL_FLAG(int, retry_ms, 2000, "failed mounts and busy unmounts are tried again this often");
+ABSL_FLAG(std::string, allowed_root, "/global",
+          "the only directory the agent mounts in: a global mount whose path is not below it is "
+          "refused and reported failed (\"outside the allowed root\")");
 ABSL_FLAG(int, mount_timeout_s, 20, "how long one grantfs-mount may take to come up");
 ABSL_FLAG(std::string, metrics_addr, "",
           "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
   ao.poll = absl::Milliseconds(poll_ms);
   ao.retry = absl::Milliseconds(retry_ms);
   ao.unmount_on_stop = absl::GetFlag(FLAGS_unmount_on_stop);
+  ao.allowed_root = absl::GetFlag(FLAGS_allowed_root);
   grantfs::NodeAgent agent(ao);
   std::unique_ptr<grantfs::MetricsServer> metrics;  // stops before `agent` goes
   if (const std::string addr = absl::GetFlag(FLAGS_metrics_addr); !addr.empty()) {

@@ -14,8 +14,10 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -69,6 +71,30 @@ std::string LastLine(const std::string& file) {
   return std::string(absl::StripAsciiWhitespace(last));
 }
 
+// OK when no name on the way to `path` (nor `path` itself) is a symbolic
+// link; names that do not exist yet end the walk (MakeDirs makes them as
+// directories). The agent runs as root and the directories on the way may
+// be writable by a local user: a symlink there would send a mount, or an
+// unmount, elsewhere (/home, /etc).
+absl::Status NoSymlinks(const std::string& path) {
+  std::string so_far;
+  for (absl::string_view name : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&so_far, "/", name);
+    struct stat st;
+    if (lstat(so_far.c_str(), &st) != 0) {
+      if (errno == ENOENT) return absl::OkStatus();
+      if (errno == ENOTCONN && so_far == path) return absl::OkStatus();  // a dead mount
+      return absl::FailedPreconditionError(absl::StrCat(so_far, ": ", strerror(errno)));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refused: ", so_far,
+                       " is a symbolic link (a global mount path may not pass through one)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MakeDirs(const std::string& path) {
   std::string so_far;
   for (absl::string_view name : absl::StrSplit(path, '/', absl::SkipEmpty())) {
@@ -77,58 +103,81 @@ absl::Status MakeDirs(const std::string& path) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot create ", so_far, ": ", strerror(errno)));
     }
-  }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": ", strerror(errno)));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not a directory"));
+    // Checked after mkdir too: EEXIST may be a symlink made meanwhile.
+    struct stat st;
+    if (lstat(so_far.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(so_far, ": ", strerror(errno)));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refused: ", so_far,
+                       " is a symbolic link (a global mount path may not pass through one)"));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(so_far, " is not a directory"));
+    }
   }
   return absl::OkStatus();
 }
 
-// `path` as /proc/self/mountinfo names a mount there: with the symlinks
-// of its directories (and its own, if it is one) resolved. The last name is
-// not looked at otherwise: a dead FUSE mount answers ENOTCONN to it.
-std::string Resolved(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char* r = realpath(path.c_str(), nullptr);
-    if (r != nullptr) {
-      std::string out(r);
-      free(r);
-      return out;
-    }
-    return path;
+// The pids whose parent is `parent` (/proc/PID/stat, field 4).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), closedir);
+  if (!proc) return out;
+  while (struct dirent* de = readdir(proc.get())) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(de->d_name, &pid)) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat_line;
+    std::getline(in, stat_line);
+    // PID (COMM) STATE PPID ...: COMM may hold spaces and parentheses.
+    const size_t paren = stat_line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(absl::string_view(stat_line).substr(paren + 1), ' ', absl::SkipEmpty());
+    int ppid = 0;
+    if (f.size() >= 2 && absl::SimpleAtoi(f[1], &ppid) && ppid == parent) out.push_back(pid);
   }
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return path;
-  char* dir = realpath(path.substr(0, slash).c_str(), nullptr);
-  if (dir == nullptr) return path;
-  std::string out = absl::StrCat(dir, path.substr(slash));
-  free(dir);
   return out;
 }
 
 }  // namespace
 
-std::string SystemMounter::MountedType(const std::string& path_in) {
-  const std::string path = Resolved(path_in);
+namespace {
+
+// The fstype and source of the top mount at `path` in /proc/self/mountinfo
+// ({"", ""}: none).
+std::pair<std::string, std::string> TopMount(const std::string& path) {
   std::ifstream in("/proc/self/mountinfo");
-  std::string line, type;
+  std::string line;
+  std::pair<std::string, std::string> top;
   while (std::getline(in, line)) {
     // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
     if (f.size() < 7 || Unescape(f[4]) != path) continue;
     for (size_t i = 6; i + 1 < f.size(); ++i) {
       if (f[i] == "-") {
-        type = std::string(f[i + 1]);  // the last one listed is on top
+        // The last one listed is on top.
+        top = {std::string(f[i + 1]), i + 2 < f.size() ? Unescape(f[i + 2]) : std::string()};
         break;
       }
     }
   }
-  return type;
+  return top;
+}
+
+}  // namespace
+
+std::string SystemMounter::MountedType(const std::string& path) { return TopMount(path).first; }
+
+bool SystemMounter::OfThisCluster(const std::string& path) {
+  const auto [type, source] = TopMount(path);
+  if (type != kGrantFsType || !absl::StartsWith(source, "grantfs:")) return false;
+  const std::set<std::string> mine = absl::StrSplit(options_.servers, ',', absl::SkipEmpty());
+  const std::set<std::string> its =
+      absl::StrSplit(absl::string_view(source).substr(8), ',', absl::SkipEmpty());
+  return !mine.empty() && mine == its;
 }
 
 MountAt SystemMounter::Probe(const std::string& path) {
@@ -192,8 +241,22 @@ absl::Status SystemMounter::Mount(const proto::GlobalMountRecord& rec) {
       return absl::InternalError(absl::StrCat("waiting for grantfs-mount: ", strerror(errno)));
     }
     if (absl::Now() > deadline) {
+      // grantfs-mount forks its daemon (setsid: a group of its own) and
+      // waits for it; the daemon would keep trying and mount later, under
+      // the agent's next attempt: stacked mounts. So the daemon goes first,
+      // while it is still this grantfs-mount's child and can be found.
+      const std::vector<pid_t> daemons = ChildrenOf(pid);
+      for (pid_t d : daemons) kill(d, SIGKILL);
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      for (pid_t d : daemons) {
+        for (int i = 0; i < 100 && kill(d, 0) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+        if (kill(d, 0) == 0) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "grantfs-mount did not mount within ", absl::FormatDuration(options_.mount_timeout),
+              " and its daemon (pid ", d, ") outlives SIGKILL (log ", log, ")"));
+        }
+      }
       return absl::DeadlineExceededError(absl::StrCat("grantfs-mount did not mount within ",
                                                       absl::FormatDuration(options_.mount_timeout),
                                                       " (log ", log, ")"));
@@ -210,8 +273,18 @@ absl::Status SystemMounter::Mount(const proto::GlobalMountRecord& rec) {
 }
 
 absl::Status SystemMounter::Unmount(const std::string& path, bool lazy) {
-  if (MountedType(path).empty()) return absl::OkStatus();
-  if (umount2(path.c_str(), lazy ? MNT_DETACH : 0) == 0) return absl::OkStatus();
+  const std::string type = MountedType(path);
+  if (type.empty()) return absl::OkStatus();
+  // Only a GrantFS mount, at exactly this path (no symlink on the way, none
+  // followed at the end): never what a local user pointed the path at.
+  if (type != kGrantFsType) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("refused to unmount ", path, ": a ", type, " mount, not ", kGrantFsType));
+  }
+  if (absl::Status s = NoSymlinks(path); !s.ok()) return absl::PermissionDeniedError(s.message());
+  if (umount2(path.c_str(), (lazy ? MNT_DETACH : 0) | UMOUNT_NOFOLLOW) == 0) {
+    return absl::OkStatus();
+  }
   const int err = errno;
   if (err == EINVAL || err == ENOENT) return absl::OkStatus();  // not mounted any more
   if (err == EBUSY) {

@@ -29,10 +29,16 @@ class NodeMounter {
   virtual MountAt Probe(const std::string& path) = 0;
   // Creates the directory `rec.path()` (and its parents) if missing and
   // mounts the record there; returns once the mount is up. The status says
-  // why not (the mount's own last log line when it ran).
+  // why not (the mount's own last log line when it ran); FAILED_PRECONDITION
+  // "refused: ... is a symbolic link" when a name on the way is one.
   virtual absl::Status Mount(const proto::GlobalMountRecord& rec) = 0;
+  // Whether the GrantFS mount at `path` is of this agent's cluster: its
+  // source (mountinfo) names the agent's servers. Only such a mount is
+  // adopted when the agent has no record of making it.
+  virtual bool OfThisCluster(const std::string& path) = 0;
   // Unmounts `path`; `lazy` detaches it even when busy (MNT_DETACH). OK when
-  // nothing is mounted there. FAILED_PRECONDITION naming the processes
+  // nothing is mounted there. Only a GrantFS mount, with UMOUNT_NOFOLLOW and
+  // no symlink on the way: PERMISSION_DENIED otherwise. FAILED_PRECONDITION naming the processes
   // that use it, when it is busy and not `lazy`.
   virtual absl::Status Unmount(const std::string& path, bool lazy) = 0;
 };
@@ -57,10 +63,13 @@ class SystemMounter final : public NodeMounter {
   MountAt Probe(const std::string& path) override;
   absl::Status Mount(const proto::GlobalMountRecord& rec) override;
   absl::Status Unmount(const std::string& path, bool lazy) override;
+  // Source "grantfs:A:7420,B:7420" (grantfs-mount's fsname): the same set
+  // of servers as SystemMounterOptions::servers.
+  bool OfThisCluster(const std::string& path) override;
 
   // The fstype of the mount at `path` in /proc/self/mountinfo ("" none):
-  // "fuse.grantfs" for ours. Symlinks on the way are resolved first (the
-  // kernel lists a mount under the resolved path).
+  // "fuse.grantfs" for ours. `path` is compared as given: a global mount
+  // path may not pass through a symlink (Mount and Unmount refuse one).
   static std::string MountedType(const std::string& path);
   // "pid 12 (sleep) has its working directory inside; ..." for at most five
   // processes of this mount namespace that use something under `path`.

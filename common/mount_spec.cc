@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "common/names.h"
 
 namespace grantfs {
@@ -56,9 +57,18 @@ absl::StatusOr<std::string> NormalizeMountOptions(absl::string_view options) {
     return absl::InvalidArgumentError(
         absl::StrCat("mount options longer than ", kMountOptionsMax, " bytes"));
   }
-  static const char* const kReserved[] = {"foreground", "f",          "log_file",   "tls_dir",
-                                          "identity",   "insecure",   "noinsecure", "flagfile",
-                                          "fromenv",    "tryfromenv", "undefok",    "secret_file"};
+  // An allow-list, not a deny-list: every node runs what the table says as
+  // root, so an option nobody thought of (suid, dev, fsname=, subtype=,
+  // allow_other, metrics_addr=, log_file=, ...) is refused until it is
+  // added here on purpose. Bare: FUSE's and the kernel's; with a value:
+  // grantfs-mount flags (client/main.cc) that change only how it caches.
+  static const char* const kBare[] = {"ro",       "rw",     "noatime", "nodiratime",
+                                      "relatime", "noexec", "nosuid",  "nodev",
+                                      "sync",     "async",  "dirsync"};
+  static const char* const kValued[] = {
+      "leases",      "attr_timeout",  "entry_timeout",  "rpc_timeout_ms", "retry_ms",
+      "threads",     "write_mode",    "dirty_limit_mb", "flushers",       "extent_kib",
+      "flush_age_s", "readahead_kib", "grant_mb"};
   std::vector<std::string> out;
   for (absl::string_view o : absl::StrSplit(options, ',', absl::SkipEmpty())) {
     for (char c : o) {
@@ -68,12 +78,20 @@ absl::StatusOr<std::string> NormalizeMountOptions(absl::string_view options) {
                          "': only letters, digits and _.=/:+- may appear"));
       }
     }
-    const absl::string_view name = o.substr(0, o.find('='));
-    for (const char* r : kReserved) {
-      if (name == r) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mount option '", o, "': set by each node's agent, not by the table"));
-      }
+    const size_t eq = o.find('=');
+    const absl::string_view name = o.substr(0, eq);
+    bool allowed = false;
+    for (const char* a : (eq == absl::string_view::npos ? absl::MakeConstSpan(kBare)
+                                                        : absl::MakeConstSpan(kValued))) {
+      if (name == a) allowed = true;
+    }
+    if (!allowed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mount option '", o,
+          "': not allowed in a global mount (allowed: ro, rw, noatime, nodiratime, relatime, "
+          "noexec, nosuid, nodev, sync, async, dirsync, and leases=, attr_timeout=, "
+          "entry_timeout=, rpc_timeout_ms=, retry_ms=, threads=, write_mode=, dirty_limit_mb=, "
+          "flushers=, extent_kib=, flush_age_s=, readahead_kib=, grant_mb=)"));
     }
     out.emplace_back(o);
   }

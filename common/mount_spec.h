@@ -27,9 +27,12 @@ absl::StatusOr<std::string> NormalizeMountSubdir(absl::string_view subdir);
 
 // The options, each checked, joined again by commas ("ro,,leases=off" ->
 // "ro,leases=off"), or INVALID_ARGUMENT: longer than kMountOptionsMax, a
-// character outside [A-Za-z0-9_.=/:+-], or an option the agent sets itself
-// or that would change who the mount is (foreground, log_file, tls_dir,
-// identity, insecure, secret_file, flagfile, fromenv, tryfromenv, undefok).
+// character outside [A-Za-z0-9_.=/:+-], or an option not on the allow-list
+// (mount_spec.cc; docs/operations.md "Global mounts"): ro, rw, noatime,
+// nodiratime, relatime, noexec, nosuid, nodev, sync, async, dirsync, and the
+// grantfs-mount caching flags with a value (leases=, write_mode=, ...).
+// suid, dev, fsname, subtype, allow_other and anything naming a file or an
+// identity are refused: every node mounts what the table says as root.
 absl::StatusOr<std::string> NormalizeMountOptions(absl::string_view options);
 
 // Whether one of two normalized paths is the other or below it ("/a" and

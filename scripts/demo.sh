@@ -36,7 +36,7 @@ stop() {
   fi
   # What it could not take down (busy): detached.
   if [ -f "$DATA/node-agent/mounts.list" ]; then
-    while read -r m; do
+    while IFS=$'\t' read -r m _; do  # PATH<TAB>SUBDIR<TAB>OPTIONS
       if mountpoint -q "$m" 2>/dev/null; then umount -l "$m" || true; fi
     done <"$DATA/node-agent/mounts.list"
   fi

@@ -1,9 +1,12 @@
 #include "server/cluster_service.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "glog/logging.h"
 
@@ -11,6 +14,7 @@ namespace grantfs {
 namespace {
 
 constexpr uint32_t kMaxWaitMs = 2000;
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(100);
 
 }  // namespace
 
@@ -39,15 +43,25 @@ grpc::Status ClusterService::GateChange(grpc::ServerContext* ctx, const char* wh
   if (grpc::Status s = Gate(ctx, kNodePeer | kAdminPeer); !s.ok()) return s;
   if (!options_.transport.secure()) return grpc::Status::OK;
   const std::string peer = options_.transport.PeerName(*ctx);
-  if (PeerKindOf(peer) == kAdminPeer || options_.transport.PolicyOf(*ctx).root) {
+  if (PeerKindOf(peer) == kAdminPeer) return grpc::Status::OK;
+  // A node may change the table only when its certificate has root and no
+  // subtree: every node mounts what the table says, as root, so a node
+  // limited to a subtree (or squashed) must not reach the others through it.
+  const CallerPolicy policy = options_.transport.PolicyOf(*ctx);
+  const bool whole_tree = policy.subtree.empty() || policy.subtree == "/";
+  if (policy.root && whole_tree && !policy.read_only && !policy.anon) {
     return grpc::Status::OK;
   }
+  const std::string why =
+      policy.root && !whole_tree
+          ? absl::StrCat("a node restricted to the subtree ", policy.subtree,
+                         " may not change the global mount table")
+          : std::string(
+                "only an admin or a node with the root option (and no subtree, ro or "
+                "anon) may change the global mount table");
   LOG(WARNING) << "cluster: refused " << what << " from " << ctx->peer() << " (\"" << peer
-               << "\"): only an admin or a node with the root option may change the global "
-                  "mount table";
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      "only an admin or a node with the root option may change the global mount "
-                      "table");
+               << "\"): " << why;
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
 }
 
 grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx,
@@ -55,7 +69,15 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx,
                                        proto::NodeHeartbeatReply* reply) {
   if (grpc::Status s = Gate(ctx, kNodePeer); !s.ok()) return s;
   const std::string peer = options_.transport.PeerName(*ctx);
-  if (absl::Status s = options_.nodes->Heartbeat(*req, peer, ctx->peer()); !s.ok()) {
+  // Only the states of paths in the table are kept (bounded memory).
+  absl::StatusOr<proto::GlobalMountTable> now = options_.table->List();
+  if (!now.ok()) {
+    LOG(ERROR) << "cluster: reading the global mount table: " << now.status();
+    return ToGrpcStatus(now.status());
+  }
+  std::set<std::string> paths;
+  for (const proto::GlobalMountRecord& r : now->mounts()) paths.insert(r.path());
+  if (absl::Status s = options_.nodes->Heartbeat(*req, peer, ctx->peer(), &paths); !s.ok()) {
     LOG(WARNING) << "cluster: refused a heartbeat from " << ctx->peer() << " (\"" << peer
                  << "\"): " << s;
     return ToGrpcStatus(s);
@@ -70,7 +92,16 @@ grpc::Status ClusterService::Heartbeat(grpc::ServerContext* ctx,
       const absl::Duration left =
           absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(200);
       wait = std::max(absl::ZeroDuration(), std::min(wait, left));
-      table->WaitChanged(req->known_incarnation(), req->known_version(), wait);
+      // In slices: a cancelled call (the agent has a state to report, or is
+      // gone) frees its thread within one slice, not at the end of the wait.
+      const absl::Time until = absl::Now() + wait;
+      while (!ctx->IsCancelled() && !shutdown_) {
+        const absl::Duration left = until - absl::Now();
+        if (left <= absl::ZeroDuration()) break;
+        table->WaitChanged(req->known_incarnation(), req->known_version(),
+                           std::min(left, kWaitSlice));
+        if (req->known_version() != table->version()) break;
+      }
     }
     waiting_.fetch_sub(1);
     // Fenced or handed over while the call waited: the table here may be

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -110,11 +111,15 @@ TEST_F(MountTableTest, BadPathsDirectoriesAndOptionsAreRefused) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path << ": " << s;
   }
   EXPECT_EQ(table_->Add("/g", "a/b", "", "").status().code(), absl::StatusCode::kInvalidArgument);
-  for (const char* options : {"tls_dir=/tmp", "insecure", "a b", "x;rm", "foreground",
-                              "log_file=/etc/passwd", "identity=admin"}) {
+  for (const char* options :
+       {"tls_dir=/tmp", "insecure", "a b", "x;rm", "foreground", "log_file=/etc/passwd",
+        "identity=admin", "suid", "ro,dev", "fsname=x", "subtype=x", "allow_other",
+        "metrics_addr=:1", "leases", "ro=1", "whatever"}) {
     absl::Status s = table_->Add("/g", "/", options, "").status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << options << ": " << s;
   }
+  EXPECT_THAT(table_->Add("/g", "/", "nosuid,suid", "").status().message(),
+              ::testing::HasSubstr("mount option 'suid': not allowed in a global mount"));
   EXPECT_EQ(table_->Add(std::string(2000, 'a').insert(0, "/"), "/", "", "").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Paths().empty());
@@ -275,6 +280,55 @@ TEST(NodeTableTest, TwoAgentsWithOneNameAreToldApartARestartIsNot) {
   }
   EXPECT_EQ(nodes.List()[0].conflict(), "");
   EXPECT_EQ(nodes.List()[0].address(), "ipv4:10.0.0.2:1");
+}
+
+TEST(NodeTableTest, AReplacedAgentIsTakenBackOnceTheOneThatReplacedItDies) {
+  FakeClock clock;
+  NodeTableOptions o;
+  o.clock = &clock;
+  o.wall_clock = &clock;
+  NodeTable nodes(o);
+  proto::NodeHeartbeatRequest a = Beat("n1"), b = Beat("n1");
+  a.set_instance(1);
+  b.set_instance(2);
+  ASSERT_OK(nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1"));
+  clock.Advance(absl::Seconds(1));
+  ASSERT_OK(nodes.Heartbeat(b, "", "ipv4:10.0.0.2:1"));  // b replaces a
+  // a keeps calling (refused) while b is alive; then b dies.
+  for (int i = 0; i < 4; ++i) {
+    clock.Advance(absl::Seconds(1));
+    EXPECT_EQ(nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1").code(), absl::StatusCode::kAlreadyExists);
+  }
+  for (int i = 0; i < 10; ++i) {
+    clock.Advance(absl::Seconds(1));
+    (void)nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1");
+  }
+  // b silent for longer than the node timeout: a is the node's agent again.
+  ASSERT_OK(nodes.Heartbeat(a, "", "ipv4:10.0.0.1:1"));
+  EXPECT_EQ(nodes.List()[0].address(), "ipv4:10.0.0.1:1");
+  EXPECT_TRUE(nodes.List()[0].alive());
+}
+
+TEST(NodeTableTest, OnlyStatesOfTablePathsAreKeptAndLongSilentNodesForgotten) {
+  FakeClock clock;
+  NodeTableOptions o;
+  o.clock = &clock;
+  o.wall_clock = &clock;
+  NodeTable nodes(o);
+  proto::NodeHeartbeatRequest hb = Beat("a");
+  hb.add_mounts()->set_path("/not/in/the/table");
+  const std::set<std::string> table = {"/global/x"};
+  ASSERT_OK(nodes.Heartbeat(hb, "", "x", &table));
+  ASSERT_EQ(nodes.List().size(), 1u);
+  ASSERT_EQ(nodes.List()[0].mounts_size(), 1);
+  EXPECT_EQ(nodes.List()[0].mounts(0).path(), "/global/x");
+  clock.Advance(absl::Minutes(59));
+  ASSERT_OK(nodes.Heartbeat(Beat("b"), "", "x", &table));
+  EXPECT_EQ(nodes.List().size(), 2u);  // a: down, still listed
+  clock.Advance(absl::Minutes(2));
+  ASSERT_OK(nodes.Heartbeat(Beat("b"), "", "x", &table));
+  ASSERT_EQ(nodes.List().size(), 1u);  // a: silent over an hour, forgotten
+  EXPECT_EQ(nodes.List()[0].node(), "b");
 }
 
 TEST(NodeTableTest, WhenFullASilentNodeMakesRoomALiveOneDoesNot) {

@@ -31,7 +31,8 @@ bool ValidNodeName(const std::string& name) {
 NodeTable::NodeTable(const NodeTableOptions& options) : options_(options) {}
 
 absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const std::string& peer,
-                                  const std::string& address) {
+                                  const std::string& address,
+                                  const std::set<std::string>* table_paths) {
   if (!ValidNodeName(hb.node())) {
     return absl::InvalidArgumentError(
         absl::StrCat("node name '", absl::CHexEscape(hb.node().substr(0, kNodeNameMax)),
@@ -55,6 +56,15 @@ absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const s
   }
   const absl::Time now = options_.clock->Now();
   absl::MutexLock l(&mu_);
+  for (auto i = nodes_.begin(); i != nodes_.end();) {
+    if (i->first != hb.node() && now - i->second.last >= options_.forget_after) {
+      LOG(INFO) << "node '" << i->first << "' forgotten: no heartbeat for "
+                << absl::FormatDuration(absl::Trunc(now - i->second.last, absl::Seconds(1)));
+      i = nodes_.erase(i);
+    } else {
+      ++i;
+    }
+  }
   auto it = nodes_.find(hb.node());
   if (it == nodes_.end()) {
     if (nodes_.size() >= options_.max_nodes) {
@@ -80,7 +90,11 @@ absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const s
   }
   Node& n = it->second;
   if (hb.instance() != 0 && n.instance != 0 && hb.instance() != n.instance) {
-    if (hb.instance() == n.replaced_instance && now - n.replaced_seen < options_.node_timeout) {
+    // Refused only while the agent that replaced it is alive: once that one
+    // is silent for the node timeout, the caller is the node's agent again
+    // (else a replaced agent that keeps calling would be locked out forever).
+    if (hb.instance() == n.replaced_instance && now - n.replaced_seen < options_.node_timeout &&
+        now - n.last < options_.node_timeout) {
       // The agent replaced by another still calls: two agents, one name.
       n.replaced_seen = now;
       n.conflict = absl::StrCat("two agents report as this node: ", n.info.address(), " and ",
@@ -104,6 +118,7 @@ absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const s
   n.info.set_address(address);
   n.info.clear_mounts();
   for (const proto::NodeMountState& m : hb.mounts()) {
+    if (table_paths != nullptr && table_paths->count(m.path()) == 0) continue;
     proto::NodeMountState* s = n.info.add_mounts();
     *s = m;
     if (s->reason().size() > kReasonMax) s->mutable_reason()->resize(kReasonMax);

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@ struct NodeTableOptions {
   // Most nodes kept; a new node beyond it replaces the one silent longest,
   // if that one is not alive (else RESOURCE_EXHAUSTED). Default 4096.
   size_t max_nodes = 4096;
+  // A node silent this long is forgotten (no longer listed). Default 1 h.
+  absl::Duration forget_after = absl::Hours(1);
 };
 
 class NodeTable {
@@ -55,9 +58,14 @@ class NodeTable {
   // ALREADY_EXISTS for an agent whose node another agent took over (another
   // `instance`) while it still calls: two agents with one name. The one
   // that came last keeps the name; the other is refused until it has been
-  // silent for the node timeout.
+  // silent for the node timeout, or the one that keeps it has. When
+  // `table_paths` is given, only the states of those paths are kept (a node
+  // cannot fill the primary's memory with paths the table does not hold).
+  // Nodes silent for `forget_after` are dropped.
   absl::Status Heartbeat(const proto::NodeHeartbeatRequest& hb, const std::string& peer,
-                         const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+                         const std::string& address,
+                         const std::set<std::string>* table_paths = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every node, sorted by name.
   std::vector<proto::NodeInfo> List() ABSL_LOCKS_EXCLUDED(mu_);

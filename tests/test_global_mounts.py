@@ -189,7 +189,11 @@ def test_bad_requests_get_a_precise_error_and_exit_2(cluster, nodes):
     for args, says in [
             (["mount", "-g", "relative/path"], "is not an absolute path"),
             (["mount", "-g", "/"], "not the root directory"),
-            (["mount", "-g", "-o", "tls_dir=/tmp", f"{base}/g/x"], "set by each node's agent"),
+            (["mount", "-g", "-o", "tls_dir=/tmp", f"{base}/g/x"], "not allowed in a global mount"),
+            (["mount", "-g", "-o", "suid", f"{base}/g/x"], "'suid': not allowed"),
+            (["mount", "-g", "-o", "ro,dev", f"{base}/g/x"], "'dev': not allowed"),
+            (["mount", "-g", "-o", "fsname=x", f"{base}/g/x"], "'fsname=x': not allowed"),
+            (["mount", "-g", "-o", "subtype=x", f"{base}/g/x"], "'subtype=x': not allowed"),
             (["mount", "-g", "-o", "a b", f"{base}/g/x"], "only letters"),
             (["mount", f"{base}/g/x"], "only global mounts (-g)"),
             (["umount", "-g", f"{base}/g/none"], "is not a global mount"),
@@ -224,6 +228,9 @@ def test_the_configuration_file_says_where_the_cluster_is(cluster, nodes):
                  [CTL_BIN, f"--config={conf}.missing", "mounts"]):
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, r.stderr
+    r = subprocess.run([CTL_BIN, f"--config={nodes.base}", "mounts"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "is not a regular file" in r.stderr, r.stderr
     assert f"{conf}:2: unknown key 'server'" in subprocess.run(
         [CTL_BIN, f"--config={conf}", "mounts"], capture_output=True, text=True,
         timeout=60).stderr
@@ -264,6 +271,15 @@ def test_only_admins_and_root_nodes_may_change_the_table(cluster, nodes):
     assert r.returncode == 0, r.stderr
     r = ctl(cluster, "umount", "-g", "--wait_s=2", path, identity="node-plain")
     assert r.returncode == 2 and "root option" in r.stderr
+    # Root, but restricted to a subtree: it must not reach every node through the table.
+    r = subprocess.run([CTL_BIN, "init", f"--tls_dir={tls}", "--nodes=sub",
+                        "--node_options=root,subtree=/proj"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = ctl(cluster, "mount", "-g", f"{nodes.base}/g/sub", identity="node-sub")
+    assert r.returncode == 2 and "restricted to the subtree /proj" in r.stderr
+    r = ctl(cluster, "umount", "-g", "--wait_s=2", path, identity="node-sub")
+    assert r.returncode == 2 and "restricted to the subtree /proj" in r.stderr
     assert ctl(cluster, "umount", "-g", path).returncode == 0
 
 
@@ -308,22 +324,50 @@ def test_a_killed_agent_restores_its_mounts_without_mounting_twice(cluster, node
              interval=0.2)
 
 
-def test_a_mount_below_a_symlink_is_found_again_not_stacked(cluster, nodes):
+def mount_reasons(cluster, path):
+    """{node: reason} of `path` for the live nodes."""
+    for m in ctl_json(cluster, "mounts")["mounts"]:
+        if m["path"] == path:
+            return {n["node"]: n.get("reason", "") for n in m["nodes"] if n["alive"]}
+    return None
+
+
+def test_a_mount_path_through_a_symlink_is_refused_not_followed(cluster, nodes):
+    # A local user who may write below the allowed root must not send the
+    # agent (root) elsewhere: a symlinked directory on the way, or a last
+    # name that is a symlink to a directory.
     nx = nodes("x", "nx")
     wait_agents(cluster, ["nx"])
     real = os.path.join(nx.global_root, "real")
     link = os.path.join(nx.global_root, "link")
+    last = os.path.join(nx.global_root, "last")
     nx.run(["mkdir", real])
     nx.run(["ln", "-s", real, link])
-    path = os.path.join(link, "m")
-    ctl_json(cluster, "mount", "-g", path)
-    # The kernel lists it under the resolved path; the agent looks there.
-    assert nx.grantfs_mounts(os.path.join(real, "m")) == 1
-    time.sleep(5)  # two of the agent's retry periods
-    assert nx.grantfs_mounts(os.path.join(real, "m")) == 1
-    assert node_states(cluster, path) == {"nx": "mounted"}
-    assert ctl_json(cluster, "umount", "-g", path)["removed"] is True
+    nx.run(["ln", "-s", real, last])
+    below = os.path.join(link, "m")
+    for path in (below, last):
+        ctl(cluster, "mount", "-g", "--wait_s=0", path)
+    for path in (below, last):
+        wait_for(lambda: node_states(cluster, path) == {"nx": "failed"}, BOUND_S,
+                 f"nx refusing {path}", interval=0.2)
+        assert "is a symbolic link" in mount_reasons(cluster, path)["nx"]
     assert nx.grantfs_mounts(os.path.join(real, "m")) == 0
+    assert nx.grantfs_mounts(real) == 0
+    for path in (below, last):
+        assert ctl_json(cluster, "umount", "-g", path)["removed"] is True
+    assert nx.run(["readlink", last]).stdout.strip() == real
+
+
+def test_a_path_outside_the_allowed_root_is_refused(cluster, nodes):
+    nx = nodes("x", "nx")
+    wait_agents(cluster, ["nx"])
+    path = os.path.join(nodes.base, "elsewhere", "m")  # the agent's root is global_root
+    ctl(cluster, "mount", "-g", "--wait_s=0", path)
+    wait_for(lambda: node_states(cluster, path) == {"nx": "failed"}, BOUND_S,
+             "nx refusing it", interval=0.2)
+    assert "outside the allowed root" in mount_reasons(cluster, path)["nx"]
+    assert not nx.mounted(path)
+    assert ctl_json(cluster, "umount", "-g", path)["removed"] is True
 
 
 def test_umount_g_removes_it_everywhere(cluster, nodes):

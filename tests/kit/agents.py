@@ -102,6 +102,7 @@ class AgentNode:
         else:
             flags = [f"--config={config}"]
         argv = [binary(NODE_AGENT, self.build), *flags, f"--state_dir={self.state_dir}",
+                f"--allowed_root={self.global_root}",
                 *self.extra, *extra]
         with open(self.log_path, "a") as log:
             log.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(argv)}\n")
