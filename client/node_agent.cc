@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/global_mounts_json.h"
 #include "common/mount_spec.h"
 #include "glog/logging.h"
 
@@ -22,23 +23,6 @@ namespace grantfs {
 namespace {
 
 using State = proto::NodeMountState;
-
-const char* StateName(State::State s) {
-  switch (s) {
-    case State::PENDING:
-      return "pending";
-    case State::MOUNTED:
-      return "mounted";
-    case State::FAILED:
-      return "failed";
-    case State::BUSY:
-      return "busy";
-    case State::UNMOUNTED:
-      return "unmounted";
-    default:
-      return "?";
-  }
-}
 
 bool SameTable(const proto::GlobalMountTable& a, const proto::GlobalMountTable& b) {
   return a.incarnation() == b.incarnation() && a.version() == b.version();
@@ -249,10 +233,10 @@ void NodeAgent::SetState(const std::string& path, uint64_t generation, State::St
   local.retry_at = options_.clock->Now() + retry_after;
   if (!changed) return;
   if (state == State::FAILED || state == State::BUSY) {
-    LOG(WARNING) << "node agent: " << path << ": " << StateName(state) << ": " << reason;
+    LOG(WARNING) << "node agent: " << path << ": " << MountStateName(state) << ": " << reason;
   } else {
-    LOG(INFO) << "node agent: " << path << ": " << StateName(state) << (reason.empty() ? "" : " (")
-              << reason << (reason.empty() ? "" : ")");
+    LOG(INFO) << "node agent: " << path << ": " << MountStateName(state)
+              << (reason.empty() ? "" : " (") << reason << (reason.empty() ? "" : ")");
   }
   local.state.set_path(path);
   local.state.set_generation(generation);
