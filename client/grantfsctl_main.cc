@@ -451,12 +451,7 @@ int main(int argc, char** argv) {
             std::string(absl::ProgramUsageMessage()).c_str());
     return 2;
   }
-  std::vector<std::string> servers;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_server), ',', absl::SkipEmpty())) {
-    std::string server(s);
-    if (server.find(':') == std::string::npos) server += ":7420";
-    servers.push_back(server);
-  }
+  std::vector<std::string> servers = grantfs::ServerAddresses(absl::GetFlag(FLAGS_server));
   if (servers.empty()) {
     fprintf(stderr, "grantfsctl: --server names no server\n");
     return 2;

@@ -183,11 +183,7 @@ bool ParseArgs(int argc, char** argv, Args* out) {
     out->root = *root;
     spec = spec.substr(0, colon_slash);
   }
-  for (auto& s : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    std::string server(s);
-    if (server.find(':') == std::string::npos) server += ":7420";
-    out->servers.push_back(server);
-  }
+  out->servers = grantfs::ServerAddresses(spec);
   out->mountpoint = positional[1];
   out->foreground = out->foreground || absl::GetFlag(FLAGS_foreground);
   return !out->servers.empty();

@@ -29,11 +29,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "client/cluster_client.h"
 #include "client/cluster_config.h"
 #include "client/node_agent.h"
 #include "client/node_mounts.h"
+#include "client/rpc_client.h"
 #include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/transport_flags.h"
@@ -102,12 +102,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "grantfs-node takes no arguments, only flags (--help)";
     return 2;
   }
-  std::vector<std::string> servers;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_server), ',', absl::SkipEmpty())) {
-    std::string server(s);
-    if (server.find(':') == std::string::npos) server += ":7420";
-    servers.push_back(server);
-  }
+  std::vector<std::string> servers = grantfs::ServerAddresses(absl::GetFlag(FLAGS_server));
   if (servers.empty()) {
     LOG(ERROR) << "--server names no server";
     return 2;

@@ -2,12 +2,23 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/keepalive.h"
 #include "common/transport.h"
 #include "common/wire.h"
 #include "glog/logging.h"
 
 namespace grantfs {
+
+std::vector<std::string> ServerAddresses(absl::string_view list) {
+  std::vector<std::string> out;
+  for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    std::string server(s);
+    if (server.find(':') == std::string::npos) server += ":7420";
+    out.push_back(std::move(server));
+  }
+  return out;
+}
 namespace {
 
 std::string CodeName(const grpc::Status& s) {

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -40,6 +41,10 @@
 #include "proto/grantfs.grpc.pb.h"
 
 namespace grantfs {
+
+// The servers of a comma-separated list "HOST[:PORT],...", each with port
+// 7420 when it names none (empty names are skipped).
+std::vector<std::string> ServerAddresses(absl::string_view list);
 
 struct RpcClientOptions {
   // Server addresses, "host:port": the primary and its replica, in any order.
