@@ -1,6 +1,7 @@
 #include "client/filesystem.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 
@@ -45,6 +46,9 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         });
   }
   if (options_.leases) leases_ = std::make_unique<LeaseCache>();
+  if (options_.leases && options_.ns_grants) {
+    ns_ = std::make_unique<NsGrants>(options_.ns, &meta_, leases_.get());
+  }
   SessionOptions so;
   so.client_name = options_.client_name;
   so.root_path = options_.root_path;
@@ -57,8 +61,8 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
     }
   };
   so.clock = options_.grants.clock;
-  session_ =
-      std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get(), leases_.get());
+  session_ = std::make_unique<Session>(so, &meta_, &handles_, pool_.get(), ra_.get(), leases_.get(),
+                                       ns_.get());
 }
 
 FileSystem::~FileSystem() { Stop(); }
@@ -86,6 +90,7 @@ absl::Status FileSystem::Start(Invalidator* invalidator) {
     cache_->Start();
   }
   session_->Start(invalidator);
+  if (ns_) ns_->Start();
   return absl::OkStatus();
 }
 
@@ -125,6 +130,8 @@ void FileSystem::Stop() {
     cache_->Stop();
     pool_->Stop();
   }
+  // What is left of the namespace log (closes of files made in it).
+  if (ns_) ns_->Stop();
   session_->Close();
 }
 
@@ -272,9 +279,19 @@ bool MayHaveApplied(const absl::Status& s) {
 absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
                                               const std::string& name, uint32_t mode, uint64_t rdev,
                                               uint32_t umask, bool exclusive, bool* created) {
+  if (ns_) {
+    if (auto local = ns_->MkNod(c, parent, name, mode, rdev, umask, exclusive)) {
+      ASSIGN_OR_RETURN(proto::Attr attr, *std::move(local));
+      if (created != nullptr) *created = true;
+      names_.Set(parent, name, attr.ino());
+      return attr;
+    }
+  }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
-  absl::StatusOr<proto::AttrReply> r = meta_.MkNod(c, parent, name, mode, rdev, umask, exclusive);
+  const bool want_grant = ns_ && S_ISDIR(mode) && ns_->WantGrant();
+  absl::StatusOr<proto::AttrReply> r =
+      meta_.MkNod(c, parent, name, mode, rdev, umask, exclusive, want_grant);
   if (leases_ && !r.ok() && MayHaveApplied(r.status())) leases_->DirChanged(parent);
   ASSIGN_OR_RETURN(proto::AttrReply reply, std::move(r));
   if (created != nullptr) *created = reply.created();
@@ -286,12 +303,20 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
     if (reply.leased()) leases_->PutAttr(t, reply.attr(), /*own=*/true);
     if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
   }
+  if (ns_ && reply.created() && reply.granted()) ns_->Granted(reply.attr().ino());
   return std::move(*reply.mutable_attr());
 }
 
 absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
                                                 const std::string& name,
                                                 const std::string& target) {
+  if (ns_) {
+    if (auto local = ns_->Symlink(c, parent, name, target)) {
+      ASSIGN_OR_RETURN(proto::Attr attr, *std::move(local));
+      names_.Set(parent, name, attr.ino());
+      return attr;
+    }
+  }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
   LeaseBits bits;
@@ -338,6 +363,14 @@ uint64_t FileSystem::KnownIno(uint64_t parent, const std::string& name) {
 
 absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::string& name,
                                 bool is_dir) {
+  if (ns_) {
+    uint64_t removed = 0;
+    if (std::optional<absl::Status> local = ns_->Remove(c, parent, name, is_dir, &removed)) {
+      RETURN_IF_ERROR(*local);
+      names_.Erase(parent, name);
+      return absl::OkStatus();
+    }
+  }
   uint64_t ino = KnownIno(parent, name);
   absl::StatusOr<proto::RemoveReply> r =
       meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name));
@@ -428,6 +461,19 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
 absl::StatusOr<proto::Attr> FileSystem::Create(const Creds& c, uint64_t parent,
                                                const std::string& name, uint32_t mode,
                                                uint32_t umask, uint32_t flags, uint64_t* handle) {
+  if (ns_) {
+    std::optional<absl::StatusOr<proto::Attr>> local = ns_->Create(
+        c, parent, name, mode, umask, flags,
+        [this](uint64_t ino) { return handles_.BeginOpen(ino); }, handle);
+    if (local.has_value()) {
+      if (*handle != 0) handles_.EndOpen(*handle, local->ok());
+      ASSIGN_OR_RETURN(proto::Attr attr, *std::move(local));
+      names_.Set(parent, name, attr.ino());
+      if (ra_) ra_->Opened(attr.ino(), 0);
+      return attr;
+    }
+    if (*handle != 0) handles_.EndOpen(*handle, false);
+  }
   constexpr int kAttempts = 8;
   absl::Status last;
   for (int i = 0; i < kAttempts; ++i) {
@@ -472,6 +518,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
 absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   if (ra_) ra_->Released(ino);
   handles_.Release(handle);
+  if (ns_ && ns_->Release(ino, handle)) return absl::OkStatus();  // in the log
   return meta_.Release(ino, handle);
 }
 
@@ -567,7 +614,15 @@ absl::StatusOr<size_t> FileSystem::WriteThrough(const Creds& c, uint64_t ino, ui
 
 absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
   RETURN_IF_ERROR(Flush(ino));
+  // Its create, if this mount made it on its own, goes first.
+  if (ns_) RETURN_IF_ERROR(ns_->Sync());
   return meta_.Fsync(c, ino);
+}
+
+absl::Status FileSystem::FsyncDir(uint64_t ino) {
+  // Every change the server answered was durable and replicated before it
+  // answered; what this mount answered itself is in its log.
+  return ns_ ? ns_->Sync() : absl::OkStatus();
 }
 
 absl::Status FileSystem::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,

@@ -34,6 +34,7 @@
 #include "client/lease_cache.h"
 #include "client/meta_client.h"
 #include "client/name_cache.h"
+#include "client/ns_grants.h"
 #include "client/open_handles.h"
 #include "client/read_ahead.h"
 #include "client/rpc_client.h"
@@ -64,6 +65,11 @@ struct FileSystemOptions {
   // here while leased. False: every lookup, getattr and readdir asks the
   // server, and the kernel caches for its own timeouts.
   bool leases = true;
+  // Namespace grants (client/ns_grants.h, docs/namespace-grants.md): creates
+  // and removals in directories this mount made answered here and sent to
+  // the server as a log. Needs leases.
+  bool ns_grants = false;
+  NsGrantsOptions ns;
 };
 
 class FileSystem {
@@ -95,6 +101,8 @@ class FileSystem {
   ReadAhead* read_ahead() { return ra_.get(); }
   // Null when leases are off.
   LeaseCache* leases() { return leases_.get(); }
+  // Null when namespace grants are off.
+  NsGrants* ns_grants() { return ns_.get(); }
   // What the cache, the grant and the kernel hold now, as metrics
   // (client/mount_metrics.cc, docs/metrics.md).
   void WriteMetrics(MetricsText* out);
@@ -160,6 +168,9 @@ class FileSystem {
   // (close-to-open: what one node has closed, the next open elsewhere sees).
   absl::Status Flush(uint64_t ino);
   absl::Status Fsync(const Creds& c, uint64_t ino);
+  // fsync of a directory: what this mount did in it (the namespace log) is
+  // durable and replicated when it returns.
+  absl::Status FsyncDir(uint64_t ino);
   absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                          uint64_t length);
   absl::StatusOr<proto::StatFsReply> StatFs(const Creds& c);
@@ -214,6 +225,7 @@ class FileSystem {
   NameCache names_;                     // what the kernel was told each name is
   XattrCache xattrs_;                   // absent security.capability, for a second
   std::unique_ptr<LeaseCache> leases_;  // null when leases are off
+  std::unique_ptr<NsGrants> ns_;        // null when namespace grants are off
   // The server's largest file size (OpenSession); 1 TiB until it says.
   std::atomic<uint64_t> max_file_size_{uint64_t{1} << 40};
   std::atomic<uint64_t> root_ino_{1};  // set once, by Start

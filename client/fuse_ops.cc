@@ -341,10 +341,9 @@ void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
   fuse_reply_err(req, 0);
 }
 
-void OpFsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+void OpFsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   OpTimer timer(Adapter(req)->Timing("fsyncdir"));
-  // Every metadata change is durable on the server before it is answered.
-  fuse_reply_err(req, 0);
+  ReplyStatus(req, Adapter(req)->fs()->FsyncDir(ino));
 }
 
 // --- files -----------------------------------------------------------------------

@@ -164,6 +164,18 @@ uint64_t LeaseCache::ListingEpoch(uint64_t dir) {
   return it->second.epoch;
 }
 
+bool LeaseCache::KnownEmpty(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !it->second.all_names || !attrs_.contains(dir) || !Valid()) {
+    return false;
+  }
+  for (const auto& [name, e] : it->second.names) {
+    if (e.ino != 0) return false;
+  }
+  return true;
+}
+
 bool LeaseCache::List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirReply* out) {
   absl::MutexLock l(&mu_);
   auto it = dirs_.find(dir);

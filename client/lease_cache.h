@@ -127,6 +127,9 @@ class LeaseCache {
   // are leased too (as List): a number given each time the listing is
   // leased anew, never reused; 0 otherwise.
   uint64_t ListingEpoch(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `dir`'s whole listing is leased (as ListingEpoch) and holds no
+  // name: an rmdir of it would succeed on the server.
+  bool KnownEmpty(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- replies -----------------------------------------------------------
   // Each keeps what a reply leased, unless the ticket says it may be stale.

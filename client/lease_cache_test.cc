@@ -125,6 +125,27 @@ TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {
   EXPECT_EQ(cache_.Lookup(2, "b", &ino), LeaseCache::Name::kUnknown);
 }
 
+TEST_F(LeaseCacheTest, ADirectoryIsKnownEmptyOnlyWhileItsWholeListingIsLeased) {
+  EXPECT_FALSE(cache_.KnownEmpty(4));
+  cache_.PutEmptyDir(cache_.Take(), 4, 2);
+  EXPECT_FALSE(cache_.KnownEmpty(4));  // its attributes are not leased
+  cache_.PutAttr(cache_.Take(), AttrOf(4, 040755));
+  EXPECT_TRUE(cache_.KnownEmpty(4));
+  // A name not there, looked up, does not count.
+  cache_.PutName(cache_.Take(), 4, "gone", 0);
+  cache_.PutAttr(cache_.Take(), AttrOf(4, 040755));
+  EXPECT_TRUE(cache_.KnownEmpty(4));
+  cache_.NameAdded(4, "a", 9);
+  cache_.PutAttr(cache_.Take(), AttrOf(4, 040755));
+  EXPECT_FALSE(cache_.KnownEmpty(4));
+  cache_.NameRemoved(4, "a");
+  cache_.PutAttr(cache_.Take(), AttrOf(4, 040755));
+  EXPECT_TRUE(cache_.KnownEmpty(4));
+  // The lease runs out: nothing is known.
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_FALSE(cache_.KnownEmpty(4));
+}
+
 TEST_F(LeaseCacheTest, EachLeaseOnACompleteListingHasItsOwnEpoch) {
   auto list = [this](uint64_t dir) {
     cache_.PutAttr(cache_.Take(), AttrOf(dir, 040755));

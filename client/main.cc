@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, log_file, "/var/log/grantfs-mount.log",
 ABSL_FLAG(double, attr_timeout, 1.0,
           "with --leases=false: seconds the kernel may cache attributes");
 ABSL_FLAG(double, entry_timeout, 1.0, "with --leases=false: seconds the kernel may cache names");
+ABSL_FLAG(std::string, ns_grants, "off",
+          "namespace grants (needs leases): on: creates, mkdirs, symlinks and removals in "
+          "directories this mount made are answered at once and sent to the server as a log, "
+          "in batches (at most 1 s old; fsync and fsyncdir wait for it); off: every change is "
+          "a call, durable and replicated before it returns (docs/namespace-grants.md)");
 ABSL_FLAG(std::string, leases, "on",
           "metadata leases: on: names and attributes are answered by the mount while the server "
           "leases them, and every other node's change recalls them first (exact); off (or "
@@ -304,6 +309,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   fo.leases = leases == "on" || leases == "true";
+  const std::string ns_grants = absl::GetFlag(FLAGS_ns_grants);
+  if (ns_grants != "on" && ns_grants != "off" && ns_grants != "true" && ns_grants != "false") {
+    LOG(ERROR) << "--ns_grants must be on or off, not '" << ns_grants << "'";
+    report(2);
+    return 2;
+  }
+  fo.ns_grants = ns_grants == "on" || ns_grants == "true";
+  if (fo.ns_grants && !fo.leases) {
+    LOG(WARNING) << "--ns_grants=on needs leases: namespace grants are off";
+    fo.ns_grants = false;
+  }
   const std::string mode = absl::GetFlag(FLAGS_write_mode);
   if (mode != "fastwrite" && mode != "writethrough") {
     LOG(ERROR) << "--write_mode must be fastwrite or writethrough, not '" << mode << "'";
@@ -322,8 +338,9 @@ int main(int argc, char** argv) {
     const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
     fo.cache.dirty_limit = std::clamp<uint64_t>(ram / 8, 256ull << 20, 2048ull << 20);
   }
-  LOG(INFO) << "metadata leases " << (fo.leases ? "on" : "off") << ", write mode " << mode
-            << ", dirty limit " << (fo.cache.dirty_limit >> 20) << " MiB";
+  LOG(INFO) << "metadata leases " << (fo.leases ? "on" : "off") << ", namespace grants "
+            << (fo.ns_grants ? "on" : "off") << ", write mode " << mode << ", dirty limit "
+            << (fo.cache.dirty_limit >> 20) << " MiB";
   fo.cache.flushers = std::max(1, absl::GetFlag(FLAGS_flushers));
   fo.cache.extent_bytes =
       static_cast<uint64_t>(std::clamp(absl::GetFlag(FLAGS_extent_kib), 1024, 8192)) << 10;

@@ -55,6 +55,7 @@ absl::StatusOr<proto::HeartbeatReply> MetaClient::Heartbeat(uint64_t lost_acked,
 
 absl::StatusOr<proto::ReclaimReply> MetaClient::Reclaim(
     const std::vector<std::pair<uint64_t, uint64_t>>& opens) {
+  Barrier();
   proto::ReclaimRequest req;
   for (const auto& [ino, handle] : opens) {
     proto::ReclaimRequest::Open* o = req.add_opens();
@@ -140,6 +141,7 @@ void TakeLeaseBits(const proto::AttrReply& reply, LeaseBits* leases) {
 
 absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
                                                const std::string& name, LeaseBits* leases) {
+  Barrier();
   proto::LookupRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -152,6 +154,7 @@ absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
 }
 
 absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, LeaseBits* leases) {
+  Barrier();
   proto::GetAttrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -163,6 +166,7 @@ absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, Le
 
 absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req,
                                                 LeaseBits* leases) {
+  Barrier();
   Stamp(c, &req);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
@@ -172,8 +176,11 @@ absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRe
 
 absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t parent,
                                                    const std::string& name, uint32_t mode,
-                                                   uint64_t rdev, uint32_t umask, bool exclusive) {
+                                                   uint64_t rdev, uint32_t umask, bool exclusive,
+                                                   bool want_grant) {
+  Barrier();
   proto::MkNodRequest req;
+  req.set_want_grant(want_grant);
   Stamp(c, &req);
   req.set_parent(parent);
   req.set_name(name);
@@ -189,6 +196,7 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
 absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
                                                 const std::string& name, const std::string& target,
                                                 LeaseBits* leases) {
+  Barrier();
   proto::SymlinkRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -202,6 +210,7 @@ absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name, LeaseBits* leases) {
+  Barrier();
   proto::LinkRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -216,6 +225,7 @@ absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint6
 absl::StatusOr<proto::RemoveReply> MetaClient::Remove(const Creds& c, uint64_t parent,
                                                       const std::string& name, bool is_dir,
                                                       uint64_t expected_ino) {
+  Barrier();
   proto::RemoveRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -232,6 +242,7 @@ absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t p
                                                       const std::string& new_name, uint32_t flags,
                                                       uint64_t expected_ino,
                                                       uint64_t expected_new_ino) {
+  Barrier();
   proto::RenameRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -247,6 +258,7 @@ absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t p
 }
 
 absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
+  Barrier();
   proto::ReadLinkRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -257,6 +269,7 @@ absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
 
 absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t ino,
                                                         uint64_t cookie, uint32_t max_entries) {
+  Barrier();
   proto::ReadDirRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -271,6 +284,7 @@ absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t
 
 absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint32_t flags,
                                              uint64_t handle, bool created) {
+  Barrier();
   proto::OpenRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -283,6 +297,7 @@ absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint3
 }
 
 absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
+  Barrier();
   proto::ReleaseRequest req;
   req.set_ino(ino);
   req.set_handle(handle);
@@ -292,6 +307,7 @@ absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
 
 absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint64_t offset,
                                              size_t size) {
+  Barrier();
   proto::ReadRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -304,6 +320,7 @@ absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint6
 
 absl::StatusOr<std::string> MetaClient::ReadOnce(grpc::ClientContext* ctx, uint64_t ino,
                                                  uint64_t offset, size_t size) {
+  Barrier();
   // No caller's credentials: the server checks none on Read (the kernel
   // checked access at open).
   proto::ReadRequest req;
@@ -317,6 +334,7 @@ absl::StatusOr<std::string> MetaClient::ReadOnce(grpc::ClientContext* ctx, uint6
 
 absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
                                size_t size) {
+  Barrier();
   proto::WriteRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -328,6 +346,7 @@ absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, co
 
 absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
     uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
+  Barrier();
   proto::WriteRequest req;
   req.set_ino(ino);
   req.set_offset(offset);
@@ -338,6 +357,7 @@ absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
 }
 
 absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
+  Barrier();
   proto::FsyncRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -347,6 +367,7 @@ absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
 
 absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                                    uint64_t length) {
+  Barrier();
   proto::FallocateRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -358,6 +379,7 @@ absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, 
 }
 
 absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
+  Barrier();
   proto::StatFsRequest req;
   Stamp(c, &req);
   proto::StatFsReply reply;
@@ -369,6 +391,7 @@ absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
 
 absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
+  Barrier();
   proto::SetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -381,6 +404,7 @@ absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::strin
 
 absl::StatusOr<std::string> MetaClient::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
+  Barrier();
   proto::GetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -391,6 +415,7 @@ absl::StatusOr<std::string> MetaClient::GetXattr(const Creds& c, uint64_t ino,
 }
 
 absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, uint64_t ino) {
+  Barrier();
   proto::ListXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -400,6 +425,7 @@ absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, u
 }
 
 absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  Barrier();
   proto::RemoveXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -412,6 +438,7 @@ absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::st
 
 absl::StatusOr<proto::LockRange> MetaClient::GetLock(const Creds& c, uint64_t ino, uint64_t owner,
                                                      const proto::LockRange& range) {
+  Barrier();
   proto::LockRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -424,6 +451,7 @@ absl::StatusOr<proto::LockRange> MetaClient::GetLock(const Creds& c, uint64_t in
 
 absl::Status MetaClient::SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
                                  const proto::LockRange& range) {
+  Barrier();
   proto::LockRequest req;
   Stamp(c, &req);
   req.set_ino(ino);

@@ -10,6 +10,7 @@
 #define GRANTFS_CLIENT_META_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,8 +43,16 @@ struct LeaseBits {
 class MetaClient {
  public:
   explicit MetaClient(RpcClient* rpc) : rpc_(rpc) {}
+  MetaClient(const MetaClient&) = delete;
+  MetaClient& operator=(const MetaClient&) = delete;
 
   RpcClient& rpc() { return *rpc_; }
+  // Called before every call that reads or changes the namespace or file
+  // data (not the session's calls: heartbeat, stream, acks, space grant,
+  // inode ranges, the log itself): the mount's namespace log is applied
+  // first (client/ns_grants.h), so the server answers on everything this
+  // mount did before. Set once, before the first call.
+  void SetBarrier(std::function<void()> barrier) { barrier_ = std::move(barrier); }
 
   // --- the session ---------------------------------------------------------
   // Opens the session (with retries) and sets the client id on the RpcClient.
@@ -91,10 +100,12 @@ class MetaClient {
   // `req.ino` and `req.valid` say what to change; the header is stamped here.
   absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req,
                                       LeaseBits* leases = nullptr);
-  // The reply's `created`: whether this call made the inode.
+  // The reply's `created`: whether this call made the inode; `granted`:
+  // whether a directory asked for with `want_grant` is granted to this
+  // session (docs/namespace-grants.md).
   absl::StatusOr<proto::AttrReply> MkNod(const Creds& c, uint64_t parent, const std::string& name,
                                          uint32_t mode, uint64_t rdev, uint32_t umask,
-                                         bool exclusive);
+                                         bool exclusive, bool want_grant = false);
   absl::StatusOr<proto::Attr> Symlink(const Creds& c, uint64_t parent, const std::string& name,
                                       const std::string& target, LeaseBits* leases = nullptr);
   absl::StatusOr<proto::Attr> Link(const Creds& c, uint64_t ino, uint64_t new_parent,
@@ -152,7 +163,12 @@ class MetaClient {
                        const proto::LockRange& range);
 
  private:
+  void Barrier() const {
+    if (barrier_) barrier_();
+  }
+
   RpcClient* const rpc_;
+  std::function<void()> barrier_;
 };
 
 }  // namespace grantfs

@@ -27,6 +27,23 @@ void FileSystem::WriteMetrics(MetricsText* out) {
     out->Gauge("grantfs_mount_leased_names", "names (there or not) leased now",
                static_cast<double>(s.names));
   }
+  out->Gauge("grantfs_mount_ns_grants", "1 when namespace grants are on", ns_ != nullptr ? 1 : 0);
+  if (ns_ != nullptr) {
+    const NsGrants::Stats s = ns_->stats();
+    out->Counter("grantfs_mount_ns_local_changes_total",
+                 "creates and removals made by the mount in its granted directories",
+                 static_cast<double>(s.local));
+    out->Counter("grantfs_mount_ns_fallbacks_total",
+                 "changes in granted directories that went to the server as calls",
+                 static_cast<double>(s.fallback));
+    out->Counter("grantfs_mount_ns_grant_recalls_total",
+                 "namespace grants the server recalled from this mount",
+                 static_cast<double>(s.recalls));
+    out->Gauge("grantfs_mount_ns_granted_dirs", "directories granted to this mount now",
+               static_cast<double>(s.granted));
+    out->Gauge("grantfs_mount_ns_log_entries", "namespace log entries not yet applied",
+               static_cast<double>(s.pending));
+  }
   if (cache_ == nullptr) return;
   const WriteCache::Counters wc = cache_->counters();
   out->Counter("grantfs_mount_flushed_bytes_total",

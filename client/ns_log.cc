@@ -49,6 +49,21 @@ absl::StatusOr<uint64_t> NsLog::Append(proto::LogEntry entry) {
   return first_pos_ + entries_.size() - 1;
 }
 
+absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries) {
+  absl::MutexLock l(&mu_);
+  if (!error_.ok()) return error_;
+  if (entries_.size() + entries.size() > options_.max_entries) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the namespace log is full (", entries_.size(), " entries)"));
+  }
+  const absl::Time now = options_.clock->Now();
+  for (proto::LogEntry& e : entries) {
+    entries_.push_back(std::move(e));
+    appended_at_.push_back(now);
+  }
+  return first_pos_ + entries_.size() - 1;
+}
+
 absl::Status NsLog::Flush(uint64_t upto) {
   absl::MutexLock l(&mu_);
   const absl::Time give_up = options_.clock->Now() + options_.wait;

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -64,6 +65,11 @@ class NsLog {
   // position (1, 2, ...). Waits while the log is full, sending meanwhile.
   // The log's error once an entry was refused.
   absl::StatusOr<uint64_t> Append(proto::LogEntry entry) ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends `entries`, all or none, without waiting: RESOURCE_EXHAUSTED
+  // when they do not fit (the caller goes the synchronous way instead), the
+  // log's error once an entry was refused. Returns the position of the
+  // last. Sends nothing, so it may be called under the caller's locks.
+  absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends every entry up to position `upto` (all by default) and returns
   // once the server applied them, or with the error that stopped it.
   absl::Status Flush(uint64_t upto = UINT64_MAX) ABSL_LOCKS_EXCLUDED(mu_);

@@ -155,6 +155,27 @@ TEST(NsLog, AFullLogSendsBeforeItTakesMore) {
   EXPECT_EQ(server.applied(), want);
 }
 
+TEST(NsLog, AFullLogRefusesATryWithoutSending) {
+  FakeServer server;
+  NsLogOptions o;
+  o.max_entries = 2;
+  NsLog log(o, SendTo(&server));
+  ASSERT_TRUE(log.TryAppend({Entry(1)}).ok());
+  // All or none: two do not fit in the one place left.
+  EXPECT_EQ(log.TryAppend({Entry(2), Entry(3)}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(log.TryAppend({Entry(2)}).ok());
+  EXPECT_EQ(log.TryAppend({Entry(3)}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(server.applied().empty());
+  ASSERT_TRUE(log.Flush().ok());
+  ASSERT_OK_AND_ASSIGN(uint64_t pos, log.TryAppend({Entry(3), Entry(4)}));
+  EXPECT_EQ(pos, 4u);
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1, 2}));
+  server.set_refuse(3);
+  EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
+  EXPECT_EQ(ToErrno(log.TryAppend({Entry(5)}).status()), EEXIST);
+}
+
 TEST(NsLog, OldEntriesGoByThemselves) {
   FakeServer server;
   NsLogOptions o;

@@ -11,13 +11,14 @@
 namespace grantfs {
 
 Session::Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
-                 GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases)
+                 GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases, NsGrants* ns)
     : options_(options),
       meta_(meta),
       handles_(handles),
       pool_(pool),
       ra_(read_ahead),
-      leases_(leases) {
+      leases_(leases),
+      ns_(ns) {
   // A failover kicks the heartbeat. The hook takes mu_: no RPC may be made,
   // and no failover done, while holding it.
   meta_->rpc().set_on_failover([this] {
@@ -242,6 +243,10 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
       if (stopping_) return;
       stream_ctx_ = &ctx;
     }
+    // What this mount did in its granted directories goes first: a server
+    // that restarted or took over holds other mounts' calls that would
+    // read it until this mount subscribed (docs/namespace-grants.md).
+    if (ns_ != nullptr) ns_->ApplyPending();
     size_t index = 0;
     const absl::Time opened = absl::Now();
     const absl::Time sent = options_.clock->Now();
@@ -309,6 +314,8 @@ bool Session::WaitToReconnect(absl::Duration backoff) {
 }
 
 void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
+  // The grants went with the stream, or with the leases.
+  if (ns_ != nullptr) ns_->DropAll();
   std::vector<uint64_t> inos = leases_->DropAll(stream_down);
   if (invalidator == nullptr) return;
   invalidator->InvalidateAllNames();
@@ -321,6 +328,13 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
   for (const proto::Invalidation& inv : batch.items()) {
     if (inv.recall() == 0) continue;
     last = std::max(last, inv.recall());
+    if (inv.grant() != 0) {
+      // The holder's log is applied before the ack: the other mount's call
+      // then sees everything this one did there.
+      absl::Status s = ns_ != nullptr ? ns_->Recall(inv.grant()) : absl::OkStatus();
+      if (!s.ok()) LOG(WARNING) << "grant of " << inv.grant() << " recalled: " << s;
+      continue;
+    }
     if (leases_ == nullptr) continue;
     if (inv.dir() != 0) {
       leases_->Recall({LeaseCache::Kind::kDir, inv.dir()});

@@ -20,6 +20,7 @@
 #include "client/grant_pool.h"
 #include "client/lease_cache.h"
 #include "client/meta_client.h"
+#include "client/ns_grants.h"
 #include "client/open_handles.h"
 #include "client/read_ahead.h"
 #include "common/clock.h"
@@ -66,8 +67,13 @@ class Session {
   // the RpcClient's failover hook (a failover sends a heartbeat at once).
   // With leases, the heartbeats renew them and the stream carries their
   // recalls (client/lease_cache.h).
+  // `ns` (null when namespace grants are off): the stream's grant recalls
+  // apply its log and drop the grant before they are acknowledged, a broken
+  // stream or a renewal refused drops its grants, and its log is applied
+  // before the mount subscribes again (docs/namespace-grants.md).
   Session(const SessionOptions& options, MetaClient* meta, OpenHandleTable* handles,
-          GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases = nullptr);
+          GrantPool* pool, ReadAhead* read_ahead, LeaseCache* leases = nullptr,
+          NsGrants* ns = nullptr);
   ~Session();
 
   // Opens the session on the server (retried as every call). Returns the
@@ -125,6 +131,7 @@ class Session {
   GrantPool* const pool_;
   ReadAhead* const ra_;
   LeaseCache* const leases_;
+  NsGrants* const ns_;
 
   // A leaf lock: nothing else is taken while it is held, and no RPC is made
   // (nor a failover done: the failover hook takes it) under it.

@@ -138,6 +138,20 @@ def test_every_node_sees_each_change_at_once(start, seed, nodes):
         f"recall nobody answers)?\n{r.report()}\n{logs(c)}")
 
 
+@pytest.mark.parametrize("seed,nodes", [CASES[0], CASES[2]])
+def test_every_node_sees_each_change_at_once_with_ns_grants(start, seed, nodes):
+    """The checker with namespace grants on (issue 17): the directories a
+    node makes are granted to it and its creates and removals there are
+    answered locally; every other node's look recalls the grant (the
+    holder applies its log first), so the same exact checks hold."""
+    c = start(nodes=nodes, server_extra=EXACT, mount_extra=["--ns_grants=on"])
+    print(f"coherence checker, seed {seed}, {nodes} nodes, namespace grants on")
+    r = coherence.run([m.path for m in c.mounts], seed, ROUNDS, time_limit=TIME_LIMIT)
+    print(r.report())
+    assert r.ok, f"{r.report()}\n{logs(c)}"
+    assert r.rounds >= min(MIN_ROUNDS, ROUNDS), f"only {r.rounds} rounds\n{r.report()}"
+
+
 def test_every_node_sees_each_change_at_once_over_a_small_lease_cap(start):
     """The checker again, with the server holding at most 16 leases per
     mount (--max_leases_per_mount): granting one more recalls others from

@@ -14,6 +14,7 @@ every process stopped at teardown, also when a test fails.
 """
 
 import os
+import re
 import time
 
 import pytest
@@ -87,6 +88,34 @@ def grantfs_mounts(tmp_base):
         c.stop()
 
 
+@pytest.fixture
+def grantfs_grants_mounts(tmp_base):
+    """The same, the mounts with namespace grants on (issue 17): each
+    worker's directories are made by one mount and granted to it, so the
+    creates and removals in them are answered by the mount and sent as a
+    log; the checker's switches between nodes recall the grants."""
+    c = Standalone(tmp_base, nodes=3, server_extra=["--lease_hot_recalls=0"],
+                   mount_extra=["--ns_grants=on"])
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def changes_made_locally(c):
+    """Unmounts `c`'s mounts; returns what their logs say they made on their
+    own (the line each writes at unmount)."""
+    for m in c.mounts:
+        m.unmount()
+    total = 0
+    for m in c.mounts:
+        found = re.search(r"namespace grants: (\d+) changes made here", m.log())
+        assert found, m.log()[-2000:]
+        total += int(found.group(1))
+    return total
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_local_disk(local_dir, seed):
     r = check([local_dir] * 3, "local", seed)
@@ -130,3 +159,21 @@ def test_grantfs(grantfs_mounts, seed):
 @pytest.mark.parametrize("seed", [pytest.param(TIME_SEED, id=f"seed={TIME_SEED}")])
 def test_grantfs_racing(grantfs_mounts, seed):
     check(grantfs_mounts, "grantfs", seed, bound=0.0)
+
+
+# Namespace grants on (issue 17): the same strict checks, the fixed seed 1
+# and one from the clock; and the racing area.
+@pytest.mark.parametrize("seed", [SEEDS[0], SEEDS[2]])
+def test_grantfs_ns_grants(grantfs_grants_mounts, seed):
+    c = grantfs_grants_mounts
+    check([m.path for m in c.mounts], "grantfs", seed, shared=0, bound=0.0)
+    local = changes_made_locally(c)
+    print(f"{local} changes made locally by the mounts")
+    assert local > 0
+
+
+@pytest.mark.parametrize("seed", [pytest.param(TIME_SEED, id=f"seed={TIME_SEED}")])
+def test_grantfs_ns_grants_racing(grantfs_grants_mounts, seed):
+    c = grantfs_grants_mounts
+    check([m.path for m in c.mounts], "grantfs", seed, bound=0.0)
+    print(f"{changes_made_locally(c)} changes made locally by the mounts")

@@ -1,0 +1,260 @@
+// Namespace grants from the mount's side (client/ns_grants.h): FileSystem
+// objects (the mount without FUSE) with namespace grants on, against a real
+// server in process (gRPC on loopback, RocksDB in a temporary directory).
+// Each checks what another mount, or the server after a restart, sees of
+// the changes one mount made on its own.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/filesystem.h"
+#include "common/errno_status.h"
+#include "common/status_test_util.h"
+#include "gtest/gtest.h"
+#include "server/service_test_util.h"
+
+namespace grantfs {
+namespace {
+
+constexpr uint64_t kRoot = 1;
+
+// The kernel side of a mount: nothing to drop.
+class NoKernel : public Invalidator {
+ public:
+  void InvalidateInode(uint64_t, bool) override {}
+  void InvalidateEntry(uint64_t, const std::string&) override {}
+};
+
+class NsGrantsMountTest : public ServiceTest {
+ protected:
+  void TearDown() override {
+    for (auto& fs : mounts_) fs->Stop();
+    mounts_.clear();
+    ServiceTest::TearDown();
+  }
+  // A mount of the server (namespace grants on unless `grants` is false).
+  FileSystem* Mount(bool grants = true) {
+    RpcClientOptions ro;
+    ro.servers = {"127.0.0.1:" + std::to_string(port_)};
+    ro.transport = Transport::Insecure("s3cret");
+    ro.call_timeout = absl::Seconds(10);
+    ro.retry_for = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<RpcClient>> rpc = RpcClient::Create(ro);
+    EXPECT_TRUE(rpc.ok()) << rpc.status();
+    FileSystemOptions fo;
+    fo.client_name = "test:" + std::to_string(mounts_.size());
+    fo.ns_grants = grants;
+    fo.readahead.window_bytes = 0;
+    auto fs = std::make_unique<FileSystem>(fo, *std::move(rpc));
+    absl::Status s = fs->Start(&kernel_);
+    EXPECT_TRUE(s.ok()) << s;
+    mounts_.push_back(std::move(fs));
+    FileSystem* out = mounts_.back().get();
+    // Leases (and so grants) start with the recall stream.
+    for (int i = 0; i < 200 && out->NameLeaseLeft(kRoot) <= 0; ++i) {
+      (void)out->ReadDir(root_, kRoot, 0, 100);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return out;
+  }
+  // A directory `fs` makes (granted to it).
+  uint64_t MkDir(FileSystem* fs, uint64_t parent, const std::string& name) {
+    absl::StatusOr<proto::Attr> a = fs->MkNod(root_, parent, name, S_IFDIR | 0755, 0, 022, true);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.ok() ? a->ino() : 0;
+  }
+  absl::StatusOr<proto::Attr> MkFile(FileSystem* fs, uint64_t parent, const std::string& name) {
+    return fs->MkNod(root_, parent, name, S_IFREG | 0644, 0, 022, true);
+  }
+  std::vector<std::string> Names(FileSystem* fs, uint64_t dir) {
+    std::vector<std::string> out;
+    uint64_t cookie = 0;
+    for (;;) {
+      absl::StatusOr<proto::ReadDirReply> r = fs->ReadDir(root_, dir, cookie, 100);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok() || r->entries().empty()) break;
+      for (const auto& e : r->entries()) {
+        if (e.name() != "." && e.name() != "..") out.push_back(e.name());
+        cookie = e.cookie();
+      }
+      if (r->eof()) break;
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  Creds root_;
+  NoKernel kernel_;
+  std::vector<std::unique_ptr<FileSystem>> mounts_;
+};
+
+TEST_F(NsGrantsMountTest, ADirectoryItMadeIsGrantedAndChangesInItAreMadeLocally) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_TRUE(a->ns_grants()->Holds(d));
+  for (int i = 0; i < 50; ++i) ASSERT_OK(MkFile(a, d, "f" + std::to_string(i)).status());
+  const uint64_t sub = MkDir(a, d, "sub");
+  ASSERT_OK(a->Symlink(root_, d, "link", "f1").status());
+  ASSERT_OK(a->Remove(root_, d, "f0", false));
+  NsGrants::Stats st = a->ns_grants()->stats();
+  EXPECT_EQ(st.local, 53u);
+  EXPECT_EQ(st.fallback, 0u);
+  EXPECT_GT(st.pending, 0u);
+  EXPECT_TRUE(a->ns_grants()->Holds(sub));  // a directory made in the log: granted too
+  // The mount answers from what it did: the names, the new inodes.
+  ASSERT_OK_AND_ASSIGN(proto::Attr f1, a->Lookup(root_, d, "f1"));
+  EXPECT_TRUE(S_ISREG(f1.mode()));
+  EXPECT_EQ(f1.mode() & 07777, 0644u);
+  EXPECT_EQ(ToErrno(a->Lookup(root_, d, "f0").status()), ENOENT);
+  EXPECT_EQ(ToErrno(MkFile(a, d, "f1").status()), EEXIST);
+  ASSERT_OK_AND_ASSIGN(proto::Attr dattr, a->GetAttr(root_, d));
+  EXPECT_EQ(dattr.nlink(), 3u);  // "sub"
+}
+
+TEST_F(NsGrantsMountTest, AnotherMountThatLooksRecallsTheGrantAndSeesEverything) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK_AND_ASSIGN(proto::Attr made, MkFile(a, d, "x"));
+  ASSERT_OK(MkFile(a, d, "y").status());
+  ASSERT_OK(a->Remove(root_, d, "y", false));
+  const uint64_t sub = MkDir(a, d, "sub");
+  ASSERT_OK(MkFile(a, sub, "deep").status());
+  EXPECT_GT(a->ns_grants()->stats().pending, 0u);
+  // B's lookup waits for A's log: the same inode, as A answered it.
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "x"));
+  EXPECT_EQ(seen.ino(), made.ino());
+  EXPECT_EQ(seen.mtime_ns(), made.mtime_ns());
+  EXPECT_EQ(seen.uid(), made.uid());
+  EXPECT_EQ(seen.mode(), made.mode());
+  EXPECT_FALSE(a->ns_grants()->Holds(d));
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  EXPECT_EQ(Names(b, d), (std::vector<std::string>{"sub", "x"}));
+  EXPECT_EQ(Names(b, sub), (std::vector<std::string>{"deep"}));
+  // A goes on the synchronous way in d, and B sees each change at once.
+  ASSERT_OK(MkFile(a, d, "z").status());
+  ASSERT_OK(b->Lookup(root_, d, "z").status());
+}
+
+TEST_F(NsGrantsMountTest, TwoMountsCreatingOneNameGetOneSuccessAndOneEexist) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK(MkFile(a, d, "same").status());
+  EXPECT_EQ(ToErrno(MkFile(b, d, "same").status()), EEXIST);
+  // And the other way round, in a directory made by B.
+  const uint64_t e = MkDir(b, kRoot, "e");
+  ASSERT_OK(MkFile(b, e, "same").status());
+  EXPECT_EQ(ToErrno(MkFile(a, e, "same").status()), EEXIST);
+}
+
+TEST_F(NsGrantsMountTest, RmdirIsLocalOnlyForAnEmptyDirectoryAndOtherwiseTheServerAnswers) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  MkDir(a, d, "empty");
+  const uint64_t full = MkDir(a, d, "full");
+  ASSERT_OK(MkFile(a, full, "f").status());
+  const uint64_t local = a->ns_grants()->stats().local;
+  ASSERT_OK(a->Remove(root_, d, "empty", true));
+  EXPECT_EQ(a->ns_grants()->stats().local, local + 1);
+  EXPECT_EQ(ToErrno(a->Remove(root_, d, "full", true)), ENOTEMPTY);
+  EXPECT_EQ(ToErrno(a->Remove(root_, d, "nothing", true)), ENOENT);
+  EXPECT_EQ(ToErrno(a->Remove(root_, d, "full", false)), EISDIR);
+  ASSERT_OK(a->Remove(root_, full, "f", false));
+  ASSERT_OK(a->Remove(root_, d, "full", true));
+  EXPECT_EQ(Names(a, d), std::vector<std::string>{});
+}
+
+TEST_F(NsGrantsMountTest, FsyncOfTheDirectoryMakesTheChangesDurableAcrossARestart) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  for (int i = 0; i < 20; ++i) ASSERT_OK(MkFile(a, d, "f" + std::to_string(i)).status());
+  ASSERT_OK(a->FsyncDir(d));
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  Restart();
+  FileSystem* b = Mount();
+  std::vector<std::string> want;
+  for (int i = 0; i < 20; ++i) want.push_back("f" + std::to_string(i));
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(Names(b, d), want);
+}
+
+TEST_F(NsGrantsMountTest, ALogNotAppliedAtARestartIsReplayedBeforeOthersLook) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  for (int i = 0; i < 20; ++i) ASSERT_OK(MkFile(a, d, "f" + std::to_string(i)).status());
+  EXPECT_GT(a->ns_grants()->stats().pending, 0u);
+  Restart();
+  // B's call waits until A subscribed again, and A applies its log first.
+  FileSystem* b = Mount();
+  EXPECT_EQ(Names(b, d).size(), 20u);
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  // Each once: the inodes count 1 (root) + d + 20.
+  ASSERT_OK_AND_ASSIGN(proto::StatFsReply fs, b->StatFs(root_));
+  EXPECT_EQ(fs.inodes(), 22u) << fs.ShortDebugString();
+}
+
+TEST_F(NsGrantsMountTest, AFileMadeAndOpenedLocallyTakesItsDataAndItsClose) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  uint64_t handle = 0;
+  ASSERT_OK_AND_ASSIGN(
+      proto::Attr f, a->Create(root_, d, "data", 0644, 022, O_CREAT | O_EXCL | O_WRONLY, &handle));
+  EXPECT_NE(handle, 0u);
+  const uint64_t local = a->ns_grants()->stats().local;
+  EXPECT_EQ(local, 1u);
+  const std::string text(10000, 'q');
+  ASSERT_OK_AND_ASSIGN(size_t n, a->Write(root_, f.ino(), 0, text.data(), text.size()));
+  EXPECT_EQ(n, text.size());
+  ASSERT_OK(a->Flush(f.ino()));  // close: the data goes, after the create
+  ASSERT_OK(a->Release(f.ino(), handle));
+  ASSERT_OK(a->FsyncDir(d));
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "data"));
+  EXPECT_EQ(seen.size(), text.size());
+  uint64_t bh = 0;
+  ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
+  ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, text.size()));
+  EXPECT_EQ(got, text);
+  ASSERT_OK(b->Release(seen.ino(), bh));
+}
+
+TEST_F(NsGrantsMountTest, WithGrantsOffEveryChangeIsACall) {
+  FileSystem* a = Mount(/*grants=*/false);
+  FileSystem* b = Mount();
+  EXPECT_EQ(a->ns_grants(), nullptr);
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK(MkFile(a, d, "x").status());
+  ASSERT_OK(b->Lookup(root_, d, "x").status());
+}
+
+TEST_F(NsGrantsMountTest, AnotherOwnersCallerGoesTheSynchronousWay) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK_AND_ASSIGN(proto::Attr dattr, a->GetAttr(root_, d));
+  proto::SetAttrRequest chmod;
+  chmod.set_ino(d);
+  chmod.set_valid(proto::SetAttrRequest::MODE);
+  chmod.set_mode(S_IFDIR | 0777);
+  ASSERT_OK(a->SetAttr(root_, chmod).status());
+  Creds user;
+  user.uid = 1000;
+  user.gid = 1000;
+  const uint64_t local = a->ns_grants()->stats().local;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->MkNod(user, d, "theirs", S_IFREG | 0644, 0, 022, true));
+  EXPECT_EQ(f.uid(), 1000u);
+  EXPECT_EQ(a->ns_grants()->stats().local, local);
+  EXPECT_GE(a->ns_grants()->stats().fallback, 1u);
+  // And the mount's own answers stay right after it.
+  ASSERT_OK(MkFile(a, d, "mine").status());
+  EXPECT_EQ(Names(a, d), (std::vector<std::string>{"mine", "theirs"}));
+  (void)dattr;
+}
+
+}  // namespace
+}  // namespace grantfs

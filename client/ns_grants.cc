@@ -1,0 +1,492 @@
+#include "client/ns_grants.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace grantfs {
+namespace {
+
+int64_t WallNanos() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+void StampCreds(const Creds& c, proto::Creds* pc) {
+  pc->set_uid(c.uid);
+  pc->set_gid(c.gid);
+  pc->set_pid(c.pid);
+  for (uint32_t g : c.groups) pc->add_groups(g);
+}
+
+}  // namespace
+
+NsGrants::NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache* leases)
+    : options_(options), meta_(meta), leases_(leases) {
+  log_ = std::make_unique<NsLog>(options_.log,
+                                 [this](proto::ApplyLogRequest* req) { return Send(req); });
+  meta_->SetBarrier([this] { ApplyPending(); });
+}
+
+NsGrants::~NsGrants() { log_->Stop(); }
+
+void NsGrants::Start() {
+  Refill();
+  log_->Start();
+}
+
+void NsGrants::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    granted_.clear();
+  }
+  log_->Stop();
+  const size_t pending = log_->pending();
+  absl::Status s = log_->Flush();
+  if (!s.ok()) {
+    LOG(ERROR) << "unmount: the namespace log (" << pending
+               << " entries) could not be applied: " << s;
+  }
+  const Stats st = stats();
+  LOG(INFO) << "namespace grants: " << st.local << " changes made here, " << st.fallback
+            << " in granted directories the synchronous way, " << st.recalls << " grants recalled";
+}
+
+absl::StatusOr<proto::ApplyLogReply> NsGrants::Send(proto::ApplyLogRequest* req) {
+  absl::StatusOr<proto::ApplyLogReply> reply = meta_->ApplyLog(req);
+  if (!reply.ok()) return reply;
+  for (uint64_t ino : reply->unleased()) {
+    // Not leased to this mount by the server: not kept as if it were.
+    leases_->Recall({LeaseCache::Kind::kAttr, ino});
+    leases_->Recall({LeaseCache::Kind::kDir, ino});
+  }
+  return reply;
+}
+
+void NsGrants::Diverged() {
+  {
+    absl::MutexLock l(&mu_);
+    if (diverged_) return;
+    diverged_ = true;
+    granted_.clear();
+  }
+  LOG(ERROR) << "namespace grants: the server refused an entry of the log (" << log_->error()
+             << "); every lease is dropped and no change is made here any more";
+  leases_->DropAll(/*stream_down=*/false);
+}
+
+bool NsGrants::WantGrant() {
+  absl::MutexLock l(&mu_);
+  return !diverged_ && numbers_left_ > 0;
+}
+
+void NsGrants::Granted(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  if (!diverged_) granted_.insert(dir);
+}
+
+bool NsGrants::Holds(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  return granted_.contains(dir);
+}
+
+absl::Status NsGrants::Recall(uint64_t dir) {
+  {
+    // Taken after any change in this directory that is being made: it is
+    // in the log before the log is applied.
+    absl::MutexLock l(&mu_);
+    granted_.erase(dir);
+    ++stats_.recalls;
+  }
+  absl::Status s = log_->Flush();
+  if (!log_->error().ok()) Diverged();
+  return s;
+}
+
+void NsGrants::DropAll() {
+  absl::MutexLock l(&mu_);
+  granted_.clear();
+}
+
+void NsGrants::ApplyPending() {
+  if (log_->pending() == 0) return;
+  absl::Status s = log_->Flush();
+  if (!log_->error().ok()) {
+    Diverged();
+  } else if (!s.ok()) {
+    LOG(WARNING) << "namespace log: " << s;
+  }
+}
+
+absl::Status NsGrants::Sync() {
+  absl::Status s = log_->Flush();
+  if (log_->error().ok()) return s;
+  Diverged();
+  absl::MutexLock l(&mu_);
+  if (error_reported_) return absl::OkStatus();
+  error_reported_ = true;
+  return log_->error();
+}
+
+NsGrants::Stats NsGrants::stats() {
+  absl::MutexLock l(&mu_);
+  Stats st = stats_;
+  st.granted = granted_.size();
+  st.pending = log_->pending();
+  return st;
+}
+
+// --- inode numbers --------------------------------------------------------------
+
+uint64_t NsGrants::TakeIno() {
+  while (!ranges_.empty() && ranges_.front().first >= ranges_.front().second) ranges_.pop_front();
+  if (ranges_.empty()) return 0;
+  --numbers_left_;
+  return ranges_.front().first++;
+}
+
+void NsGrants::Refill() {
+  uint64_t keep_from;
+  {
+    absl::MutexLock l(&mu_);
+    if (refilling_ || diverged_ || numbers_left_ >= options_.range_size / 2) return;
+    refilling_ = true;
+    // Ranges below the lowest number still at hand and the oldest create
+    // not applied yet are done with.
+    keep_from = UINT64_MAX;
+    for (const auto& [next, end] : ranges_) {
+      if (next < end) keep_from = std::min(keep_from, next);
+    }
+    const uint64_t pending = log_->OldestPendingIno();
+    if (pending != 0) keep_from = std::min(keep_from, pending);
+  }
+  absl::StatusOr<proto::InodeRangeReply> r = meta_->InodeRange(options_.range_size, keep_from);
+  absl::MutexLock l(&mu_);
+  refilling_ = false;
+  if (!r.ok() || r->count() == 0) {
+    LOG(WARNING) << "namespace grants: no inode numbers: "
+                 << (r.ok() ? absl::InternalError("an empty range") : r.status())
+                 << " (creates go the synchronous way)";
+    return;
+  }
+  ranges_.emplace_back(r->first(), r->first() + r->count());
+  numbers_left_ += r->count();
+}
+
+// --- changes made here ----------------------------------------------------------
+
+std::optional<proto::Attr> NsGrants::WritableDir(const Creds& c, uint64_t parent) {
+  if (diverged_ || !granted_.contains(parent)) return std::nullopt;
+  std::optional<proto::Attr> dir;
+  if (leases_->ListingEpoch(parent) != 0) dir = leases_->Attr(parent);
+  // The server's permission check, certain to pass: the owner's bits.
+  if (!dir || !S_ISDIR(dir->mode()) || dir->nlink() == 0 || dir->uid() != c.uid ||
+      (dir->mode() & (S_IWUSR | S_IXUSR)) != (S_IWUSR | S_IXUSR)) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  return dir;
+}
+
+proto::LogEntry NsGrants::NewEntry(const Creds& c, int64_t now) {
+  proto::LogEntry e;
+  e.set_seq(meta_->rpc().NextSeq());
+  StampCreds(c, e.mutable_creds());
+  e.set_time_ns(now);
+  return e;
+}
+
+absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::Attr& dir,
+                                                   const std::string& name, uint32_t mode,
+                                                   uint64_t rdev, uint32_t umask, bool exclusive,
+                                                   const std::string& target,
+                                                   proto::LogEntry* open) {
+  const uint64_t parent = dir.ino();
+  const LeaseCache::Ticket t = leases_->Take();
+  const uint64_t ino = TakeIno();
+  if (ino == 0) return absl::ResourceExhaustedError("no inode numbers at hand");
+  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
+  e.set_ino(ino);
+  const bool symlink = S_ISLNK(mode);
+  if (symlink) {
+    proto::SymlinkRequest* r = e.mutable_symlink();
+    r->set_parent(parent);
+    r->set_name(name);
+    r->set_target(target);
+  } else {
+    proto::MkNodRequest* r = e.mutable_mknod();
+    r->set_parent(parent);
+    r->set_name(name);
+    r->set_mode(mode);
+    r->set_rdev(rdev);
+    r->set_umask(umask);
+    r->set_exclusive(exclusive);
+  }
+  if (open != nullptr) {
+    open->set_seq(meta_->rpc().NextSeq());
+    StampCreds(c, open->mutable_creds());
+    open->set_time_ns(now);
+    open->mutable_open()->set_ino(ino);
+    entries.push_back(*open);
+  }
+  RETURN_IF_ERROR(log_->TryAppend(std::move(entries)).status());
+  // The inode as the server makes it (server/namespace.cc NewInode).
+  const uint32_t type = mode & S_IFMT;
+  uint32_t perm = symlink ? 0777 : (mode & 07777 & ~umask);
+  const bool setgid_dir = (dir.mode() & S_ISGID) != 0;
+  if (type == S_IFDIR && setgid_dir) perm |= S_ISGID;
+  proto::Attr attr;
+  attr.set_ino(ino);
+  attr.set_mode(type | perm);
+  attr.set_nlink(type == S_IFDIR ? 2 : 1);
+  attr.set_uid(c.uid);
+  attr.set_gid(setgid_dir ? dir.gid() : c.gid);
+  attr.set_size(symlink ? target.size() : 0);
+  attr.set_atime_ns(now);
+  attr.set_mtime_ns(now);
+  attr.set_ctime_ns(now);
+  attr.set_no_xattrs(true);
+  proto::Attr d = dir;
+  d.set_mtime_ns(now);
+  d.set_ctime_ns(now);
+  if (type == S_IFDIR) d.set_nlink(d.nlink() + 1);
+  leases_->NameAdded(parent, name, ino);
+  leases_->PutAttr(t, attr, /*own=*/true);
+  leases_->PutAttr(t, d, /*own=*/true);
+  if (type == S_IFDIR) {
+    leases_->PutEmptyDir(t, ino, parent);
+    // The server grants it when it applies the entry (the parent's grant
+    // is held then: nothing recalls it before the log is applied).
+    granted_.insert(ino);
+  }
+  ++stats_.local;
+  return attr;
+}
+
+namespace {
+// Whether a create of `mode` can be made here: the types the server makes
+// for anyone, without setuid/setgid bits (which depend on group membership
+// the mount does not know).
+bool LocalType(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+    case S_IFDIR:
+    case S_IFIFO:
+    case S_IFSOCK:
+      return (mode & (S_ISUID | S_ISGID)) == 0;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::MkNod(const Creds& c, uint64_t parent,
+                                                           const std::string& name, uint32_t mode,
+                                                           uint64_t rdev, uint32_t umask,
+                                                           bool exclusive) {
+  std::optional<absl::StatusOr<proto::Attr>> out;
+  {
+    absl::MutexLock l(&mu_);
+    std::optional<proto::Attr> dir = WritableDir(c, parent);
+    if (!dir) return std::nullopt;
+    if (S_ISREG(mode) == false) exclusive = true;  // as the server
+    uint64_t ino = 0;
+    const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
+    if (!LocalType(mode) || !ValidateName(name).ok() || known == LeaseCache::Name::kUnknown ||
+        (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
+      ++stats_.fallback;
+      return std::nullopt;
+    }
+    if (known == LeaseCache::Name::kPresent) {
+      if (!exclusive) {
+        ++stats_.fallback;
+        return std::nullopt;  // open(O_CREAT) of an existing file: opened by the server
+      }
+      return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
+    }
+    absl::StatusOr<proto::Attr> attr =
+        CreateLocked(c, *dir, name, mode, rdev, umask, exclusive, "", nullptr);
+    if (attr.ok()) {
+      out = std::move(attr);
+    } else {
+      ++stats_.fallback;
+    }
+  }
+  Refill();
+  if (!out && !log_->error().ok()) Diverged();
+  return out;
+}
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::Create(
+    const Creds& c, uint64_t parent, const std::string& name, uint32_t mode, uint32_t umask,
+    uint32_t flags, const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle) {
+  std::optional<absl::StatusOr<proto::Attr>> out;
+  *handle = 0;
+  {
+    absl::MutexLock l(&mu_);
+    std::optional<proto::Attr> dir = WritableDir(c, parent);
+    if (!dir) return std::nullopt;
+    const bool exclusive = (flags & O_EXCL) != 0;
+    uint64_t ino = 0;
+    const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
+    if (!LocalType(S_IFREG | mode) || !ValidateName(name).ok() ||
+        known == LeaseCache::Name::kUnknown || (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
+      ++stats_.fallback;
+      return std::nullopt;
+    }
+    if (known == LeaseCache::Name::kPresent) {
+      if (!exclusive) {
+        ++stats_.fallback;
+        return std::nullopt;
+      }
+      return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
+    }
+    // The handle is numbered before the entries are made: the number the
+    // next inode gets is known (TakeIno in CreateLocked takes it).
+    uint64_t next = 0;
+    for (const auto& [n, end] : ranges_) {
+      if (n < end) {
+        next = n;
+        break;
+      }
+    }
+    if (next == 0) {
+      ++stats_.fallback;
+    } else {
+      proto::LogEntry open;
+      *handle = begin_open(next);
+      // (O_TRUNC of a new file: nothing to truncate.)
+      open.mutable_open()->set_flags(flags & ~(O_CREAT | O_EXCL | O_TRUNC));
+      open.mutable_open()->set_handle(*handle);
+      open.mutable_open()->set_created(true);
+      absl::StatusOr<proto::Attr> attr =
+          CreateLocked(c, *dir, name, S_IFREG | mode, 0, umask, exclusive, "", &open);
+      if (attr.ok()) {
+        logged_opens_[*handle] = parent;
+        out = std::move(attr);
+      } else {
+        ++stats_.fallback;  // the caller ends the open it began (EndOpen false)
+      }
+    }
+  }
+  Refill();
+  if (!out && !log_->error().ok()) Diverged();
+  return out;
+}
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::Symlink(const Creds& c, uint64_t parent,
+                                                             const std::string& name,
+                                                             const std::string& target) {
+  std::optional<absl::StatusOr<proto::Attr>> out;
+  {
+    absl::MutexLock l(&mu_);
+    std::optional<proto::Attr> dir = WritableDir(c, parent);
+    if (!dir) return std::nullopt;
+    uint64_t ino = 0;
+    const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
+    if (!ValidateName(name).ok() || !ValidateSymlinkTarget(target).ok() ||
+        known == LeaseCache::Name::kUnknown || (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
+      ++stats_.fallback;
+      return std::nullopt;
+    }
+    if (known == LeaseCache::Name::kPresent) {
+      return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
+    }
+    absl::StatusOr<proto::Attr> attr =
+        CreateLocked(c, *dir, name, S_IFLNK | 0777, 0, 0, true, target, nullptr);
+    if (attr.ok()) {
+      out = std::move(attr);
+    } else {
+      ++stats_.fallback;
+    }
+  }
+  Refill();
+  if (!out && !log_->error().ok()) Diverged();
+  return out;
+}
+
+std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
+                                             const std::string& name, bool is_dir, uint64_t* ino) {
+  absl::MutexLock l(&mu_);
+  std::optional<proto::Attr> dir = WritableDir(c, parent);
+  if (!dir) return std::nullopt;
+  if (name == "." || name == ".." || !ValidateName(name).ok()) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  const LeaseCache::Ticket t = leases_->Take();
+  *ino = 0;
+  switch (leases_->Lookup(parent, name, ino)) {
+    case LeaseCache::Name::kAbsent:
+      return ErrnoStatus(ENOENT, name + " (granted directory)");
+    case LeaseCache::Name::kUnknown:
+      ++stats_.fallback;
+      return std::nullopt;
+    case LeaseCache::Name::kPresent:
+      break;
+  }
+  std::optional<proto::Attr> victim = leases_->Attr(*ino);
+  if (!victim || S_ISDIR(victim->mode()) != is_dir || (is_dir && !leases_->KnownEmpty(*ino))) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
+  proto::RemoveRequest* r = e.mutable_remove();
+  r->set_parent(parent);
+  r->set_name(name);
+  r->set_is_dir(is_dir);
+  r->set_expected_ino(*ino);
+  if (!log_->TryAppend(std::move(entries)).ok()) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  proto::Attr d = *dir;
+  d.set_mtime_ns(now);
+  d.set_ctime_ns(now);
+  if (is_dir) d.set_nlink(d.nlink() - 1);
+  leases_->NameRemoved(parent, name);
+  leases_->AttrChanged(*ino);
+  if (is_dir) {
+    leases_->DirChanged(*ino);
+    granted_.erase(*ino);
+  } else if (victim->nlink() > 1) {
+    proto::Attr v = *victim;
+    v.set_nlink(v.nlink() - 1);
+    v.set_ctime_ns(now);
+    leases_->PutAttr(t, v, /*own=*/true);
+  }
+  leases_->PutAttr(t, d, /*own=*/true);
+  ++stats_.local;
+  return absl::OkStatus();
+}
+
+bool NsGrants::Release(uint64_t ino, uint64_t handle) {
+  absl::MutexLock l(&mu_);
+  auto it = logged_opens_.find(handle);
+  if (it == logged_opens_.end()) return false;
+  const uint64_t parent = it->second;
+  logged_opens_.erase(it);
+  // Its directory's grant is gone: the open was applied when it went (the
+  // recall applied the log), and the close goes as a call.
+  if (diverged_ || !granted_.contains(parent)) return false;
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), 0));
+  e.mutable_release()->set_ino(ino);
+  e.mutable_release()->set_handle(handle);
+  return log_->TryAppend(std::move(entries)).ok();
+}
+
+}  // namespace grantfs

@@ -1,0 +1,183 @@
+// The mount's half of namespace grants (issue 17, docs/namespace-grants.md):
+// which directories the server granted to this mount, the inode numbers it
+// may give new files, and the creates and removals it does on its own in
+// those directories, answered at once and sent to the server later, in
+// order, as a log (client/ns_log.h).
+//
+// A directory is granted when this mount makes it (MkNod with want_grant)
+// and while its grant lasts: until the server recalls it (another mount
+// wants to look), the recall stream breaks, or the session's leases are not
+// renewed. A change is made here only when it is certain to succeed on the
+// server exactly as the mount answered: the directory's whole listing and
+// attributes are leased here (LeaseCache), the caller owns the directory
+// and may write and search it by its owner bits, and for a create the
+// caller's ids are the directory's (so the new inode is the server's
+// inode, bit for bit); anything else (another owner, a name that exists
+// for open(O_CREAT), setuid/setgid bits, the log full, no inode numbers
+// left) goes the synchronous way. The kernel serializes the changes of one
+// directory (its i_rwsem), and every other call of the mount applies the
+// log first (MetaClient::SetBarrier): the server never answers on a state
+// older than what this mount already answered.
+//
+// A refused entry (a bug) stops the log: what came after it is dropped,
+// every lease is dropped (the mount's view differs from the server's; the
+// kernel's copies live out the short timeouts they were given, at most the
+// metadata lease: it is not called from here, where a FUSE request may be
+// waiting), no change is made here any more, and the next fsync reports
+// the error.
+//
+// Thread-safe. mu_ is taken before LeaseCache's, NsLog's and
+// OpenHandleTable's (leaves); no RPC is made under it.
+#ifndef GRANTFS_CLIENT_NS_GRANTS_H_
+#define GRANTFS_CLIENT_NS_GRANTS_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/lease_cache.h"
+#include "client/meta_client.h"
+#include "client/ns_log.h"
+#include "proto/grantfs.pb.h"
+
+namespace grantfs {
+
+struct NsGrantsOptions {
+  NsLogOptions log;
+  // Inode numbers asked for at a time (the server gives at most 65,536).
+  uint32_t range_size = 4096;
+  // The wall clock the entries' times come from (the times the mount
+  // shows, and the server keeps). Nanoseconds since the epoch.
+  std::function<int64_t()> now_ns;
+};
+
+class NsGrants {
+ public:
+  // `meta` and `leases` must outlive it. Installs the barrier on `meta`.
+  NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache* leases);
+  ~NsGrants();
+  NsGrants(const NsGrants&) = delete;
+  NsGrants& operator=(const NsGrants&) = delete;
+
+  // Asks for the first inode numbers (a failure is logged: no change is
+  // made here until a later refill succeeds) and starts the log's ager.
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies what is left of the log (unmount) and stops the ager.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- grants ----------------------------------------------------------------
+  // Whether a mkdir should ask for a grant (the log is healthy and inode
+  // numbers are at hand).
+  bool WantGrant() ABSL_LOCKS_EXCLUDED(mu_);
+  // The server granted `dir` (the reply to a mkdir with want_grant).
+  void Granted(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server recalls the grant of `dir`: no change is made in it from
+  // now on, and the log is applied (returns when it is, or failed).
+  absl::Status Recall(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every grant is gone (the stream broke, the leases were not renewed).
+  // The log stays, to be applied (ApplyPending).
+  void DropAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the log: before the mount subscribes again (a new primary
+  // waits for it before other mounts' calls go on), and the barrier.
+  void ApplyPending() ABSL_LOCKS_EXCLUDED(mu_);
+  // fsync, fsyncdir: applies the log; the error of a refused entry is
+  // returned once, to the first caller after it happened.
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  bool Holds(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- changes made here -------------------------------------------------
+  // Each returns nullopt when the change cannot be made here for certain:
+  // the caller makes it with the synchronous call instead. Otherwise the
+  // change's outcome, as the server will see it.
+  //
+  // mknod/mkdir (`exclusive` as MkNodRequest's). A directory made here is
+  // granted too (the server grants it when it applies the entry).
+  std::optional<absl::StatusOr<proto::Attr>> MkNod(const Creds& c, uint64_t parent,
+                                                   const std::string& name, uint32_t mode,
+                                                   uint64_t rdev, uint32_t umask, bool exclusive)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // open(O_CREAT) of a name not there: the file made and opened with
+  // `flags` as one change (two entries). `begin_open` gives the handle
+  // (OpenHandleTable::BeginOpen) once the inode number is chosen; `*handle`
+  // is 0 unless it was called (a nullopt then leaves the open begun to
+  // the caller to end).
+  std::optional<absl::StatusOr<proto::Attr>> Create(
+      const Creds& c, uint64_t parent, const std::string& name, uint32_t mode, uint32_t umask,
+      uint32_t flags, const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<absl::StatusOr<proto::Attr>> Symlink(const Creds& c, uint64_t parent,
+                                                     const std::string& name,
+                                                     const std::string& target)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // unlink, rmdir (only of an empty directory whose listing is leased
+  // here). `*ino` gets the inode that lost the name.
+  std::optional<absl::Status> Remove(const Creds& c, uint64_t parent, const std::string& name,
+                                     bool is_dir, uint64_t* ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The close of `handle`: true when it went into the log (its open did,
+  // and its directory is still granted); false: the caller sends Release.
+  bool Release(uint64_t ino, uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Stats {
+    uint64_t local = 0;     // changes made here
+    uint64_t fallback = 0;  // changes in a granted directory that went the synchronous way
+    uint64_t recalls = 0;
+    size_t granted = 0;  // directories held now
+    size_t pending = 0;  // log entries not applied yet
+  };
+  Stats stats() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // What the caller may do in `parent` here: its leased attributes when
+  // the grant is held, its listing leased, and the caller owns it with
+  // write and search by the owner bits; nullopt otherwise.
+  std::optional<proto::Attr> WritableDir(const Creds& c, uint64_t parent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next inode number (0: none left).
+  uint64_t TakeIno() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A create's entries appended and its inode put in the lease cache.
+  // `open` (may be null): the open entry appended after it.
+  absl::StatusOr<proto::Attr> CreateLocked(const Creds& c, const proto::Attr& dir,
+                                           const std::string& name, uint32_t mode, uint64_t rdev,
+                                           uint32_t umask, bool exclusive,
+                                           const std::string& target, proto::LogEntry* open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks for more inode numbers when few are left (outside mu_).
+  void Refill() ABSL_LOCKS_EXCLUDED(mu_);
+  proto::LogEntry NewEntry(const Creds& c, int64_t now);
+  // The log's Send: ApplyLog, then the reply's unleased inodes.
+  absl::StatusOr<proto::ApplyLogReply> Send(proto::ApplyLogRequest* req);
+  // The log stopped: everything dropped once.
+  void Diverged() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const NsGrantsOptions options_;
+  MetaClient* const meta_;
+  LeaseCache* const leases_;
+  std::unique_ptr<NsLog> log_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_set<uint64_t> granted_ ABSL_GUARDED_BY(mu_);
+  // Inode numbers at hand: [next, end) ranges, used in order.
+  std::deque<std::pair<uint64_t, uint64_t>> ranges_ ABSL_GUARDED_BY(mu_);
+  uint64_t numbers_left_ ABSL_GUARDED_BY(mu_) = 0;
+  bool refilling_ ABSL_GUARDED_BY(mu_) = false;
+  // Handles opened in the log, and their file's directory.
+  absl::flat_hash_map<uint64_t, uint64_t> logged_opens_ ABSL_GUARDED_BY(mu_);
+  bool diverged_ ABSL_GUARDED_BY(mu_) = false;
+  bool error_reported_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace grantfs
+
+#endif  // GRANTFS_CLIENT_NS_GRANTS_H_
