@@ -104,6 +104,9 @@ void FileSystem::Stop() {
     // deadline.
     for (grpc::ClientContext* ctx : prefetch_ctx_) ctx->TryCancel();
   }
+  // The namespace log first, while the stream and the heartbeats still
+  // run: a recall meanwhile is answered, and the grants stay renewed.
+  if (ns_) ns_->Stop();
   session_->BeginStop();
   if (leases_) {
     const LeaseCache::Stats st = leases_->stats();
@@ -130,8 +133,8 @@ void FileSystem::Stop() {
     cache_->Stop();
     pool_->Stop();
   }
-  // What is left of the namespace log (closes of files made in it).
-  if (ns_) ns_->Stop();
+  // What the flushes above left in the log (closes): applied.
+  if (ns_) ns_->ApplyPending().IgnoreError();
   session_->Close();
 }
 
@@ -252,6 +255,9 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
   // After the server applied it (a truncate): what read-ahead fetched
   // before is dropped, and fetches still in flight are discarded.
   DataChanged(ino);
+  // What was leased before is not what it is now, whether or not the reply
+  // leases the new attributes (a local create checks a directory's mode).
+  if (leases_) leases_->AttrChanged(ino);
   RETURN_IF_ERROR(attr.status());
   if (bits.attr) KeepAttr(t, fetch, *attr, /*own=*/true);
   fetch.Patch(&*attr);
@@ -289,7 +295,8 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
   }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
-  const bool want_grant = ns_ && S_ISDIR(mode) && ns_->WantGrant();
+  uint64_t grant_ticket = 0;
+  const bool want_grant = ns_ && S_ISDIR(mode) && ns_->WantGrant(&grant_ticket);
   absl::StatusOr<proto::AttrReply> r =
       meta_.MkNod(c, parent, name, mode, rdev, umask, exclusive, want_grant);
   if (leases_ && !r.ok() && MayHaveApplied(r.status())) leases_->DirChanged(parent);
@@ -303,7 +310,7 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
     if (reply.leased()) leases_->PutAttr(t, reply.attr(), /*own=*/true);
     if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
   }
-  if (ns_ && reply.created() && reply.granted()) ns_->Granted(reply.attr().ino());
+  if (ns_ && reply.created() && reply.granted()) ns_->Granted(reply.attr().ino(), grant_ticket);
   return std::move(*reply.mutable_attr());
 }
 
@@ -333,6 +340,8 @@ absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name) {
+  // A close in the log would need the grant of the file's first directory.
+  if (ns_) ns_->FileMoved(ino);
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
@@ -388,12 +397,29 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
     leases_->DropAttrs();
   }
   RETURN_IF_ERROR(s);
+  if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);  // its grant went with it
   names_.Erase(parent, name);
   return absl::OkStatus();
 }
 
 absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::string& name,
                                 uint64_t new_parent, const std::string& new_name, uint32_t flags) {
+  if (ns_) {
+    uint64_t moved = 0, replaced = 0;
+    if (std::optional<absl::Status> local =
+            ns_->Rename(c, parent, name, new_parent, new_name, flags, &moved, &replaced)) {
+      RETURN_IF_ERROR(*local);
+      names_.Rename(parent, name, new_parent, new_name, /*exchange=*/false);
+      return absl::OkStatus();
+    }
+    // By a call: the files' closes go as calls too (a close in the log
+    // needs the grant of the directory the file is in then); a directory
+    // replaced loses its grant.
+    for (uint64_t ino : {KnownIno(parent, name), KnownIno(new_parent, new_name)}) {
+      if (ino != 0) ns_->FileMoved(ino);
+    }
+    if (uint64_t over = KnownIno(new_parent, new_name); over != 0) ns_->DirRemoved(over);
+  }
   uint64_t moved = KnownIno(parent, name);
   uint64_t replaced = KnownIno(new_parent, new_name);
   absl::StatusOr<proto::RenameReply> r =

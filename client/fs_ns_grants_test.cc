@@ -38,7 +38,7 @@ class NsGrantsMountTest : public ServiceTest {
     ServiceTest::TearDown();
   }
   // A mount of the server (namespace grants on unless `grants` is false).
-  FileSystem* Mount(bool grants = true) {
+  FileSystem* Mount(bool grants = true, const NsGrantsOptions& ns = {}) {
     RpcClientOptions ro;
     ro.servers = {"127.0.0.1:" + std::to_string(port_)};
     ro.transport = Transport::Insecure("s3cret");
@@ -49,6 +49,7 @@ class NsGrantsMountTest : public ServiceTest {
     FileSystemOptions fo;
     fo.client_name = "test:" + std::to_string(mounts_.size());
     fo.ns_grants = grants;
+    fo.ns = ns;
     fo.readahead.window_bytes = 0;
     auto fs = std::make_unique<FileSystem>(fo, *std::move(rpc));
     absl::Status s = fs->Start(&kernel_);
@@ -170,6 +171,31 @@ TEST_F(NsGrantsMountTest, RmdirIsLocalOnlyForAnEmptyDirectoryAndOtherwiseTheServ
   EXPECT_EQ(Names(a, d), std::vector<std::string>{});
 }
 
+TEST_F(NsGrantsMountTest, RenamesOfFilesInAndBetweenGrantedDirectoriesAreLocal) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  const uint64_t e = MkDir(a, kRoot, "e");
+  ASSERT_OK_AND_ASSIGN(proto::Attr x, MkFile(a, d, "x"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr y, MkFile(a, d, "y"));
+  ASSERT_OK(MkFile(a, d, "z").status());
+  const uint64_t local = a->ns_grants()->stats().local;
+  ASSERT_OK(a->Rename(root_, d, "x", d, "x2", 0));                  // a new name
+  ASSERT_OK(a->Rename(root_, d, "x2", d, "y", 0));                  // over a file
+  ASSERT_OK(a->Rename(root_, d, "z", e, "z", 0));                   // to another granted directory
+  EXPECT_EQ(ToErrno(a->Rename(root_, d, "y", e, "z", 1)), EEXIST);  // RENAME_NOREPLACE
+  EXPECT_EQ(ToErrno(a->Rename(root_, d, "gone", e, "q", 0)), ENOENT);
+  EXPECT_EQ(a->ns_grants()->stats().local, local + 3);
+  ASSERT_OK_AND_ASSIGN(proto::Attr now_y, a->Lookup(root_, d, "y"));
+  EXPECT_EQ(now_y.ino(), x.ino());
+  // The other mount sees it all, as the server applied it.
+  EXPECT_EQ(Names(b, d), std::vector<std::string>{"y"});
+  EXPECT_EQ(Names(b, e), std::vector<std::string>{"z"});
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "y"));
+  EXPECT_EQ(seen.ino(), x.ino());
+  EXPECT_EQ(ToErrno(b->GetAttr(root_, y.ino()).status()), ESTALE);  // replaced: gone
+}
+
 TEST_F(NsGrantsMountTest, FsyncOfTheDirectoryMakesTheChangesDurableAcrossARestart) {
   FileSystem* a = Mount();
   const uint64_t d = MkDir(a, kRoot, "d");
@@ -212,9 +238,12 @@ TEST_F(NsGrantsMountTest, AFileMadeAndOpenedLocallyTakesItsDataAndItsClose) {
   const std::string text(10000, 'q');
   ASSERT_OK_AND_ASSIGN(size_t n, a->Write(root_, f.ino(), 0, text.data(), text.size()));
   EXPECT_EQ(n, text.size());
-  ASSERT_OK(a->Flush(f.ino()));  // close: the data goes, after the create
+  // close: the writes go (after the create: the barrier), the close goes
+  // into the log.
+  ASSERT_OK(a->Flush(f.ino()));
   ASSERT_OK(a->Release(f.ino(), handle));
-  ASSERT_OK(a->FsyncDir(d));
+  EXPECT_EQ(a->ns_grants()->stats().local, local);
+  // B's look recalls the grant: A applies its log (the close).
   ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "data"));
   EXPECT_EQ(seen.size(), text.size());
   uint64_t bh = 0;
@@ -222,6 +251,66 @@ TEST_F(NsGrantsMountTest, AFileMadeAndOpenedLocallyTakesItsDataAndItsClose) {
   ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, text.size()));
   EXPECT_EQ(got, text);
   ASSERT_OK(b->Release(seen.ino(), bh));
+}
+
+TEST_F(NsGrantsMountTest, RunningOutOfInodeNumbersOrLogRoomFallsBackAndNothingFails) {
+  NsGrantsOptions small;
+  small.range_size = 8;       // refilled every 4 creates
+  small.log.max_entries = 5;  // full after a few creates
+  small.log.max_age = absl::Hours(1);
+  FileSystem* a = Mount(true, small);
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  std::vector<std::string> want;
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = "f" + std::to_string(1000 + i);
+    ASSERT_TRUE(MkFile(a, d, name).ok()) << i;
+    want.push_back(name);
+  }
+  const NsGrants::Stats st = a->ns_grants()->stats();
+  EXPECT_GT(st.local, 0u);
+  EXPECT_GT(st.fallback, 0u);  // the log was full: calls instead
+  EXPECT_LE(st.pending, 5u);
+  EXPECT_EQ(Names(b, d), want);
+}
+
+TEST_F(NsGrantsMountTest, AFileMadeLocallyKeepsItsDataWhenRenamedOutOfItsDirectory) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  const std::string text = "contents";
+  for (const char* name : {"moved", "gone"}) {
+    uint64_t h = 0;
+    ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                         a->Create(root_, d, name, 0644, 022, O_CREAT | O_WRONLY, &h));
+    ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
+    ASSERT_OK(a->Flush(f.ino()));
+    ASSERT_OK(a->Release(f.ino(), h));
+  }
+  // Out of the granted directory: reachable where no recall precedes a look.
+  ASSERT_OK(a->Rename(root_, d, "moved", kRoot, "moved", 0));
+  ASSERT_OK(a->Remove(root_, d, "gone", false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "moved"));
+  EXPECT_EQ(seen.size(), text.size());
+  uint64_t bh = 0;
+  ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
+  ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, 100));
+  EXPECT_EQ(got, text);
+  ASSERT_OK(b->Release(seen.ino(), bh));
+}
+
+TEST_F(NsGrantsMountTest, TheCloseOfAFileMovedOutOfItsGrantedDirectoryIsACall) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
+  // To a directory not granted: a call (the server sets the file's
+  // directory), and the close then needs that directory's grant.
+  ASSERT_OK(a->Rename(root_, d, "f", kRoot, "f", 0));
+  ASSERT_OK(a->Release(f.ino(), h));
+  ASSERT_OK(a->FsyncDir(d));  // no entry refused
+  ASSERT_OK(MkFile(a, d, "after").status());
+  ASSERT_OK(a->FsyncDir(d));
 }
 
 TEST_F(NsGrantsMountTest, WithGrantsOffEveryChangeIsACall) {

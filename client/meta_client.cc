@@ -55,7 +55,6 @@ absl::StatusOr<proto::HeartbeatReply> MetaClient::Heartbeat(uint64_t lost_acked,
 
 absl::StatusOr<proto::ReclaimReply> MetaClient::Reclaim(
     const std::vector<std::pair<uint64_t, uint64_t>>& opens) {
-  Barrier();
   proto::ReclaimRequest req;
   for (const auto& [ino, handle] : opens) {
     proto::ReclaimRequest::Open* o = req.add_opens();
@@ -141,7 +140,7 @@ void TakeLeaseBits(const proto::AttrReply& reply, LeaseBits* leases) {
 
 absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
                                                const std::string& name, LeaseBits* leases) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::LookupRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -154,7 +153,7 @@ absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
 }
 
 absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, LeaseBits* leases) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::GetAttrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -166,7 +165,7 @@ absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, Le
 
 absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req,
                                                 LeaseBits* leases) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   Stamp(c, &req);
   proto::AttrReply reply;
   RETURN_IF_ERROR(rpc_->Call("SetAttr", &proto::GrantFs::Stub::SetAttr, &req, &reply));
@@ -178,7 +177,7 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
                                                    const std::string& name, uint32_t mode,
                                                    uint64_t rdev, uint32_t umask, bool exclusive,
                                                    bool want_grant) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::MkNodRequest req;
   req.set_want_grant(want_grant);
   Stamp(c, &req);
@@ -196,7 +195,7 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
 absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
                                                 const std::string& name, const std::string& target,
                                                 LeaseBits* leases) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::SymlinkRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -210,7 +209,7 @@ absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name, LeaseBits* leases) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::LinkRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -225,7 +224,7 @@ absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint6
 absl::StatusOr<proto::RemoveReply> MetaClient::Remove(const Creds& c, uint64_t parent,
                                                       const std::string& name, bool is_dir,
                                                       uint64_t expected_ino) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::RemoveRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -242,7 +241,7 @@ absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t p
                                                       const std::string& new_name, uint32_t flags,
                                                       uint64_t expected_ino,
                                                       uint64_t expected_new_ino) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::RenameRequest req;
   Stamp(c, &req);
   req.set_parent(parent);
@@ -258,7 +257,7 @@ absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t p
 }
 
 absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::ReadLinkRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -269,7 +268,7 @@ absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
 
 absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t ino,
                                                         uint64_t cookie, uint32_t max_entries) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::ReadDirRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -284,7 +283,7 @@ absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t
 
 absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint32_t flags,
                                              uint64_t handle, bool created) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::OpenRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -297,7 +296,7 @@ absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint3
 }
 
 absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::ReleaseRequest req;
   req.set_ino(ino);
   req.set_handle(handle);
@@ -307,7 +306,7 @@ absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
 
 absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint64_t offset,
                                              size_t size) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::ReadRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -320,7 +319,7 @@ absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint6
 
 absl::StatusOr<std::string> MetaClient::ReadOnce(grpc::ClientContext* ctx, uint64_t ino,
                                                  uint64_t offset, size_t size) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   // No caller's credentials: the server checks none on Read (the kernel
   // checked access at open).
   proto::ReadRequest req;
@@ -334,7 +333,7 @@ absl::StatusOr<std::string> MetaClient::ReadOnce(grpc::ClientContext* ctx, uint6
 
 absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data,
                                size_t size) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::WriteRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -346,7 +345,7 @@ absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, co
 
 absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
     uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::WriteRequest req;
   req.set_ino(ino);
   req.set_offset(offset);
@@ -357,7 +356,7 @@ absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
 }
 
 absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::FsyncRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -367,7 +366,7 @@ absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
 
 absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                                    uint64_t length) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::FallocateRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -379,7 +378,7 @@ absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, 
 }
 
 absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::StatFsRequest req;
   Stamp(c, &req);
   proto::StatFsReply reply;
@@ -391,7 +390,7 @@ absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
 
 absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::SetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -404,7 +403,7 @@ absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::strin
 
 absl::StatusOr<std::string> MetaClient::GetXattr(const Creds& c, uint64_t ino,
                                                  const std::string& name) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::GetXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -415,7 +414,7 @@ absl::StatusOr<std::string> MetaClient::GetXattr(const Creds& c, uint64_t ino,
 }
 
 absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, uint64_t ino) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::ListXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -425,7 +424,7 @@ absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, u
 }
 
 absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::RemoveXattrRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -438,7 +437,7 @@ absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::st
 
 absl::StatusOr<proto::LockRange> MetaClient::GetLock(const Creds& c, uint64_t ino, uint64_t owner,
                                                      const proto::LockRange& range) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::LockRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
@@ -451,7 +450,7 @@ absl::StatusOr<proto::LockRange> MetaClient::GetLock(const Creds& c, uint64_t in
 
 absl::Status MetaClient::SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
                                  const proto::LockRange& range) {
-  Barrier();
+  RETURN_IF_ERROR(Barrier());
   proto::LockRequest req;
   Stamp(c, &req);
   req.set_ino(ino);

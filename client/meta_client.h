@@ -48,11 +48,12 @@ class MetaClient {
 
   RpcClient& rpc() { return *rpc_; }
   // Called before every call that reads or changes the namespace or file
-  // data (not the session's calls: heartbeat, stream, acks, space grant,
-  // inode ranges, the log itself): the mount's namespace log is applied
-  // first (client/ns_grants.h), so the server answers on everything this
-  // mount did before. Set once, before the first call.
-  void SetBarrier(std::function<void()> barrier) { barrier_ = std::move(barrier); }
+  // data (not the session's calls: heartbeat, reclaim, stream, acks, space
+  // grant, inode ranges, the log itself): the mount's namespace log is
+  // applied first (client/ns_grants.h), so the server answers on everything
+  // this mount did before. An error fails the call (it would be answered
+  // on an older state). Set once, before the first call.
+  void SetBarrier(std::function<absl::Status()> barrier) { barrier_ = std::move(barrier); }
 
   // --- the session ---------------------------------------------------------
   // Opens the session (with retries) and sets the client id on the RpcClient.
@@ -163,12 +164,10 @@ class MetaClient {
                        const proto::LockRange& range);
 
  private:
-  void Barrier() const {
-    if (barrier_) barrier_();
-  }
+  absl::Status Barrier() const { return barrier_ ? barrier_() : absl::OkStatus(); }
 
   RpcClient* const rpc_;
-  std::function<void()> barrier_;
+  std::function<absl::Status()> barrier_;
 };
 
 }  // namespace grantfs

@@ -34,13 +34,15 @@ NsGrants::NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache*
     : options_(options), meta_(meta), leases_(leases) {
   log_ = std::make_unique<NsLog>(options_.log,
                                  [this](proto::ApplyLogRequest* req) { return Send(req); });
-  meta_->SetBarrier([this] { ApplyPending(); });
+  meta_->SetBarrier([this] { return ApplyPending(); });
 }
 
 NsGrants::~NsGrants() { log_->Stop(); }
 
 void NsGrants::Start() {
-  Refill();
+  // No inode numbers yet: asked for at the first mkdir (WantGrant). A
+  // session holding some is waited for by a server that takes over, so a
+  // mount that never makes a directory does not hold a failover up.
   log_->Start();
 }
 
@@ -84,14 +86,32 @@ void NsGrants::Diverged() {
   leases_->DropAll(/*stream_down=*/false);
 }
 
-bool NsGrants::WantGrant() {
+bool NsGrants::WantGrant(uint64_t* ticket) {
+  Refill();  // the first mkdir: inode numbers first
   absl::MutexLock l(&mu_);
+  *ticket = gen_;
   return !diverged_ && numbers_left_ > 0;
 }
 
-void NsGrants::Granted(uint64_t dir) {
+void NsGrants::Granted(uint64_t dir, uint64_t ticket) {
   absl::MutexLock l(&mu_);
-  if (!diverged_) granted_.insert(dir);
+  if (!diverged_ && ticket == gen_) granted_.insert(dir);
+}
+
+void NsGrants::DirRemoved(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  granted_.erase(dir);
+}
+
+void NsGrants::FileMoved(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  for (auto it = logged_opens_.begin(); it != logged_opens_.end();) {
+    if (it->second.ino == ino) {
+      logged_opens_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 bool NsGrants::Holds(uint64_t dir) {
@@ -105,30 +125,40 @@ absl::Status NsGrants::Recall(uint64_t dir) {
     // in the log before the log is applied.
     absl::MutexLock l(&mu_);
     granted_.erase(dir);
+    ++gen_;
     ++stats_.recalls;
   }
-  absl::Status s = log_->Flush();
-  if (!log_->error().ok()) Diverged();
+  absl::Status s = log_->Flush(log_->last());
+  if (!log_->error().ok()) {
+    Diverged();
+    s = absl::OkStatus();  // nothing of it is left to apply
+  }
   return s;
 }
 
 void NsGrants::DropAll() {
   absl::MutexLock l(&mu_);
   granted_.clear();
+  ++gen_;
 }
 
-void NsGrants::ApplyPending() {
-  if (log_->pending() == 0) return;
-  absl::Status s = log_->Flush();
+absl::Status NsGrants::ApplyPending() {
+  if (log_->pending() == 0) return absl::OkStatus();
+  // What was appended before this call: not what others append meanwhile.
+  absl::Status s = log_->Flush(log_->last());
   if (!log_->error().ok()) {
     Diverged();
-  } else if (!s.ok()) {
-    LOG(WARNING) << "namespace log: " << s;
+    return absl::OkStatus();
   }
+  if (!s.ok()) {
+    LOG(WARNING) << "namespace log: " << s;
+    return ErrnoStatus(EIO, "the namespace log could not be applied: " + s.ToString());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NsGrants::Sync() {
-  absl::Status s = log_->Flush();
+  absl::Status s = log_->Flush(log_->last());
   if (log_->error().ok()) return s;
   Diverged();
   absl::MutexLock l(&mu_);
@@ -373,7 +403,7 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::Create(
       absl::StatusOr<proto::Attr> attr =
           CreateLocked(c, *dir, name, S_IFREG | mode, 0, umask, exclusive, "", &open);
       if (attr.ok()) {
-        logged_opens_[*handle] = parent;
+        logged_opens_[*handle] = LoggedOpen{attr->ino(), parent};
         out = std::move(attr);
       } else {
         ++stats_.fallback;  // the caller ends the open it began (EndOpen false)
@@ -437,7 +467,11 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
       break;
   }
   std::optional<proto::Attr> victim = leases_->Attr(*ino);
-  if (!victim || S_ISDIR(victim->mode()) != is_dir || (is_dir && !leases_->KnownEmpty(*ino))) {
+  // A file with other names: a look at one of those elsewhere recalls
+  // the grants of that name's directory, not this one's (the server finds
+  // an inode's directory by its first name), so it is removed by a call.
+  if (!victim || S_ISDIR(victim->mode()) != is_dir || (is_dir && !leases_->KnownEmpty(*ino)) ||
+      (!is_dir && victim->nlink() != 1)) {
     ++stats_.fallback;
     return std::nullopt;
   }
@@ -462,13 +496,90 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
   if (is_dir) {
     leases_->DirChanged(*ino);
     granted_.erase(*ino);
-  } else if (victim->nlink() > 1) {
-    proto::Attr v = *victim;
-    v.set_nlink(v.nlink() - 1);
-    v.set_ctime_ns(now);
-    leases_->PutAttr(t, v, /*own=*/true);
   }
   leases_->PutAttr(t, d, /*own=*/true);
+  ++stats_.local;
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
+                                             const std::string& name, uint64_t new_parent,
+                                             const std::string& new_name, uint32_t flags,
+                                             uint64_t* moved, uint64_t* replaced) {
+  constexpr uint32_t kNoReplace = 1;  // RenameRequest.flags
+  absl::MutexLock l(&mu_);
+  *moved = *replaced = 0;
+  std::optional<proto::Attr> src_dir = WritableDir(c, parent);
+  if (!src_dir) return std::nullopt;
+  std::optional<proto::Attr> dst_dir = new_parent == parent ? src_dir : WritableDir(c, new_parent);
+  if (!dst_dir) return std::nullopt;
+  auto fallback = [&]() -> std::optional<absl::Status> {
+    ++stats_.fallback;
+    return std::nullopt;
+  };
+  if ((flags & ~kNoReplace) != 0 || name == "." || name == ".." || new_name == "." ||
+      new_name == ".." || !ValidateName(name).ok() || !ValidateName(new_name).ok()) {
+    return fallback();
+  }
+  const LeaseCache::Ticket t = leases_->Take();
+  uint64_t src = 0, dst = 0;
+  switch (leases_->Lookup(parent, name, &src)) {
+    case LeaseCache::Name::kAbsent:
+      return ErrnoStatus(ENOENT, name + " (granted directory)");
+    case LeaseCache::Name::kUnknown:
+      return fallback();
+    case LeaseCache::Name::kPresent:
+      break;
+  }
+  const LeaseCache::Name target = leases_->Lookup(new_parent, new_name, &dst);
+  if (target == LeaseCache::Name::kUnknown) return fallback();
+  std::optional<proto::Attr> src_attr = leases_->Attr(src);
+  // (Files with other names: as in Remove.)
+  if (!src_attr || S_ISDIR(src_attr->mode()) || src_attr->nlink() != 1) return fallback();
+  std::optional<proto::Attr> dst_attr;
+  if (target == LeaseCache::Name::kPresent) {
+    if (flags & kNoReplace) return ErrnoStatus(EEXIST, new_name + " (granted directory)");
+    dst_attr = leases_->Attr(dst);
+    // Over a directory (EISDIR), or onto another name of the same inode
+    // (nothing, or ESTALE): the server's answer.
+    if (!dst_attr || S_ISDIR(dst_attr->mode()) || dst == src || dst_attr->nlink() != 1) {
+      return fallback();
+    }
+  } else {
+    dst = 0;
+  }
+  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
+  proto::RenameRequest* r = e.mutable_rename();
+  r->set_parent(parent);
+  r->set_name(name);
+  r->set_new_parent(new_parent);
+  r->set_new_name(new_name);
+  r->set_flags(flags);
+  r->set_expected_ino(src);
+  r->set_expected_new_ino(dst);
+  if (!log_->TryAppend(std::move(entries)).ok()) return fallback();
+  // As the server changes them (server/namespace.cc Rename).
+  leases_->NameRemoved(parent, name);
+  leases_->NameAdded(new_parent, new_name, src);
+  leases_->AttrChanged(src);
+  proto::Attr moved_attr = *src_attr;
+  moved_attr.set_ctime_ns(now);
+  leases_->PutAttr(t, moved_attr, /*own=*/true);
+  if (dst != 0) leases_->AttrChanged(dst);
+  // Its closes need the grant of the directory it is in now (both held).
+  for (auto& [handle, open] : logged_opens_) {
+    if (open.ino == src) open.dir = new_parent;
+  }
+  for (proto::Attr d : {*src_dir, *dst_dir}) {
+    d.set_mtime_ns(now);
+    d.set_ctime_ns(now);
+    leases_->PutAttr(t, d, /*own=*/true);
+    if (new_parent == parent) break;
+  }
+  *moved = src;
+  *replaced = dst;
   ++stats_.local;
   return absl::OkStatus();
 }
@@ -477,7 +588,7 @@ bool NsGrants::Release(uint64_t ino, uint64_t handle) {
   absl::MutexLock l(&mu_);
   auto it = logged_opens_.find(handle);
   if (it == logged_opens_.end()) return false;
-  const uint64_t parent = it->second;
+  const uint64_t parent = it->second.dir;
   logged_opens_.erase(it);
   // Its directory's grant is gone: the open was applied when it went (the
   // recall applied the log), and the close goes as a call.

@@ -70,27 +70,38 @@ class NsGrants {
   NsGrants(const NsGrants&) = delete;
   NsGrants& operator=(const NsGrants&) = delete;
 
-  // Asks for the first inode numbers (a failure is logged: no change is
-  // made here until a later refill succeeds) and starts the log's ager.
+  // Starts the log's ager. Inode numbers are asked for at the first mkdir
+  // (WantGrant).
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Applies what is left of the log (unmount) and stops the ager.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- grants ----------------------------------------------------------------
   // Whether a mkdir should ask for a grant (the log is healthy and inode
-  // numbers are at hand).
-  bool WantGrant() ABSL_LOCKS_EXCLUDED(mu_);
-  // The server granted `dir` (the reply to a mkdir with want_grant).
-  void Granted(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // numbers are at hand; none: asks for some first). `*ticket` is taken
+  // for Granted.
+  bool WantGrant(uint64_t* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server granted `dir` (the reply to a mkdir with want_grant, sent
+  // after `ticket` was taken). Not kept when a recall or a drop came since:
+  // it may have been this very grant's, handled before the reply.
+  void Granted(uint64_t dir, uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // `dir` was removed by a call, or a file opened in the log was renamed
+  // or linked by one: what this mount remembers of it here is dropped (a
+  // removed directory's grant, the file's opens: their closes go as
+  // calls).
+  void DirRemoved(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  void FileMoved(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // The server recalls the grant of `dir`: no change is made in it from
   // now on, and the log is applied (returns when it is, or failed).
   absl::Status Recall(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   // Every grant is gone (the stream broke, the leases were not renewed).
   // The log stays, to be applied (ApplyPending).
   void DropAll() ABSL_LOCKS_EXCLUDED(mu_);
-  // Applies the log: before the mount subscribes again (a new primary
-  // waits for it before other mounts' calls go on), and the barrier.
-  void ApplyPending() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the log as far as it goes now: before the mount subscribes
+  // again (a new primary waits for it before other mounts' calls go on),
+  // and the barrier. An error when it could not be sent (the entries stay);
+  // OK when it was applied, or refused (the log stopped: nothing is left).
+  absl::Status ApplyPending() ABSL_LOCKS_EXCLUDED(mu_);
   // fsync, fsyncdir: applies the log; the error of a refused entry is
   // returned once, to the first caller after it happened.
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
@@ -124,6 +135,14 @@ class NsGrants {
   // here). `*ino` gets the inode that lost the name.
   std::optional<absl::Status> Remove(const Creds& c, uint64_t parent, const std::string& name,
                                      bool is_dir, uint64_t* ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // rename of a file, symlink, fifo or socket (not a directory) within or
+  // between granted directories, flags 0 or RENAME_NOREPLACE, over nothing
+  // or over a name that is not a directory. `*moved` and `*replaced` (0:
+  // none) get the inodes.
+  std::optional<absl::Status> Rename(const Creds& c, uint64_t parent, const std::string& name,
+                                     uint64_t new_parent, const std::string& new_name,
+                                     uint32_t flags, uint64_t* moved, uint64_t* replaced)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The close of `handle`: true when it went into the log (its open did,
   // and its directory is still granted); false: the caller sends Release.
   bool Release(uint64_t ino, uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
@@ -171,8 +190,14 @@ class NsGrants {
   std::deque<std::pair<uint64_t, uint64_t>> ranges_ ABSL_GUARDED_BY(mu_);
   uint64_t numbers_left_ ABSL_GUARDED_BY(mu_) = 0;
   bool refilling_ ABSL_GUARDED_BY(mu_) = false;
-  // Handles opened in the log, and their file's directory.
-  absl::flat_hash_map<uint64_t, uint64_t> logged_opens_ ABSL_GUARDED_BY(mu_);
+  // Handles opened in the log: their file and its directory.
+  struct LoggedOpen {
+    uint64_t ino;
+    uint64_t dir;
+  };
+  absl::flat_hash_map<uint64_t, LoggedOpen> logged_opens_ ABSL_GUARDED_BY(mu_);
+  // Recalls and drops so far (Granted's ticket).
+  uint64_t gen_ ABSL_GUARDED_BY(mu_) = 0;
   bool diverged_ ABSL_GUARDED_BY(mu_) = false;
   bool error_reported_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);

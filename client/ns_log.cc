@@ -77,10 +77,11 @@ absl::Status NsLog::Flush(uint64_t upto) {
     if (!sending_) {
       const uint64_t before = first_pos_;
       SendOne(upto);
-      // A batch that could not go: back off a little before the next try
-      // (the RPC layer already retried and failed over).
+      // A batch that could not go: the RPC layer already retried (for its
+      // retry_for) and failed over; the caller decides what comes next.
       if (first_pos_ == before && error_.ok() && !send_error_.ok()) {
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(200));
+        return absl::UnavailableError(
+            absl::StrCat("the namespace log could not be sent: ", send_error_.ToString()));
       }
     } else {
       mu_.AwaitWithTimeout(absl::Condition(
@@ -141,11 +142,21 @@ void NsLog::SendOne(uint64_t upto) {
 void NsLog::AgeLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.max_age / 4);
+    // Woken early by a full batch (not while one is out, nor right after
+    // one could not go).
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](NsLog* log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(log->mu_) {
+                               return log->stopping_ ||
+                                      (!log->sending_ && log->send_error_.ok() &&
+                                       log->entries_.size() >= log->options_.batch_entries);
+                             },
+                             this),
+                         options_.max_age / 4);
     if (stopping_) break;
-    // Batches go while the oldest entry is past its age.
+    // Batches go while the oldest entry is past its age, or one is full.
     while (!stopping_ && !sending_ && error_.ok() && !entries_.empty() &&
-           options_.clock->Now() - appended_at_.front() >= options_.max_age) {
+           (options_.clock->Now() - appended_at_.front() >= options_.max_age ||
+            entries_.size() >= options_.batch_entries)) {
       const uint64_t before = first_pos_;
       SendOne(first_pos_ + entries_.size() - 1);
       if (first_pos_ == before) break;  // could not go: next round

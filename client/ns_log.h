@@ -34,15 +34,18 @@ namespace grantfs {
 
 struct NsLogOptions {
   // Entries waiting at most; an append past it waits for a batch to go.
-  size_t max_entries = 16384;
+  // Small enough that a recall applies all of them well within the
+  // server's wait for its ack (1 s): the holder must not lose its grant
+  // halfway through.
+  size_t max_entries = 4096;
   // Entries in one ApplyLog (the server takes 4096 at most).
   size_t batch_entries = 1024;
   // An entry waits at most about this long before its batch is sent (the
-  // background thread, when started).
+  // background thread, when started; it sends a full batch at once).
   absl::Duration max_age = absl::Seconds(1);
-  // How long an append waits for room, and a flush for its batches,
-  // before it gives up (DEADLINE_EXCEEDED; nothing is lost: the entries
-  // stay).
+  // How long an append waits for room, and a flush for batches other
+  // threads are sending, before it gives up (DEADLINE_EXCEEDED; nothing is
+  // lost: the entries stay).
   absl::Duration wait = absl::Seconds(60);
   Clock* clock = Clock::Monotonic();
 };
@@ -71,7 +74,9 @@ class NsLog {
   // last. Sends nothing, so it may be called under the caller's locks.
   absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends every entry up to position `upto` (all by default) and returns
-  // once the server applied them, or with the error that stopped it.
+  // once the server applied them, or with the error that stopped it: the
+  // log's error, or UNAVAILABLE when a batch could not be sent (the RPC
+  // layer retried it already; the entries stay, to be sent again).
   absl::Status Flush(uint64_t upto = UINT64_MAX) ABSL_LOCKS_EXCLUDED(mu_);
 
   // OK, or why the log stopped (an entry refused: its errno).

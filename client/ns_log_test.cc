@@ -106,6 +106,8 @@ TEST(NsLog, ABatchThatCouldNotGoIsSentAgainWithTheSameNumbers) {
   ASSERT_TRUE(log.Append(Entry(1)).ok());
   ASSERT_TRUE(log.Append(Entry(2)).ok());
   server.set_fail(2);
+  EXPECT_EQ(log.Flush().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(log.Flush().code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(log.Flush().ok());
   EXPECT_EQ(server.tried(), (std::vector<uint64_t>{1, 2, 1, 2}));
   EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1, 2}));
@@ -119,7 +121,7 @@ TEST(NsLog, AFlushThatCannotGetThroughGivesUpAndKeepsTheEntries) {
   NsLog log(o, SendTo(&server));
   ASSERT_TRUE(log.Append(Entry(1)).ok());
   server.set_fail(1000);
-  EXPECT_EQ(log.Flush().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(log.Flush().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(log.pending(), 1u);
   server.set_fail(0);
   ASSERT_TRUE(log.Flush().ok());

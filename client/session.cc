@@ -246,7 +246,19 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     // What this mount did in its granted directories goes first: a server
     // that restarted or took over holds other mounts' calls that would
     // read it until this mount subscribed (docs/namespace-grants.md).
-    if (ns_ != nullptr) ns_->ApplyPending();
+    if (ns_ != nullptr) {
+      absl::Status applied = ns_->ApplyPending();
+      if (!applied.ok()) {
+        // Not subscribed without it: the server would stop waiting for
+        // this mount's log and refuse it. Tried again after a wait.
+        LOG(WARNING) << "not subscribing yet: " << applied;
+        absl::MutexLock l(&mu_);
+        stream_ctx_ = nullptr;
+        if (stopping_ || !WaitToReconnect(backoff)) return;
+        backoff = std::min(backoff * 2, max_backoff);
+        continue;
+      }
+    }
     size_t index = 0;
     const absl::Time opened = absl::Now();
     const absl::Time sent = options_.clock->Now();
@@ -325,6 +337,7 @@ void Session::DropLeases(bool stream_down, Invalidator* invalidator) {
 void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalidator) {
   uint64_t last = 0;
   bool names = false;
+  bool applied = true;  // every grant recalled had its log applied
   for (const proto::Invalidation& inv : batch.items()) {
     if (inv.recall() == 0) continue;
     last = std::max(last, inv.recall());
@@ -332,7 +345,13 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
       // The holder's log is applied before the ack: the other mount's call
       // then sees everything this one did there.
       absl::Status s = ns_ != nullptr ? ns_->Recall(inv.grant()) : absl::OkStatus();
-      if (!s.ok()) LOG(WARNING) << "grant of " << inv.grant() << " recalled: " << s;
+      if (!s.ok()) {
+        // Not acknowledged (acks are cumulative: nothing of this batch):
+        // the server waits until this mount's leases run out, and the
+        // heartbeat that is not renewed drops everything.
+        LOG(WARNING) << "grant of " << inv.grant() << " recalled, its log not applied: " << s;
+        applied = false;
+      }
       continue;
     }
     if (leases_ == nullptr) continue;
@@ -356,6 +375,7 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
   // directory's lock, which a change in flight here may hold while the
   // server waits for this very ack.)
   if (names) invalidator->InvalidateAllNames();
+  if (!applied) return;
   absl::Status s = meta_->AckRecall(last, absl::Seconds(2));
   // Unanswered, the change waits until this mount's leases run out, and the
   // next heartbeat is not renewed: the mount drops everything then.

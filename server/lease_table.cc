@@ -337,7 +337,7 @@ bool LeaseTable::Done(const Wait& w, absl::Time now) {
   return h.acked >= w.seq || (h.until <= now && h.applying == 0);
 }
 
-void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
+void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys, bool in_grant) {
   if (keys.empty()) return;
   absl::MutexLock l(&mu_);
   const absl::Time now = options_.clock->Now();
@@ -388,7 +388,7 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys) {
     if (it->second.empty()) leases_.erase(it);
     if (others) CountRecall(key, now);
   }
-  if (inherited_until_ > now) {
+  if (inherited_until_ > now && !in_grant) {
     for (const auto& [id, h] : holders_) {
       if (h.inherited && id != origin) waits.push_back({id, 0, h.streams});
     }

@@ -181,8 +181,14 @@ class LeaseTable {
   // After a change to what `keys` cover was committed: recalls them from
   // every holder but `origin` and waits until each is gone (bounded:
   // `ack_wait` + `term`). The origin keeps its leases: it applies its own
-  // change.
-  void Recall(uint64_t origin, absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // change. `in_grant`: the change is an entry of the origin's log, in
+  // directories granted to it (BeginApply): no other session can hold what
+  // it covers, so the sessions inherited from the last server (which may
+  // hold anything) are not waited for; they replay their own logs at the
+  // same time and would otherwise wait for each other until the window
+  // ends.
+  void Recall(uint64_t origin, absl::Span<const LeaseKey> keys, bool in_grant = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The mount dropped every recall up to `seq` (Invalidation.recall).
   void Ack(uint64_t client_id, uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -199,6 +199,7 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
   // durable first (the others wait once for the whole batch).
   tag->defer_durable = !(e.has_setattr() && (e.setattr().valid() & proto::SetAttrRequest::SIZE));
   erc.tag = tag;
+  erc.log_entry = true;
   // The leases of what a create makes: as for a call (LeaseCreated).
   const uint64_t epoch = leases.Epoch();
   auto lease_created = [&](const proto::Attr& a) {

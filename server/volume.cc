@@ -184,11 +184,18 @@ absl::Status Volume::Recover() {
   grace_until_ = options_.lease_clock->Now() + 2 * options_.lease;
   // The last server's metadata leases run out within meta_lease of its last
   // renewal, which came before this start (a primary stops serving before
-  // another takes over).
+  // another takes over). Sessions that took namespace grants are waited for
+  // as long as for their reclaims (twice the session lease): each must find
+  // this server and replay its log (each entry of which a program was told
+  // had succeeded) before the window ends, and a mount cut off from the old
+  // primary by a partition learns of the failover only when its calls time
+  // out there.
   {
     std::vector<uint64_t> ids;
     for (const proto::SessionInfo& info : sessions_.List()) ids.push_back(info.client_id());
-    leases_.Inherit(ids, options_.lease_clock->Now() + options_.meta_lease, ns_grants);
+    const absl::Duration window =
+        ns_grants ? std::max(options_.meta_lease, 2 * options_.lease) : options_.meta_lease;
+    leases_.Inherit(ids, options_.lease_clock->Now() + window, ns_grants);
   }
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
@@ -244,7 +251,7 @@ void Volume::Recall(const RequestContext& ctx, absl::Span<const LeaseKey> keys) 
   for (const LeaseKey& k : keys) {
     if (k.ino != 0) live.push_back(k);
   }
-  leases_.Recall(ctx.client_id, live);
+  leases_.Recall(ctx.client_id, live, ctx.log_entry);
 }
 
 // --- namespace ----------------------------------------------------------------

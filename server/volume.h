@@ -128,6 +128,10 @@ struct RequestContext {
   // nothing (no session, a request that changes nothing, or a retry whose
   // first attempt was recorded). Not owned; outlives the call.
   RequestTag* tag = nullptr;
+  // An entry of the caller's namespace log (ApplyLog), applied in
+  // directories granted to it: its recalls do not wait for the sessions a
+  // server that took over inherited (LeaseTable::Recall `in_grant`).
+  bool log_entry = false;
 };
 
 class Volume {

@@ -15,6 +15,7 @@ from .stats import fmt_ratio, fmt_summary, scaled
 
 GFS = "GrantFS"
 GFS_OFF = meta_leases.GFS_OFF  # a grantfs-mount --leases=off (section 5)
+GFS_NS = "GrantFS (ns grants)"  # a grantfs-mount --ns_grants=on (section 5)
 PT = "FUSE passthrough"
 TMPFS = "tmpfs"
 LOCAL = "local disk"
@@ -344,6 +345,7 @@ def metadata_and_dbench(ctx):
     server = ctx.main_server()
     targets = [(GFS, h.mount_grantfs("gfs-meta", server.addr)),
                (GFS_OFF, h.mount_grantfs("gfs-meta-off", server.addr, leases="off")),
+               (GFS_NS, h.mount_grantfs("gfs-meta-ns", server.addr, ns_grants="on")),
                (PT, h.mount_passthrough("pt-meta")), (TMPFS, h.mount_tmpfs("tmpfs-meta")),
                (LOCAL, h.local_dir("local-meta"))]
     dbench_targets = [(name, d) for name, d in targets if name != GFS_OFF]
@@ -372,7 +374,7 @@ def metadata_and_dbench(ctx):
                 res.record("dbench", (("target", name),), "max latency", "ms", float(m.group(3)))
                 ctx.progress.done(f"{float(m.group(1)):.1f} MB/s, max latency {m.group(3)} ms")
     finally:
-        for _, d in targets[:4]:
+        for _, d in targets[:5]:
             h.unmount(d)
     tree_targets = meta_leases.tree_walks(ctx, server)
     meta_leases.ping_pong(ctx, server)
@@ -384,17 +386,27 @@ stat'ed, renamed (same directory) and unlinked, one process; operations per seco
 (min–max) of {ctx.runs} run(s). **GrantFS** is a mount with metadata leases (the
 default: names and attributes answered by the mount while the server leases them);
 **{GFS_OFF}** a `grantfs-mount --leases=off` of the same server (every lookup and
-getattr an RPC, cached by the kernel for 1 s). dbench runs on the mount with leases.
+getattr an RPC, cached by the kernel for 1 s); **{GFS_NS}** a `grantfs-mount --ns_grants=on`
+(namespace grants: the creates, renames and unlinks in the directory the benchmark made are
+answered by the mount and sent as a log, docs/namespace-grants.md). dbench runs on the mounts
+with leases, with and without namespace grants.
 """)
     rows = [[name] + [fmt_summary(res.get("metadata", (("target", name),), f"{op}/s"))
                       for op in ops] for name, _ in targets]
     sec.table(["target"] + [f"{op}/s" for op in ops], rows)
     rows = []
-    for other in (GFS_OFF, PT, TMPFS, LOCAL):
+    for other in (GFS_OFF, GFS_NS, PT, TMPFS, LOCAL):
         rows.append([other] + [fmt_ratio(res.get("metadata", (("target", GFS),), f"{op}/s"),
                                          res.get("metadata", (("target", other),), f"{op}/s"))
                                for op in ops])
     sec.text("GrantFS (leases on) rate as a fraction of:")
+    sec.table(["target"] + [f"{op}" for op in ops], rows)
+    rows = []
+    for other in (GFS, PT, TMPFS, LOCAL):
+        rows.append([other] + [fmt_ratio(res.get("metadata", (("target", GFS_NS),), f"{op}/s"),
+                                         res.get("metadata", (("target", other),), f"{op}/s"))
+                               for op in ops])
+    sec.text(f"{GFS_NS} rate as a fraction of:")
     sec.table(["target"] + [f"{op}" for op in ops], rows)
     sec.csv("metadata")
     sec.text(f"""
@@ -404,13 +416,16 @@ buffers (zeros); the non-zero workloads above stand beside it. Median (min–max
 run(s).
 """)
     gt = res.get("dbench", (("target", GFS),), "throughput")
+    gn = res.get("dbench", (("target", GFS_NS),), "throughput")
     rows = []
     for name, _ in dbench_targets:
         t = res.get("dbench", (("target", name),), "throughput")
         rows.append([name, fmt_summary(t),
                      fmt_summary(res.get("dbench", (("target", name),), "max latency")),
-                     fmt_ratio(gt, t) if name != GFS else "-"])
-    sec.table(["target", "throughput MB/s", "max latency ms", "GrantFS throughput vs this"], rows)
+                     fmt_ratio(gt, t) if name != GFS else "-",
+                     fmt_ratio(gn, t) if name != GFS_NS else "-"])
+    sec.table(["target", "throughput MB/s", "max latency ms", "GrantFS throughput vs this",
+               f"{GFS_NS} vs this"], rows)
     sec.csv("dbench")
     meta_leases.tree_walk_text(sec, ctx, tree_targets)
     meta_leases.ping_pong_text(sec, ctx)

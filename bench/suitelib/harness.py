@@ -137,14 +137,15 @@ class Harness:
         return path
 
     def mount_grantfs(self, name, server_addr, write_mode="fastwrite", leases="on",
-                      insecure=False):
+                      insecure=False, ns_grants="off"):
         """A grantfs-mount of the server's root at NAME. leases="off" mounts
         without metadata leases (every lookup, getattr and readdir an RPC,
-        cached by the kernel for 1 s); insecure: without TLS (--insecure),
-        for a server started so."""
+        cached by the kernel for 1 s); ns_grants="on" with namespace grants
+        (docs/namespace-grants.md); insecure: without TLS (--insecure), for a
+        server started so."""
         path = self.path(name)
         argv = [self.bin("client/grantfs-mount"), f"{server_addr}:/", path, "-f",
-                f"--write_mode={write_mode}", f"--leases={leases}"]
+                f"--write_mode={write_mode}", f"--leases={leases}", f"--ns_grants={ns_grants}"]
         if insecure:
             argv.append("--insecure")
         return self._fuse(name, argv, path)
