@@ -313,6 +313,50 @@ TEST_F(NsGrantsMountTest, TheCloseOfAFileMovedOutOfItsGrantedDirectoryIsACall) {
   ASSERT_OK(a->FsyncDir(d));
 }
 
+// What the mount shows of what it made is what the server makes: every
+// attribute (no_xattrs aside: the server says it only where it leases).
+void ExpectSameAttr(proto::Attr local, proto::Attr server) {
+  local.clear_no_xattrs();
+  server.clear_no_xattrs();
+  EXPECT_EQ(local.ShortDebugString(), server.ShortDebugString());
+}
+
+TEST_F(NsGrantsMountTest, WhatTheMountShowsIsWhatTheServerMakesUmaskAndSetgidToo) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  proto::SetAttrRequest chmod;
+  chmod.set_ino(d);
+  chmod.set_valid(proto::SetAttrRequest::MODE | proto::SetAttrRequest::GID);
+  chmod.set_mode(S_IFDIR | S_ISGID | 0775);
+  chmod.set_gid(4242);
+  ASSERT_OK(a->SetAttr(root_, chmod).status());
+  ASSERT_OK(a->GetAttr(root_, d).status());  // leased again
+  std::vector<proto::Attr> made;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->MkNod(root_, d, "f", S_IFREG | 0666, 0, 027, true));
+  ASSERT_OK_AND_ASSIGN(proto::Attr sub, a->MkNod(root_, d, "sub", S_IFDIR | 0777, 0, 022, true));
+  ASSERT_OK_AND_ASSIGN(proto::Attr fifo, a->MkNod(root_, d, "fifo", S_IFIFO | 0600, 0, 0, true));
+  ASSERT_OK_AND_ASSIGN(proto::Attr link, a->Symlink(root_, d, "link", "f"));
+  EXPECT_GE(a->ns_grants()->stats().local, 4u);
+  EXPECT_EQ(f.gid(), 4242u);
+  EXPECT_EQ(f.mode(), S_IFREG | 0640u);
+  EXPECT_EQ(sub.mode(), S_IFDIR | S_ISGID | 0755u);
+  ASSERT_OK(a->Remove(root_, d, "fifo", false));
+  ASSERT_OK_AND_ASSIGN(proto::Attr dir_here, a->GetAttr(root_, d));
+  // B's look recalls the grant (B can know the new inodes only by names:
+  // nothing else tells it their numbers): the server's attributes, as A
+  // showed them.
+  ASSERT_OK(b->Lookup(root_, d, "f").status());
+  EXPECT_EQ(a->ns_grants()->stats().recalls, 1u);
+  for (const proto::Attr& here : {f, sub, link}) {
+    ASSERT_OK_AND_ASSIGN(proto::Attr there, b->GetAttr(root_, here.ino()));
+    ExpectSameAttr(here, there);
+  }
+  ASSERT_OK_AND_ASSIGN(proto::Attr dir_there, b->GetAttr(root_, d));
+  ExpectSameAttr(dir_here, dir_there);
+  EXPECT_EQ(ToErrno(b->GetAttr(root_, fifo.ino()).status()), ESTALE);
+}
+
 TEST_F(NsGrantsMountTest, WithGrantsOffEveryChangeIsACall) {
   FileSystem* a = Mount(/*grants=*/false);
   FileSystem* b = Mount();
