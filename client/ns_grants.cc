@@ -321,19 +321,21 @@ bool LocalType(uint32_t mode) {
 }
 }  // namespace
 
-std::optional<absl::StatusOr<proto::Attr>> NsGrants::MkNod(const Creds& c, uint64_t parent,
-                                                           const std::string& name, uint32_t mode,
-                                                           uint64_t rdev, uint32_t umask,
-                                                           bool exclusive) {
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::LocalCreate(
+    const Creds& c, uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+    uint32_t umask, bool exclusive, const std::string& target, std::optional<uint32_t> open_flags,
+    const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle) {
   std::optional<absl::StatusOr<proto::Attr>> out;
   {
     absl::MutexLock l(&mu_);
     std::optional<proto::Attr> dir = WritableDir(c, parent);
     if (!dir) return std::nullopt;
-    if (S_ISREG(mode) == false) exclusive = true;  // as the server
     uint64_t ino = 0;
     const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
-    if (!LocalType(mode) || !ValidateName(name).ok() || known == LeaseCache::Name::kUnknown ||
+    const bool type_ok = S_ISLNK(mode) ? ValidateSymlinkTarget(target).ok() : LocalType(mode);
+    // The new inode's group is the caller's here only when the server
+    // makes it so (a setgid directory passes its own on).
+    if (!type_ok || !ValidateName(name).ok() || known == LeaseCache::Name::kUnknown ||
         (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
       ++stats_.fallback;
       return std::nullopt;
@@ -345,105 +347,63 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::MkNod(const Creds& c, uint6
       }
       return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
     }
-    absl::StatusOr<proto::Attr> attr =
-        CreateLocked(c, *dir, name, mode, rdev, umask, exclusive, "", nullptr);
+    proto::LogEntry open;
+    if (open_flags.has_value()) {
+      // The handle is numbered before the entries are made: the number the
+      // next inode gets is known (CreateLocked's TakeIno takes it).
+      uint64_t next = 0;
+      for (const auto& [n, end] : ranges_) {
+        if (n < end) {
+          next = n;
+          break;
+        }
+      }
+      if (next == 0) {
+        ++stats_.fallback;
+        return std::nullopt;
+      }
+      *handle = begin_open(next);
+      open.mutable_open()->set_flags(*open_flags);
+      open.mutable_open()->set_handle(*handle);
+      open.mutable_open()->set_created(true);
+    }
+    absl::StatusOr<proto::Attr> attr = CreateLocked(c, *dir, name, mode, rdev, umask, exclusive,
+                                                    target, open_flags ? &open : nullptr);
     if (attr.ok()) {
+      if (open_flags.has_value()) logged_opens_[*handle] = LoggedOpen{attr->ino(), parent};
       out = std::move(attr);
     } else {
-      ++stats_.fallback;
+      ++stats_.fallback;  // (a begun open is the caller's to end)
     }
   }
   Refill();
   if (!out && !log_->error().ok()) Diverged();
   return out;
+}
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::MkNod(const Creds& c, uint64_t parent,
+                                                           const std::string& name, uint32_t mode,
+                                                           uint64_t rdev, uint32_t umask,
+                                                           bool exclusive) {
+  // Anything but a regular file fails on an existing name, as the server.
+  return LocalCreate(c, parent, name, mode, rdev, umask, exclusive || !S_ISREG(mode), "",
+                     std::nullopt, nullptr, nullptr);
 }
 
 std::optional<absl::StatusOr<proto::Attr>> NsGrants::Create(
     const Creds& c, uint64_t parent, const std::string& name, uint32_t mode, uint32_t umask,
     uint32_t flags, const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle) {
-  std::optional<absl::StatusOr<proto::Attr>> out;
   *handle = 0;
-  {
-    absl::MutexLock l(&mu_);
-    std::optional<proto::Attr> dir = WritableDir(c, parent);
-    if (!dir) return std::nullopt;
-    const bool exclusive = (flags & O_EXCL) != 0;
-    uint64_t ino = 0;
-    const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
-    if (!LocalType(S_IFREG | mode) || !ValidateName(name).ok() ||
-        known == LeaseCache::Name::kUnknown || (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
-      ++stats_.fallback;
-      return std::nullopt;
-    }
-    if (known == LeaseCache::Name::kPresent) {
-      if (!exclusive) {
-        ++stats_.fallback;
-        return std::nullopt;
-      }
-      return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
-    }
-    // The handle is numbered before the entries are made: the number the
-    // next inode gets is known (TakeIno in CreateLocked takes it).
-    uint64_t next = 0;
-    for (const auto& [n, end] : ranges_) {
-      if (n < end) {
-        next = n;
-        break;
-      }
-    }
-    if (next == 0) {
-      ++stats_.fallback;
-    } else {
-      proto::LogEntry open;
-      *handle = begin_open(next);
-      // (O_TRUNC of a new file: nothing to truncate.)
-      open.mutable_open()->set_flags(flags & ~(O_CREAT | O_EXCL | O_TRUNC));
-      open.mutable_open()->set_handle(*handle);
-      open.mutable_open()->set_created(true);
-      absl::StatusOr<proto::Attr> attr =
-          CreateLocked(c, *dir, name, S_IFREG | mode, 0, umask, exclusive, "", &open);
-      if (attr.ok()) {
-        logged_opens_[*handle] = LoggedOpen{attr->ino(), parent};
-        out = std::move(attr);
-      } else {
-        ++stats_.fallback;  // the caller ends the open it began (EndOpen false)
-      }
-    }
-  }
-  Refill();
-  if (!out && !log_->error().ok()) Diverged();
-  return out;
+  // (O_TRUNC of a new file: nothing to truncate.)
+  return LocalCreate(c, parent, name, S_IFREG | mode, 0, umask, (flags & O_EXCL) != 0, "",
+                     flags & ~(O_CREAT | O_EXCL | O_TRUNC), begin_open, handle);
 }
 
 std::optional<absl::StatusOr<proto::Attr>> NsGrants::Symlink(const Creds& c, uint64_t parent,
                                                              const std::string& name,
                                                              const std::string& target) {
-  std::optional<absl::StatusOr<proto::Attr>> out;
-  {
-    absl::MutexLock l(&mu_);
-    std::optional<proto::Attr> dir = WritableDir(c, parent);
-    if (!dir) return std::nullopt;
-    uint64_t ino = 0;
-    const LeaseCache::Name known = leases_->Lookup(parent, name, &ino);
-    if (!ValidateName(name).ok() || !ValidateSymlinkTarget(target).ok() ||
-        known == LeaseCache::Name::kUnknown || (!(dir->mode() & S_ISGID) && dir->gid() != c.gid)) {
-      ++stats_.fallback;
-      return std::nullopt;
-    }
-    if (known == LeaseCache::Name::kPresent) {
-      return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
-    }
-    absl::StatusOr<proto::Attr> attr =
-        CreateLocked(c, *dir, name, S_IFLNK | 0777, 0, 0, true, target, nullptr);
-    if (attr.ok()) {
-      out = std::move(attr);
-    } else {
-      ++stats_.fallback;
-    }
-  }
-  Refill();
-  if (!out && !log_->error().ok()) Diverged();
-  return out;
+  return LocalCreate(c, parent, name, S_IFLNK | 0777, 0, 0, true, target, std::nullopt, nullptr,
+                     nullptr);
 }
 
 std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,

@@ -164,6 +164,15 @@ class NsGrants {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next inode number (0: none left).
   uint64_t TakeIno() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MkNod, Create and Symlink: the checks they share (the directory
+  // writable here, the type, the name valid and known not there), then
+  // CreateLocked. With `open_flags`, the open of the new file too, its
+  // handle from `begin_open` into `*handle`.
+  std::optional<absl::StatusOr<proto::Attr>> LocalCreate(
+      const Creds& c, uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+      uint32_t umask, bool exclusive, const std::string& target, std::optional<uint32_t> open_flags,
+      const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A create's entries appended and its inode put in the lease cache.
   // `open` (may be null): the open entry appended after it.
   absl::StatusOr<proto::Attr> CreateLocked(const Creds& c, const proto::Attr& dir,
