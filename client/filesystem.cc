@@ -185,6 +185,13 @@ void FileSystem::NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino) {
   if (bits.attr_hot && ino != 0) leases_->FallBack({LeaseCache::Kind::kAttr, ino});
 }
 
+void FileSystem::KeepGrantedDir(const Creds& c, uint64_t dir) {
+  // A call changed a directory granted here, and the lease cache dropped
+  // its attributes (its times changed): without them no change is made
+  // here, so they are read again now (the kernel would not ask).
+  if (ns_ && ns_->Holds(dir)) GetAttr(c, dir).IgnoreError();
+}
+
 absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
                                                const std::string& name) {
   LeaseCache::Ticket t;
@@ -260,6 +267,7 @@ absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRe
   if (leases_) leases_->AttrChanged(ino);
   RETURN_IF_ERROR(attr.status());
   if (bits.attr) KeepAttr(t, fetch, *attr, /*own=*/true);
+  if (!bits.attr) KeepGrantedDir(c, ino);
   fetch.Patch(&*attr);
   return attr;
 }
@@ -311,6 +319,7 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
     if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
   }
   if (ns_ && reply.created() && reply.granted()) ns_->Granted(reply.attr().ino(), grant_ticket);
+  if (reply.created()) KeepGrantedDir(c, parent);
   return std::move(*reply.mutable_attr());
 }
 
@@ -335,6 +344,7 @@ absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
     leases_->NameAdded(parent, name, attr.ino());
     if (bits.attr) leases_->PutAttr(t, attr, /*own=*/true);
   }
+  KeepGrantedDir(c, parent);
   return attr;
 }
 
@@ -359,6 +369,7 @@ absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint6
   }
   fetch.Patch(&attr);
   names_.Set(new_parent, new_name, attr.ino());
+  KeepGrantedDir(c, new_parent);
   return attr;
 }
 
@@ -399,6 +410,7 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
   RETURN_IF_ERROR(s);
   if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);  // its grant went with it
   names_.Erase(parent, name);
+  KeepGrantedDir(c, parent);
   return absl::OkStatus();
 }
 
@@ -452,6 +464,8 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
   }
   RETURN_IF_ERROR(s);
   names_.Rename(parent, name, new_parent, new_name, exchange);
+  KeepGrantedDir(c, parent);
+  if (new_parent != parent) KeepGrantedDir(c, new_parent);
   return absl::OkStatus();
 }
 
@@ -670,6 +684,7 @@ absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::strin
   ForgetXattrs(ino);
   absl::Status s = meta_.SetXattr(c, ino, name, value, flags);
   if (leases_) leases_->XattrsChanged(ino);  // and ctime
+  KeepGrantedDir(c, ino);
   return s;
 }
 
@@ -706,6 +721,7 @@ absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::st
   ForgetXattrs(ino);
   absl::Status s = meta_.RemoveXattr(c, ino, name);
   if (leases_) leases_->XattrsChanged(ino);  // and ctime
+  KeepGrantedDir(c, ino);
   return s;
 }
 

@@ -213,6 +213,10 @@ class FileSystem {
   // Remembers what a reply said was not leased for being recalled too
   // often (LeaseCache::FallBack); 0: none.
   void NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino);
+  // After a call changed `dir`: when it is granted here, its attributes
+  // are read again (NsGrants makes changes only in a directory whose
+  // attributes are leased here).
+  void KeepGrantedDir(const Creds& c, uint64_t dir);
   void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                 const proto::Attr& attr, bool own = false);
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,

@@ -357,6 +357,27 @@ TEST_F(NsGrantsMountTest, WhatTheMountShowsIsWhatTheServerMakesUmaskAndSetgidToo
   EXPECT_EQ(ToErrno(b->GetAttr(root_, fifo.ino()).status()), ESTALE);
 }
 
+TEST_F(NsGrantsMountTest, AFileMadeHereAndWrittenIsStillRenamedAndRemovedLocally) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  for (const char* name : {"w1", "w2", "w3"}) {
+    uint64_t h = 0;
+    ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                         a->Create(root_, d, name, 0644, 022, O_CREAT | O_WRONLY, &h));
+    // A write drops the file's leased attributes; the mount still knows
+    // it made it, with one name.
+    ASSERT_OK(a->Write(root_, f.ino(), 0, "x", 1).status());
+    ASSERT_OK(a->Flush(f.ino()));
+    ASSERT_OK(a->Release(f.ino(), h));
+  }
+  const uint64_t local = a->ns_grants()->stats().local;
+  ASSERT_OK(a->Rename(root_, d, "w1", d, "w2", 0));
+  ASSERT_OK(a->Remove(root_, d, "w3", false));
+  EXPECT_EQ(a->ns_grants()->stats().local, local + 2);
+  EXPECT_EQ(Names(b, d), std::vector<std::string>{"w2"});
+}
+
 TEST_F(NsGrantsMountTest, WithGrantsOffEveryChangeIsACall) {
   FileSystem* a = Mount(/*grants=*/false);
   FileSystem* b = Mount();

@@ -105,6 +105,7 @@ void NsGrants::DirRemoved(uint64_t dir) {
 
 void NsGrants::FileMoved(uint64_t ino) {
   absl::MutexLock l(&mu_);
+  made_.erase(ino);
   for (auto it = logged_opens_.begin(); it != logged_opens_.end();) {
     if (it->second.ino == ino) {
       logged_opens_.erase(it++);
@@ -214,6 +215,11 @@ void NsGrants::Refill() {
 
 // --- changes made here ----------------------------------------------------------
 
+bool NsGrants::MadeHere(uint64_t ino, uint64_t dir) {
+  auto it = made_.find(ino);
+  return it != made_.end() && it->second == dir && granted_.contains(dir);
+}
+
 std::optional<proto::Attr> NsGrants::WritableDir(const Creds& c, uint64_t parent) {
   if (diverged_ || !granted_.contains(parent)) return std::nullopt;
   std::optional<proto::Attr> dir;
@@ -294,6 +300,10 @@ absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::
   leases_->NameAdded(parent, name, ino);
   leases_->PutAttr(t, attr, /*own=*/true);
   leases_->PutAttr(t, d, /*own=*/true);
+  if (type != S_IFDIR) {
+    if (made_.size() >= kMaxMade) made_.clear();  // bounded: only knowledge is lost
+    made_[ino] = parent;
+  }
   if (type == S_IFDIR) {
     leases_->PutEmptyDir(t, ino, parent);
     // The server grants it when it applies the entry (the parent's grant
@@ -430,8 +440,12 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
   // A file with other names: a look at one of those elsewhere recalls
   // the grants of that name's directory, not this one's (the server finds
   // an inode's directory by its first name), so it is removed by a call.
-  if (!victim || S_ISDIR(victim->mode()) != is_dir || (is_dir && !leases_->KnownEmpty(*ino)) ||
-      (!is_dir && victim->nlink() != 1)) {
+  // A file made here needs no attributes (dropped by its writes): it is
+  // no directory and has one name.
+  const bool ok = victim ? (S_ISDIR(victim->mode()) == is_dir &&
+                            (is_dir ? leases_->KnownEmpty(*ino) : victim->nlink() == 1))
+                         : (!is_dir && MadeHere(*ino, parent));
+  if (!ok) {
     ++stats_.fallback;
     return std::nullopt;
   }
@@ -457,6 +471,7 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
     leases_->DirChanged(*ino);
     granted_.erase(*ino);
   }
+  made_.erase(*ino);
   leases_->PutAttr(t, d, /*own=*/true);
   ++stats_.local;
   return absl::OkStatus();
@@ -473,7 +488,7 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   if (!src_dir) return std::nullopt;
   std::optional<proto::Attr> dst_dir = new_parent == parent ? src_dir : WritableDir(c, new_parent);
   if (!dst_dir) return std::nullopt;
-  auto fallback = [&]() -> std::optional<absl::Status> {
+  auto fallback = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<absl::Status> {
     ++stats_.fallback;
     return std::nullopt;
   };
@@ -494,15 +509,18 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   const LeaseCache::Name target = leases_->Lookup(new_parent, new_name, &dst);
   if (target == LeaseCache::Name::kUnknown) return fallback();
   std::optional<proto::Attr> src_attr = leases_->Attr(src);
-  // (Files with other names: as in Remove.)
-  if (!src_attr || S_ISDIR(src_attr->mode()) || src_attr->nlink() != 1) return fallback();
+  // (Files with other names, files made here: as in Remove.)
+  if (src_attr ? (S_ISDIR(src_attr->mode()) || src_attr->nlink() != 1) : !MadeHere(src, parent)) {
+    return fallback();
+  }
   std::optional<proto::Attr> dst_attr;
   if (target == LeaseCache::Name::kPresent) {
     if (flags & kNoReplace) return ErrnoStatus(EEXIST, new_name + " (granted directory)");
     dst_attr = leases_->Attr(dst);
     // Over a directory (EISDIR), or onto another name of the same inode
     // (nothing, or ESTALE): the server's answer.
-    if (!dst_attr || S_ISDIR(dst_attr->mode()) || dst == src || dst_attr->nlink() != 1) {
+    if (dst == src || (dst_attr ? (S_ISDIR(dst_attr->mode()) || dst_attr->nlink() != 1)
+                                : !MadeHere(dst, new_parent))) {
       return fallback();
     }
   } else {
@@ -524,10 +542,16 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   leases_->NameRemoved(parent, name);
   leases_->NameAdded(new_parent, new_name, src);
   leases_->AttrChanged(src);
-  proto::Attr moved_attr = *src_attr;
-  moved_attr.set_ctime_ns(now);
-  leases_->PutAttr(t, moved_attr, /*own=*/true);
-  if (dst != 0) leases_->AttrChanged(dst);
+  if (src_attr) {
+    proto::Attr moved_attr = *src_attr;
+    moved_attr.set_ctime_ns(now);
+    leases_->PutAttr(t, moved_attr, /*own=*/true);
+  }
+  if (made_.contains(src)) made_[src] = new_parent;
+  if (dst != 0) {
+    leases_->AttrChanged(dst);
+    made_.erase(dst);
+  }
   // Its closes need the grant of the directory it is in now (both held).
   for (auto& [handle, open] : logged_opens_) {
     if (open.ino == src) open.dir = new_parent;

@@ -162,6 +162,12 @@ class NsGrants {
   // write and search by the owner bits; nullopt otherwise.
   std::optional<proto::Attr> WritableDir(const Creds& c, uint64_t parent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `ino` is a file (not a directory) this mount made in `dir`,
+  // which has been granted here ever since: it has one name (a link of it
+  // is a call: FileMoved), whatever its attributes (writes drop them from
+  // the lease cache). Sound because a directory is granted only when it is
+  // made: once its grant is gone it never comes back.
+  bool MadeHere(uint64_t ino, uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next inode number (0: none left).
   uint64_t TakeIno() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MkNod, Create and Symlink: the checks they share (the directory
@@ -205,6 +211,10 @@ class NsGrants {
     uint64_t dir;
   };
   absl::flat_hash_map<uint64_t, LoggedOpen> logged_opens_ ABSL_GUARDED_BY(mu_);
+  // Files (not directories) made here, and the directory each is in now
+  // (MadeHere). At most kMaxMade: past it, forgotten.
+  static constexpr size_t kMaxMade = 1 << 20;
+  absl::flat_hash_map<uint64_t, uint64_t> made_ ABSL_GUARDED_BY(mu_);
   // Recalls and drops so far (Granted's ticket).
   uint64_t gen_ ABSL_GUARDED_BY(mu_) = 0;
   bool diverged_ ABSL_GUARDED_BY(mu_) = false;
