@@ -392,6 +392,9 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
     }
   }
   uint64_t ino = KnownIno(parent, name);
+  // A directory removed by a call loses its grant at the server: not used
+  // here from before the call on (a close in the log would need it).
+  if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);
   absl::StatusOr<proto::RemoveReply> r =
       meta_.Remove(c, parent, name, is_dir, names_.Get(parent, name));
   const absl::Status s = r.status();
@@ -408,7 +411,7 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
     leases_->DropAttrs();
   }
   RETURN_IF_ERROR(s);
-  if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);  // its grant went with it
+  if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);  // (the reply's, if unknown before)
   names_.Erase(parent, name);
   KeepGrantedDir(c, parent);
   return absl::OkStatus();

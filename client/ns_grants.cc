@@ -358,6 +358,7 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::LocalCreate(
       return absl::StatusOr<proto::Attr>(ErrnoStatus(EEXIST, name + " (granted directory)"));
     }
     proto::LogEntry open;
+    bool no_numbers = false;
     if (open_flags.has_value()) {
       // The handle is numbered before the entries are made: the number the
       // next inode gets is known (CreateLocked's TakeIno takes it).
@@ -370,16 +371,21 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::LocalCreate(
       }
       if (next == 0) {
         ++stats_.fallback;
-        return std::nullopt;
+        no_numbers = true;  // (asked for below, by Refill)
+      } else {
+        *handle = begin_open(next);
+        open.mutable_open()->set_flags(*open_flags);
+        open.mutable_open()->set_handle(*handle);
+        open.mutable_open()->set_created(true);
       }
-      *handle = begin_open(next);
-      open.mutable_open()->set_flags(*open_flags);
-      open.mutable_open()->set_handle(*handle);
-      open.mutable_open()->set_created(true);
     }
-    absl::StatusOr<proto::Attr> attr = CreateLocked(c, *dir, name, mode, rdev, umask, exclusive,
-                                                    target, open_flags ? &open : nullptr);
-    if (attr.ok()) {
+    absl::StatusOr<proto::Attr> attr =
+        no_numbers ? absl::ResourceExhaustedError("no inode numbers at hand")
+                   : CreateLocked(c, *dir, name, mode, rdev, umask, exclusive, target,
+                                  open_flags ? &open : nullptr);
+    if (no_numbers) {
+      // (Counted above.)
+    } else if (attr.ok()) {
       if (open_flags.has_value()) logged_opens_[*handle] = LoggedOpen{attr->ino(), parent};
       out = std::move(attr);
     } else {

@@ -346,11 +346,16 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
       // then sees everything this one did there.
       absl::Status s = ns_ != nullptr ? ns_->Recall(inv.grant()) : absl::OkStatus();
       if (!s.ok()) {
-        // Not acknowledged (acks are cumulative: nothing of this batch):
-        // the server waits until this mount's leases run out, and the
-        // heartbeat that is not renewed drops everything.
-        LOG(WARNING) << "grant of " << inv.grant() << " recalled, its log not applied: " << s;
+        // Not acknowledged, nor anything after it (acks are cumulative):
+        // the stream is ended instead. The mount subscribes again only
+        // once its log is applied (SubscribeLoop), and that new stream is
+        // what ends the server's wait: the other mount's call then sees
+        // the log. Meanwhile this mount may still apply it (the recall is
+        // pending, not acknowledged).
+        LOG(WARNING) << "grant of " << inv.grant() << " recalled, its log not applied: " << s
+                     << "; the recall stream is ended until it is";
         applied = false;
+        break;
       }
       continue;
     }
@@ -375,7 +380,11 @@ void Session::Recall(const proto::InvalidationBatch& batch, Invalidator* invalid
   // directory's lock, which a change in flight here may hold while the
   // server waits for this very ack.)
   if (names) invalidator->InvalidateAllNames();
-  if (!applied) return;
+  if (!applied) {
+    absl::MutexLock l(&mu_);
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    return;
+  }
   absl::Status s = meta_->AckRecall(last, absl::Seconds(2));
   // Unanswered, the change waits until this mount's leases run out, and the
   // next heartbeat is not renewed: the mount drops everything then.

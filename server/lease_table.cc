@@ -97,7 +97,11 @@ void LeaseTable::Forget(uint64_t client_id) {
 void LeaseTable::Inherit(absl::Span<const uint64_t> client_ids, absl::Time until,
                          bool with_grants) {
   absl::MutexLock l(&mu_);
-  for (uint64_t id : client_ids) holders_[id].inherited = true;
+  for (uint64_t id : client_ids) {
+    Holder& h = holders_[id];
+    h.inherited = true;
+    h.inherited_until = std::max(h.inherited_until, until);
+  }
   inherited_until_ = std::max(inherited_until_, until);
   if (with_grants) {
     inherited_grants_until_ns_.store(
@@ -117,9 +121,10 @@ void LeaseTable::CountGrant(const LeaseKey& key, int delta) {
 
 bool LeaseTable::HeldByOther(uint64_t origin, absl::Span<const LeaseKey> keys) {
   absl::MutexLock l(&mu_);
-  if (inherited_until_ > options_.clock->Now()) {
+  const absl::Time now = options_.clock->Now();
+  if (inherited_until_ > now) {
     for (const auto& [id, h] : holders_) {
-      if (h.inherited && id != origin) return true;  // may hold anything
+      if (h.inherited && h.inherited_until > now && id != origin) return true;  // may hold anything
     }
   }
   for (const LeaseKey& key : keys) {
@@ -134,7 +139,7 @@ bool LeaseTable::BeginApply(uint64_t client_id, absl::Span<const LeaseKey> keys)
   if (it == holders_.end()) return false;
   Holder& h = it->second;
   const absl::Time now = options_.clock->Now();
-  const bool inherited = h.inherited && inherited_until_ > now;
+  const bool inherited = h.inherited && h.inherited_until > now;
   if (inherited) {
     // It may replay into what it held; not into what this server granted
     // to another since.
@@ -161,7 +166,7 @@ void LeaseTable::GrantCreated(uint64_t client_id, uint64_t dir) {
   if (it == holders_.end()) return;
   Holder& h = it->second;
   const absl::Time now = options_.clock->Now();
-  if (h.until <= now && !(h.inherited && inherited_until_ > now)) return;
+  if (h.until <= now && !(h.inherited && h.inherited_until > now)) return;
   if (h.keys.insert(key).second) {
     leases_[key].insert(client_id);
     ++held_;
@@ -333,7 +338,7 @@ bool LeaseTable::Done(const Wait& w, absl::Time now) {
   // (BeginApply): what it applies was acknowledged to its programs.
   // An inherited session is waited for only for the window: two that
   // replay their logs may wait for each other.
-  if (w.seq == 0) return !h.inherited || inherited_until_ <= now;
+  if (w.seq == 0) return !h.inherited || h.inherited_until <= now;
   return h.acked >= w.seq || (h.until <= now && h.applying == 0);
 }
 
@@ -390,7 +395,9 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys, bool i
   }
   if (inherited_until_ > now && !in_grant) {
     for (const auto& [id, h] : holders_) {
-      if (h.inherited && id != origin) waits.push_back({id, 0, h.streams});
+      if (h.inherited && h.inherited_until > now && id != origin) {
+        waits.push_back({id, 0, h.streams});
+      }
     }
   }
   if (waits.empty()) return;

@@ -198,15 +198,16 @@ class LeaseTable {
 
  private:
   struct Holder {
-    bool up = false;                      // its stream is up
-    uint64_t token = 0;                   // of the stream that is up
-    uint64_t streams = 0;                 // streams it opened so far
-    absl::Time until;                     // its leases last until then (this clock)
-    uint64_t sent = 0;                    // last recall sequence sent
-    uint64_t acked = 0;                   // last recall sequence acknowledged
-    std::deque<absl::Time> unacked_sent;  // when acked + 1, acked + 2, ... were sent
-    bool inherited = false;               // may hold leases of the last server
-    int applying = 0;                     // BeginApply calls not ended
+    bool up = false;                                    // its stream is up
+    uint64_t token = 0;                                 // of the stream that is up
+    uint64_t streams = 0;                               // streams it opened so far
+    absl::Time until;                                   // its leases last until then (this clock)
+    uint64_t sent = 0;                                  // last recall sequence sent
+    uint64_t acked = 0;                                 // last recall sequence acknowledged
+    std::deque<absl::Time> unacked_sent;                // when acked + 1, acked + 2, ... were sent
+    bool inherited = false;                             // may hold leases of the last server
+    absl::Time inherited_until = absl::InfinitePast();  // ... until then
+    int applying = 0;                                   // BeginApply calls not ended
     absl::flat_hash_set<LeaseKey> keys;
     // Recalls sent and not yet acknowledged, oldest first: (seq, key).
     std::deque<std::pair<uint64_t, LeaseKey>> recalling;

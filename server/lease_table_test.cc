@@ -374,5 +374,21 @@ TEST_F(LeaseTableTest, AnInheritedSessionReplaysButNotIntoAGrantMadeSince) {
   EXPECT_FALSE(table_.BeginApply(1, {LeaseKey::NsGrant(6)}));
 }
 
+TEST_F(LeaseTableTest, EachInheritedSessionIsWaitedForOnlyForItsOwnWindow) {
+  // A session without grants: the metadata lease; one with grants: longer.
+  table_.Inherit({2}, clock_.Now() + absl::Seconds(3));
+  table_.Inherit({3}, clock_.Now() + absl::Seconds(20), /*with_grants=*/true);
+  EXPECT_TRUE(table_.HeldByOther(1, {LeaseKey::Attr(9)}));
+  clock_.Advance(absl::Seconds(4));
+  // 2's window is over; 3's is not: still waited for, and may replay.
+  EXPECT_TRUE(table_.HeldByOther(1, {LeaseKey::Attr(9)}));
+  EXPECT_TRUE(table_.BeginApply(3, {LeaseKey::NsGrant(6)}));
+  table_.EndApply(3);
+  EXPECT_FALSE(table_.BeginApply(2, {LeaseKey::NsGrant(6)}));
+  table_.StreamUp(3, true);
+  EXPECT_FALSE(table_.HeldByOther(1, {LeaseKey::Attr(9)}));
+  table_.Recall(1, {LeaseKey::Attr(9)});  // waits for none
+}
+
 }  // namespace
 }  // namespace grantfs

@@ -76,14 +76,14 @@ bool SessionTable::Recorded(uint64_t client_id) {
 }
 
 void SessionTable::Restore(uint64_t client_id, const std::string& client_name,
-                           const std::string& peer, bool recorded) {
+                           const std::string& peer, bool recorded, absl::Duration lease) {
   if (client_id == 0) return;
   absl::MutexLock l(&mu_);
   Session& s = sessions_[client_id];
   s.recorded = s.recorded || recorded;
   if (s.name.empty() || s.name == "(reconnected)") s.name = client_name;
   if (s.peer.empty()) s.peer = peer;
-  s.expires = std::max(s.expires, clock_->Now() + lease_);
+  s.expires = std::max(s.expires, clock_->Now() + std::max(lease_, lease));
 }
 
 void SessionTable::StartGrace() {

@@ -77,8 +77,10 @@ class SessionTable {
   // ends.
   // `recorded`: restored from its durable record (else from a grant, a lock
   // or an orphan that names it: unrecorded until MarkRecorded).
+  // `lease`: how long it has to come back, when longer than the session
+  // lease.
   void Restore(uint64_t client_id, const std::string& client_name, const std::string& peer = "",
-               bool recorded = false);
+               bool recorded = false, absl::Duration lease = absl::ZeroDuration());
   void StartGrace();
   // Returns true when that was the last reclaiming session.
   bool Reclaimed(uint64_t client_id);

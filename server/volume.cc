@@ -142,10 +142,16 @@ absl::Status Volume::Recover() {
   // failover. The sessions get a fresh lease to come back in; those that do
   // not release what they held when it runs out.
   ASSIGN_OR_RETURN(auto sessions, meta_->sessions().ListSessions());
-  bool ns_grants = false;  // some session may hold namespace grants
+  // Sessions that took namespace grants (they hold inode ranges) are
+  // waited for longer (below): each must find this server and replay its
+  // log, each entry of which a program was told had succeeded.
+  const absl::Duration grants_window = std::max(options_.meta_lease, 2 * options_.lease);
+  std::vector<uint64_t> with_grants;
   for (const auto& [client_id, rec] : sessions) {
-    sessions_.Restore(client_id, rec.client_name(), rec.peer(), /*recorded=*/true);
-    ns_grants = ns_grants || rec.ino_ranges_size() > 0;
+    const bool grants = rec.ino_ranges_size() > 0;
+    sessions_.Restore(client_id, rec.client_name(), rec.peer(), /*recorded=*/true,
+                      grants ? grants_window : absl::ZeroDuration());
+    if (grants) with_grants.push_back(client_id);
   }
   for (uint64_t client_id : meta_->space().GrantHolders())
     sessions_.Restore(client_id, "(restored)");
@@ -185,17 +191,15 @@ absl::Status Volume::Recover() {
   // The last server's metadata leases run out within meta_lease of its last
   // renewal, which came before this start (a primary stops serving before
   // another takes over). Sessions that took namespace grants are waited for
-  // as long as for their reclaims (twice the session lease): each must find
-  // this server and replay its log (each entry of which a program was told
-  // had succeeded) before the window ends, and a mount cut off from the old
-  // primary by a partition learns of the failover only when its calls time
-  // out there.
+  // as long as for their reclaims (twice the session lease, and their
+  // sessions live that long): a mount cut off from the old primary by a
+  // partition learns of the failover only when its calls time out there.
   {
     std::vector<uint64_t> ids;
     for (const proto::SessionInfo& info : sessions_.List()) ids.push_back(info.client_id());
-    const absl::Duration window =
-        ns_grants ? std::max(options_.meta_lease, 2 * options_.lease) : options_.meta_lease;
-    leases_.Inherit(ids, options_.lease_clock->Now() + window, ns_grants);
+    const absl::Time now = options_.lease_clock->Now();
+    leases_.Inherit(ids, now + options_.meta_lease);
+    if (!with_grants.empty()) leases_.Inherit(with_grants, now + grants_window, true);
   }
   size_t kept = 0;
   for (const auto& [ino, rec] : orphans) {
