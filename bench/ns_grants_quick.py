@@ -7,6 +7,7 @@ quotes them.
 
     GRANTFS_BUILD=$PWD/build RUNS=3 python3 bench/ns_grants_quick.py
     ... ONLY_DBENCH=1 DB_SECS=20 ...   # dbench only
+    ... ONLY_TAR=1 TAR_FILES=20000 ...  # tar x and rm -rf of a tree only
 
 The full suite (bench/suite.py) measures the same in section 5, beside tmpfs
 and with the tree walks. Run as root.
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -34,6 +36,28 @@ FILES = int(os.environ.get("FILES", "10000"))
 DB_SECS = int(os.environ.get("DB_SECS", "20"))
 DBENCH_RE = re.compile(r"Throughput ([\d.]+) MB/sec\s+(\d+) clients.*max_latency=([\d.]+) ms")
 META = ("create", "stat", "unlink", "rename")  # the order of grantfs-bench's CSV line
+TAR_FILES = int(os.environ.get("TAR_FILES", "20000"))
+
+
+def make_tarball(base):
+    """A tar of TAR_FILES small files (100 per directory, non-zero
+    contents), made on the local disk; returns its path."""
+    src = os.path.join(base, "tree")
+    for i in range(TAR_FILES):
+        d = os.path.join(src, f"d{i // 1000:02d}", f"s{i // 100:03d}")
+        if i % 100 == 0:
+            os.makedirs(d)
+        with open(os.path.join(d, f"f{i:06d}.c"), "w") as f:
+            f.write(f"int f{i}(void) {{ return {i}; }}\n" * (1 + i % 7))
+    tarball = os.path.join(base, "tree.tar")
+    subprocess.run(["tar", "cf", tarball, "-C", base, "tree"], check=True)
+    return tarball
+
+
+def timed(argv):
+    t0 = time.monotonic()
+    subprocess.run(argv, check=True, timeout=1800)
+    return time.monotonic() - t0
 
 
 def meta(d):
@@ -70,12 +94,27 @@ def main():
     local = tempfile.mkdtemp(prefix="nsbench-local-", dir="/var/tmp")
     targets = [("grants off", c.n1), ("grants on", c.n2), ("passthrough", pt), ("local", local)]
     res = {}
+    only = os.environ.get("ONLY_DBENCH") or os.environ.get("ONLY_TAR")
     try:
-        for run in range(0 if os.environ.get("ONLY_DBENCH") else RUNS):
+        if not os.environ.get("ONLY_DBENCH"):
+            tarball = make_tarball(local)
+            for run in range(RUNS):
+                for name, d in targets:
+                    dd = os.path.join(d, f"tar-{name.replace(' ', '-')}-{run}")
+                    os.makedirs(dd)
+                    # (No sync after tar: with grants the last second of
+                    # changes may still be in the mount's log, as in the
+                    # page cache of the local disk.)
+                    x = timed(["tar", "xf", tarball, "-C", dd])
+                    rm = timed(["rm", "-rf", dd])
+                    res.setdefault((name, "tar x s"), []).append(x)
+                    res.setdefault((name, "rm -rf s"), []).append(rm)
+                    print(name, f"tar x {x:.2f} s, rm -rf {rm:.2f} s", flush=True)
+        for run in range(0 if only else RUNS):
             for name, d in targets:
                 res.setdefault((name, "meta"), []).append(meta(d))
                 print(name, "meta", dict(zip(META, res[(name, "meta")][-1])), flush=True)
-        for run in range(RUNS):
+        for run in range(0 if os.environ.get("ONLY_TAR") else RUNS):
             for name, d in targets:
                 # A directory of each target's own: the two GrantFS mounts
                 # show one namespace, and only what a mount made is granted
