@@ -9,11 +9,7 @@ namespace {
 
 template <typename Req>
 void Stamp(const Creds& c, Req* req) {
-  proto::Creds* pc = req->mutable_header()->mutable_creds();
-  pc->set_uid(c.uid);
-  pc->set_gid(c.gid);
-  pc->set_pid(c.pid);
-  for (uint32_t g : c.groups) pc->add_groups(g);
+  FillCreds(c, req->mutable_header()->mutable_creds());
 }
 
 }  // namespace

@@ -31,6 +31,14 @@ struct Creds {
   std::vector<uint32_t> groups;
 };
 
+// `c` as the protocol carries it (RequestHeader.creds, LogEntry.creds).
+inline void FillCreds(const Creds& c, proto::Creds* out) {
+  out->set_uid(c.uid);
+  out->set_gid(c.gid);
+  out->set_pid(c.pid);
+  for (uint32_t g : c.groups) out->add_groups(g);
+}
+
 // The leases a reply carried (proto AttrReply.leased / dir_leased).
 struct LeaseBits {
   bool attr = false;

@@ -13,22 +13,6 @@
 #include "glog/logging.h"
 
 namespace grantfs {
-namespace {
-
-int64_t WallNanos() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-void StampCreds(const Creds& c, proto::Creds* pc) {
-  pc->set_uid(c.uid);
-  pc->set_gid(c.gid);
-  pc->set_pid(c.pid);
-  for (uint32_t g : c.groups) pc->add_groups(g);
-}
-
-}  // namespace
 
 NsGrants::NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache* leases)
     : options_(options), meta_(meta), leases_(leases) {
@@ -236,7 +220,7 @@ std::optional<proto::Attr> NsGrants::WritableDir(const Creds& c, uint64_t parent
 proto::LogEntry NsGrants::NewEntry(const Creds& c, int64_t now) {
   proto::LogEntry e;
   e.set_seq(meta_->rpc().NextSeq());
-  StampCreds(c, e.mutable_creds());
+  FillCreds(c, e.mutable_creds());
   e.set_time_ns(now);
   return e;
 }
@@ -250,7 +234,7 @@ absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::
   const LeaseCache::Ticket t = leases_->Take();
   const uint64_t ino = TakeIno();
   if (ino == 0) return absl::ResourceExhaustedError("no inode numbers at hand");
-  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  const int64_t now = options_.wall->NowNanos();
   std::vector<proto::LogEntry> entries;
   proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
   e.set_ino(ino);
@@ -271,7 +255,7 @@ absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::
   }
   if (open != nullptr) {
     open->set_seq(meta_->rpc().NextSeq());
-    StampCreds(c, open->mutable_creds());
+    FillCreds(c, open->mutable_creds());
     open->set_time_ns(now);
     open->mutable_open()->set_ino(ino);
     entries.push_back(*open);
@@ -455,7 +439,7 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
     ++stats_.fallback;
     return std::nullopt;
   }
-  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  const int64_t now = options_.wall->NowNanos();
   std::vector<proto::LogEntry> entries;
   proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
   proto::RemoveRequest* r = e.mutable_remove();
@@ -532,7 +516,7 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   } else {
     dst = 0;
   }
-  const int64_t now = options_.now_ns ? options_.now_ns() : WallNanos();
+  const int64_t now = options_.wall->NowNanos();
   std::vector<proto::LogEntry> entries;
   proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
   proto::RenameRequest* r = e.mutable_rename();

@@ -49,6 +49,7 @@
 #include "client/lease_cache.h"
 #include "client/meta_client.h"
 #include "client/ns_log.h"
+#include "common/clock.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -58,8 +59,8 @@ struct NsGrantsOptions {
   // Inode numbers asked for at a time (the server gives at most 65,536).
   uint32_t range_size = 4096;
   // The wall clock the entries' times come from (the times the mount
-  // shows, and the server keeps). Nanoseconds since the epoch.
-  std::function<int64_t()> now_ns;
+  // shows, and the server keeps). Not owned.
+  Clock* wall = Clock::Real();
 };
 
 class NsGrants {
