@@ -33,10 +33,10 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
     if (!cache_options.credit) cache_options.credit = [this] { return rpc_->credit_bytes(); };
     cache_ = std::make_unique<WriteCache>(
         cache_options, pool_.get(),
-        [this](uint64_t ino, uint64_t offset,
-               std::shared_ptr<const std::string> data) -> absl::StatusOr<WriteCache::FlushResult> {
+        [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
+               WriteCache::WriteTime time) -> absl::StatusOr<WriteCache::FlushResult> {
           ASSIGN_OR_RETURN(proto::WriteReply reply,
-                           meta_.WriteFromGrant(ino, offset, std::move(data)));
+                           meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep));
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();
           r.size = reply.attr().size();
@@ -48,6 +48,10 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   if (options_.leases) leases_ = std::make_unique<LeaseCache>();
   if (options_.leases && options_.ns_grants) {
     ns_ = std::make_unique<NsGrants>(options_.ns, &meta_, leases_.get());
+    if (cache_) {
+      ns_->SetDataHooks({[this](uint64_t ino) { return cache_->FlushInode(ino); },
+                         [this](uint64_t ino) { return cache_->Holds(ino); }});
+    }
   }
   SessionOptions so;
   so.client_name = options_.client_name;
@@ -142,6 +146,11 @@ void FileSystem::Stop() {
 
 std::optional<proto::Attr> FileSystem::CachedAttr(uint64_t ino) {
   if (!leases_) return std::nullopt;
+  // A file made here: what the server will say once it has the log and the
+  // cached writes (NsGrants::Attr).
+  if (ns_) {
+    if (std::optional<proto::Attr> made = ns_->Attr(ino)) return made;
+  }
   // Cached writes change what the server says: a fetch patches them in.
   if (cache_ && cache_->extent_count(ino) > 0) return std::nullopt;
   return leases_->Attr(ino);
@@ -250,6 +259,16 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
 }
 
 absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRequest req) {
+  using V = proto::SetAttrRequest;
+  if (ns_) {
+    // A file made here: chmod, chown, utimes in the log. Its cached writes
+    // were made before: their flushes keep the times it sets (TimesSet
+    // waits for those already on the way, which carry their own time).
+    const bool times = (req.valid() & (V::MTIME | V::MTIME_NOW)) != 0;
+    if (times && cache_ && ns_->MaySetAttr(c, req)) cache_->TimesSet(req.ino());
+    if (auto local = ns_->SetAttr(c, req)) return *std::move(local);
+    ns_->Untrack(req.ino());  // the server's attributes from now on
+  }
   // Cached writes go first: a size change applies to the data as the server
   // has it, and a flush after an explicit utimes would move mtime again.
   if (cache_) RETURN_IF_ERROR(Flush(req.ino()));
@@ -350,8 +369,12 @@ absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name) {
-  // A close in the log would need the grant of the file's first directory.
-  if (ns_) ns_->FileMoved(ino);
+  // A close in the log would need the grant of the file's first directory;
+  // the new name is reachable without a recall of it: data first.
+  if (ns_) {
+    RETURN_IF_ERROR(ns_->FlushDeferred(ino));
+    ns_->FileMoved(ino);
+  }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
@@ -388,10 +411,13 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
     if (std::optional<absl::Status> local = ns_->Remove(c, parent, name, is_dir, &removed)) {
       RETURN_IF_ERROR(*local);
       names_.Erase(parent, name);
+      Gone(removed);
       return absl::OkStatus();
     }
   }
   uint64_t ino = KnownIno(parent, name);
+  // Sent before the call, as it would have been at close.
+  if (ns_ && !is_dir && ino != 0) RETURN_IF_ERROR(ns_->FlushDeferred(ino));
   // A directory removed by a call loses its grant at the server: not used
   // here from before the call on (a close in the log would need it).
   if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);
@@ -425,13 +451,17 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
             ns_->Rename(c, parent, name, new_parent, new_name, flags, &moved, &replaced)) {
       RETURN_IF_ERROR(*local);
       names_.Rename(parent, name, new_parent, new_name, /*exchange=*/false);
+      if (replaced != 0) Gone(replaced);
       return absl::OkStatus();
     }
     // By a call: the files' closes go as calls too (a close in the log
-    // needs the grant of the directory the file is in then); a directory
-    // replaced loses its grant.
+    // needs the grant of the directory the file is in then), and their
+    // data first (a name outside a granted directory needs no recall to be
+    // reached); a directory replaced loses its grant.
     for (uint64_t ino : {KnownIno(parent, name), KnownIno(new_parent, new_name)}) {
-      if (ino != 0) ns_->FileMoved(ino);
+      if (ino == 0) continue;
+      RETURN_IF_ERROR(ns_->FlushDeferred(ino));
+      ns_->FileMoved(ino);
     }
     if (uint64_t over = KnownIno(new_parent, new_name); over != 0) ns_->DirRemoved(over);
   }
@@ -627,10 +657,13 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
   // a fetch issued before then is discarded, and one issued after sees the
   // cached data and starts no read-ahead (ReadAhead::Read).
   if (cache_) {
-    if (cache_->Write(ino, offset, data, size)) {
+    int64_t stamped = 0;
+    if (cache_->Write(ino, offset, data, size, &stamped)) {
       DataChanged(ino);
+      if (ns_) ns_->Wrote(ino, offset, size, stamped);
       return size;
     }
+    if (ns_) ns_->Untrack(ino);  // the server stamps a write-through
     // The grant cannot cover it (the volume is nearly full): allocate at the
     // server, exactly, after what is cached for this file (order).
     RETURN_IF_ERROR(cache_->FlushInode(ino));
@@ -642,6 +675,15 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
 
 absl::Status FileSystem::Flush(uint64_t ino) {
   return cache_ ? cache_->FlushInode(ino) : absl::OkStatus();
+}
+
+absl::Status FileSystem::Close(uint64_t ino) {
+  if (ns_ && ns_->DeferClose(ino)) return absl::OkStatus();
+  return Flush(ino);
+}
+
+void FileSystem::Gone(uint64_t ino) {
+  if (cache_ && ns_->TakeDeferred(ino)) cache_->Discard(ino, handles_.IsOpen(ino));
 }
 
 absl::StatusOr<size_t> FileSystem::WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
@@ -665,11 +707,12 @@ absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
 absl::Status FileSystem::FsyncDir(uint64_t ino) {
   // Every change the server answered was durable and replicated before it
   // answered; what this mount answered itself is in its log.
-  return ns_ ? ns_->Sync() : absl::OkStatus();
+  return ns_ ? ns_->SyncDir(ino) : absl::OkStatus();
 }
 
 absl::Status FileSystem::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                                    uint64_t length) {
+  if (ns_) ns_->Untrack(ino);
   absl::Status s = meta_.Fallocate(c, ino, mode, offset, length);
   DataChanged(ino);  // and its size or blocks  // a punched hole reads as zeros from now on
   return s;
@@ -681,6 +724,7 @@ absl::StatusOr<proto::StatFsReply> FileSystem::StatFs(const Creds& c) { return m
 
 absl::Status FileSystem::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
+  if (ns_) ns_->Untrack(ino);  // its xattrs are the server's
   // A name or value the server refuses, refused here as it would
   // (common/names.h), before anything is forgotten or sent.
   RETURN_IF_ERROR(ValidateXattr(name, value.size()));
@@ -696,6 +740,7 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
   // The server refuses a name outside the namespaces it stores (e.g. the
   // ACLs `ls -l` asks for: EOPNOTSUPP) before it looks: so does the mount.
   RETURN_IF_ERROR(ValidateXattr(name, 0));
+  if (ns_ && ns_->NoXattrs(ino)) return ErrnoStatus(ENODATA, name + " (made here)");
   if (leases_) {
     // Known absent under the attribute lease: the kernel asks for
     // security.capability before every write, `ls -l` for ACLs and labels.
@@ -715,11 +760,14 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
 }
 
 absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, uint64_t ino) {
-  if (leases_ && leases_->NoXattrs(ino)) return std::vector<std::string>();
+  if ((leases_ && leases_->NoXattrs(ino)) || (ns_ && ns_->NoXattrs(ino))) {
+    return std::vector<std::string>();
+  }
   return meta_.ListXattr(c, ino);
 }
 
 absl::Status FileSystem::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  if (ns_) ns_->Untrack(ino);  // its xattrs are the server's
   RETURN_IF_ERROR(ValidateXattr(name, 0));
   ForgetXattrs(ino);
   absl::Status s = meta_.RemoveXattr(c, ino, name);

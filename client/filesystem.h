@@ -167,9 +167,14 @@ class FileSystem {
   // Waits until this mount's cached writes of `ino` are on the server
   // (close-to-open: what one node has closed, the next open elsewhere sees).
   absl::Status Flush(uint64_t ino);
+  // close(2) of `ino`: Flush, except for a file made here in a directory
+  // granted here (NsGrants::DeferClose), whose data goes later (by age,
+  // fsync, or before anyone else can open it: the grant's recall).
+  absl::Status Close(uint64_t ino);
   absl::Status Fsync(const Creds& c, uint64_t ino);
   // fsync of a directory: what this mount did in it (the namespace log) is
-  // durable and replicated when it returns.
+  // durable and replicated when it returns, and so are the contents of the
+  // files in it whose close did not wait for them (NsGrants::SyncDir).
   absl::Status FsyncDir(uint64_t ino);
   absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                          uint64_t length);
@@ -219,6 +224,9 @@ class FileSystem {
   void KeepGrantedDir(const Creds& c, uint64_t dir);
   void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                 const proto::Attr& attr, bool own = false);
+  // `ino` lost its last name in the namespace log: data cached for a close
+  // that did not wait is dropped, unless the file is still open here.
+  void Gone(uint64_t ino);
   absl::StatusOr<size_t> WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,
                                       const char* data, size_t size);
 

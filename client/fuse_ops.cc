@@ -418,8 +418,9 @@ void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (!s.ok()) LOG(WARNING) << "releasing locks of inode " << ino << ": " << s;
   }
   // close(2): this file's cached writes reach the server before close
-  // returns, so the next open on any node sees them.
-  ReplyStatus(req, a->fs()->Flush(ino));
+  // returns, so the next open on any node sees them (or before any other
+  // node can open it: FileSystem::Close).
+  ReplyStatus(req, a->fs()->Close(ino));
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

@@ -64,6 +64,7 @@ void NsGrants::Diverged() {
     if (diverged_) return;
     diverged_ = true;
     granted_.clear();
+    tracked_.clear();
   }
   LOG(ERROR) << "namespace grants: the server refused an entry of the log (" << log_->error()
              << "); every lease is dropped and no change is made here any more";
@@ -90,6 +91,7 @@ void NsGrants::DirRemoved(uint64_t dir) {
 void NsGrants::FileMoved(uint64_t ino) {
   absl::MutexLock l(&mu_);
   made_.erase(ino);
+  tracked_.erase(ino);
   for (auto it = logged_opens_.begin(); it != logged_opens_.end();) {
     if (it->second.ino == ino) {
       logged_opens_.erase(it++);
@@ -105,6 +107,7 @@ bool NsGrants::Holds(uint64_t dir) {
 }
 
 absl::Status NsGrants::Recall(uint64_t dir) {
+  std::vector<uint64_t> data;
   {
     // Taken after any change in this directory that is being made: it is
     // in the log before the log is applied.
@@ -112,18 +115,117 @@ absl::Status NsGrants::Recall(uint64_t dir) {
     granted_.erase(dir);
     ++gen_;
     ++stats_.recalls;
+    for (auto it = tracked_.begin(); it != tracked_.end();) {
+      auto m = made_.find(it->first);
+      if (m == made_.end() || m->second == dir) {
+        tracked_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    // Files in it whose close did not wait: their data goes before the ack.
+    data = TakeDeferredIn(dir);
   }
+  const absl::Status data_status = SendData(data);
   absl::Status s = log_->Flush(log_->last());
   if (!log_->error().ok()) {
     Diverged();
     s = absl::OkStatus();  // nothing of it is left to apply
   }
+  return s.ok() ? data_status : s;
+}
+
+std::vector<uint64_t> NsGrants::TakeDeferredIn(uint64_t dir) {
+  std::vector<uint64_t> out;
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    auto m = made_.find(*it);
+    if (m == made_.end() || m->second == dir) {
+      out.push_back(*it);
+      deferred_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+absl::Status NsGrants::SendData(const std::vector<uint64_t>& inos) {
+  // Each flush applies the log first (the barrier): the file exists.
+  absl::Status first;
+  for (uint64_t ino : inos) {
+    absl::Status f = hooks_.flush(ino);
+    if (!f.ok() && first.ok()) {
+      first = absl::UnavailableError(
+          absl::StrCat("the data of inode ", ino, " could not be sent: ", f.ToString()));
+    }
+  }
+  return first;
+}
+
+absl::Status NsGrants::SyncDir(uint64_t dir) {
+  std::vector<uint64_t> data;
+  {
+    absl::MutexLock l(&mu_);
+    data = TakeDeferredIn(dir);
+  }
+  absl::Status d = SendData(data);
+  if (!d.ok()) {
+    absl::MutexLock l(&mu_);
+    for (uint64_t ino : data) deferred_.insert(ino);  // still owed to a recall
+  }
+  absl::Status s = Sync();
+  return s.ok() ? d : s;
+}
+
+bool NsGrants::DeferClose(uint64_t ino) {
+  if (!hooks_.flush) return false;
+  std::vector<uint64_t> all;
+  {
+    absl::MutexLock l(&mu_);
+    auto m = made_.find(ino);
+    if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return false;
+    if (deferred_.contains(ino) || deferred_.size() < kMaxDeferred) {
+      deferred_.insert(ino);
+      return true;
+    }
+    all.assign(deferred_.begin(), deferred_.end());
+  }
+  // Full: those with nothing cached any more are forgotten (outside mu_:
+  // the cache has a lock of its own).
+  std::vector<uint64_t> clean;
+  for (uint64_t i : all) {
+    if (!hooks_.holds(i)) clean.push_back(i);
+  }
+  absl::MutexLock l(&mu_);
+  for (uint64_t i : clean) deferred_.erase(i);
+  auto m = made_.find(ino);
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second) ||
+      deferred_.size() >= kMaxDeferred) {
+    return false;
+  }
+  deferred_.insert(ino);
+  return true;
+}
+
+absl::Status NsGrants::FlushDeferred(uint64_t ino) {
+  if (!TakeDeferred(ino)) return absl::OkStatus();
+  absl::Status s = hooks_.flush(ino);
+  if (!s.ok()) {
+    absl::MutexLock l(&mu_);
+    deferred_.insert(ino);  // still owed before it is reachable
+  }
   return s;
+}
+
+bool NsGrants::TakeDeferred(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return deferred_.erase(ino) > 0;
 }
 
 void NsGrants::DropAll() {
   absl::MutexLock l(&mu_);
   granted_.clear();
+  tracked_.clear();
   ++gen_;
 }
 
@@ -285,9 +387,13 @@ absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::
   leases_->PutAttr(t, attr, /*own=*/true);
   leases_->PutAttr(t, d, /*own=*/true);
   if (type != S_IFDIR) {
-    if (made_.size() >= kMaxMade) made_.clear();  // bounded: only knowledge is lost
+    if (made_.size() >= kMaxMade) {
+      made_.clear();  // bounded: only knowledge is lost
+      tracked_.clear();
+    }
     made_[ino] = parent;
   }
+  if (type == S_IFREG && tracked_.size() < kMaxTracked) tracked_[ino] = Tracked{attr, true};
   if (type == S_IFDIR) {
     leases_->PutEmptyDir(t, ino, parent);
     // The server grants it when it applies the entry (the parent's grant
@@ -462,6 +568,7 @@ std::optional<absl::Status> NsGrants::Remove(const Creds& c, uint64_t parent,
     granted_.erase(*ino);
   }
   made_.erase(*ino);
+  tracked_.erase(*ino);
   leases_->PutAttr(t, d, /*own=*/true);
   ++stats_.local;
   return absl::OkStatus();
@@ -541,6 +648,7 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   if (dst != 0) {
     leases_->AttrChanged(dst);
     made_.erase(dst);
+    tracked_.erase(dst);
   }
   // Its closes need the grant of the directory it is in now (both held).
   for (auto& [handle, open] : logged_opens_) {
@@ -556,6 +664,127 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
   *replaced = dst;
   ++stats_.local;
   return absl::OkStatus();
+}
+
+// --- attributes of files made here ----------------------------------------------
+
+NsGrants::Tracked* NsGrants::SettableHere(const Creds& c, const proto::SetAttrRequest& req,
+                                          bool* refused) {
+  using V = proto::SetAttrRequest;
+  *refused = false;
+  const uint32_t valid = req.valid();
+  constexpr uint32_t kHere =
+      V::MODE | V::UID | V::GID | V::ATIME | V::MTIME | V::ATIME_NOW | V::MTIME_NOW;
+  if (valid == 0 || (valid & ~kHere) != 0) return nullptr;
+  auto tr = tracked_.find(req.ino());
+  if (tr == tracked_.end()) return nullptr;
+  auto m = made_.find(req.ino());
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return nullptr;
+  const proto::Attr& a = tr->second.attr;
+  // The server's rules (server/inodes.cc SetAttr), where they are certain
+  // to pass: the owner or root; no set-id or sticky bits (their rules
+  // depend on groups); owner and group changed by root only.
+  const bool root = c.uid == 0;
+  const bool uid_change = (valid & V::UID) && req.uid() != a.uid();
+  const bool gid_change = (valid & V::GID) && req.gid() != a.gid();
+  if ((!root && c.uid != a.uid()) || ((valid & V::MODE) && (req.mode() & 07000) != 0) ||
+      (!root && (uid_change || gid_change))) {
+    *refused = true;
+    return nullptr;
+  }
+  return &tr->second;
+}
+
+bool NsGrants::MaySetAttr(const Creds& c, const proto::SetAttrRequest& req) {
+  absl::MutexLock l(&mu_);
+  bool refused;
+  return SettableHere(c, req, &refused) != nullptr;
+}
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::SetAttr(const Creds& c,
+                                                             const proto::SetAttrRequest& req) {
+  using V = proto::SetAttrRequest;
+  const uint32_t valid = req.valid();
+  const uint64_t ino = req.ino();
+  absl::MutexLock l(&mu_);
+  bool refused;
+  Tracked* tr = SettableHere(c, req, &refused);
+  if (tr == nullptr) {
+    if (refused) ++stats_.fallback;
+    return std::nullopt;
+  }
+  proto::Attr a = tr->attr;
+  const int64_t now = options_.wall->NowNanos();
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(c, now));
+  *e.mutable_setattr() = req;
+  e.mutable_setattr()->clear_header();
+  if (!log_->TryAppend(std::move(entries)).ok()) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  if (valid & V::MODE) a.set_mode((a.mode() & S_IFMT) | (req.mode() & 07777));
+  if (valid & V::UID) a.set_uid(req.uid());
+  if (valid & V::GID) a.set_gid(req.gid());
+  if (valid & V::ATIME_NOW) {
+    a.set_atime_ns(now);
+  } else if (valid & V::ATIME) {
+    a.set_atime_ns(req.atime_ns());
+  }
+  if (valid & V::MTIME_NOW) {
+    a.set_mtime_ns(now);
+  } else if (valid & V::MTIME) {
+    a.set_mtime_ns(req.mtime_ns());
+  }
+  a.set_ctime_ns(now);
+  tr->attr = a;
+  leases_->AttrChanged(ino);
+  ++stats_.local;
+  return WithBlocks(*tr);
+}
+
+proto::Attr NsGrants::WithBlocks(const Tracked& t) {
+  // Without a hole, every 4 KiB block below the size is allocated
+  // (server/inodes.cc ToAttr counts 512-byte units). With one, a guess.
+  proto::Attr a = t.attr;
+  a.set_blocks((a.size() + 4095) / 4096 * 8);
+  return a;
+}
+
+std::optional<proto::Attr> NsGrants::Attr(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto tr = tracked_.find(ino);
+  if (tr == tracked_.end() || !tr->second.dense) return std::nullopt;
+  auto m = made_.find(ino);
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
+  return WithBlocks(tr->second);
+}
+
+void NsGrants::Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_ns) {
+  absl::MutexLock l(&mu_);
+  auto tr = tracked_.find(ino);
+  if (tr == tracked_.end()) return;
+  proto::Attr& a = tr->second.attr;
+  if (offset > a.size()) tr->second.dense = false;
+  a.set_size(std::max<uint64_t>(a.size(), offset + size));
+  // As the commit of its flush does (Allocator::CommitWrite).
+  if (time_ns >= a.ctime_ns()) {
+    a.set_mtime_ns(time_ns);
+    a.set_ctime_ns(time_ns);
+  } else {
+    a.set_mtime_ns(std::max(a.mtime_ns(), time_ns));
+  }
+}
+
+bool NsGrants::NoXattrs(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto m = made_.find(ino);
+  return tracked_.contains(ino) && !diverged_ && m != made_.end() && granted_.contains(m->second);
+}
+
+void NsGrants::Untrack(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  tracked_.erase(ino);
 }
 
 bool NsGrants::Release(uint64_t ino, uint64_t handle) {

@@ -77,6 +77,16 @@ class NsGrants {
   // Applies what is left of the log (unmount) and stops the ager.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The data side, for closes that do not wait for their data (DeferClose):
+  // `flush` sends a file's cached writes and waits for them
+  // (WriteCache::FlushInode), `holds` says whether any are cached. Set
+  // before Start, or never (every close then waits, as without grants).
+  struct DataHooks {
+    std::function<absl::Status(uint64_t ino)> flush;
+    std::function<bool(uint64_t ino)> holds;
+  };
+  void SetDataHooks(DataHooks hooks) { hooks_ = std::move(hooks); }
+
   // --- grants ----------------------------------------------------------------
   // Whether a mkdir should ask for a grant (the log is healthy and inode
   // numbers are at hand; none: asks for some first). `*ticket` is taken
@@ -93,7 +103,8 @@ class NsGrants {
   void DirRemoved(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   void FileMoved(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // The server recalls the grant of `dir`: no change is made in it from
-  // now on, and the log is applied (returns when it is, or failed).
+  // now on, the data of files in it whose close did not wait is sent, and
+  // the log is applied (returns when all of it is, or failed).
   absl::Status Recall(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   // Every grant is gone (the stream broke, the leases were not renewed).
   // The log stays, to be applied (ApplyPending).
@@ -106,6 +117,11 @@ class NsGrants {
   // fsync, fsyncdir: applies the log; the error of a refused entry is
   // returned once, to the first caller after it happened.
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // fsyncdir of `dir`: Sync, after sending the data of the files in it
+  // whose close did not wait (what a close sent before them: a program
+  // that writes files and fsyncs their directory finds their contents
+  // after a crash of the mount, as it did when close sent them).
+  absl::Status SyncDir(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   bool Holds(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- changes made here -------------------------------------------------
@@ -147,6 +163,54 @@ class NsGrants {
   // The close of `handle`: true when it went into the log (its open did,
   // and its directory is still granted); false: the caller sends Release.
   bool Release(uint64_t ino, uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- attributes of files made here ------------------------------------------
+  // A regular file made here has its attributes tracked here: what the
+  // server will hold once the log and the file's cached writes are applied
+  // (all but the blocks the writes allocate), while its directory stays
+  // granted and no call changes it.
+  //
+  // chmod, chown, utimes (no truncate) of a tracked file, by its owner or
+  // root, that the server's rules make certain (no setuid/setgid/sticky
+  // bits; a non-root caller changes no owner or group): made here as a
+  // log entry, answered with the new attributes (their `blocks` an
+  // estimate: not for the kernel to keep). nullopt: a call.
+  std::optional<absl::StatusOr<proto::Attr>> SetAttr(const Creds& c,
+                                                     const proto::SetAttrRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether SetAttr would make `req` here now.
+  bool MaySetAttr(const Creds& c, const proto::SetAttrRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // A cached write of a tracked file, stamped `time_ns` (the time its
+  // flush gives the file: WriteCache::WriteTime): its size grows to the
+  // write's end, its times move as the server's commit moves them
+  // (server/allocator.cc CommitWrite).
+  void Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_ns)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The attributes of a tracked file that never had a hole (so the blocks
+  // its writes allocate are known: every block up to its size), exactly as
+  // the server will give them; nullopt otherwise.
+  std::optional<proto::Attr> Attr(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `ino` is a tracked file: made here, so no xattr was set on it
+  // but by a call (which untracks it).
+  bool NoXattrs(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // A call changed `ino` (a truncate, fallocate, write-through, setattr):
+  // its attributes are the server's again, no longer tracked here.
+  void Untrack(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- closes that do not wait for their data ---------------------------------
+  // close(2) waits for a file's cached writes so that the next open on any
+  // node sees them. A file made here, in a directory still granted here,
+  // can be opened elsewhere only through that directory, whose grant is
+  // recalled first: the recall sends its data (Recall), and its close need
+  // not wait. True when the close of `ino` may return at once (the file is
+  // remembered until a recall, FlushDeferred or TakeDeferred).
+  bool DeferClose(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Before a call makes `ino` reachable without a recall of its directory
+  // (a link, a rename by a call): its deferred data goes first.
+  absl::Status FlushDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // `ino` lost its name here (an unlink or rename over it in the log):
+  // whether its close was deferred (its cached bytes may be dropped).
+  bool TakeDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
     uint64_t local = 0;     // changes made here
@@ -216,6 +280,31 @@ class NsGrants {
   // (MadeHere). At most kMaxMade: past it, forgotten.
   static constexpr size_t kMaxMade = 1 << 20;
   absl::flat_hash_map<uint64_t, uint64_t> made_ ABSL_GUARDED_BY(mu_);
+  // Tracked attributes of regular files made here (SetAttr), at most
+  // kMaxTracked (past it, files made are not tracked).
+  static constexpr size_t kMaxTracked = 1 << 16;
+  struct Tracked {
+    proto::Attr attr;
+    bool dense = true;  // no write ever began past the end of the file
+  };
+  absl::flat_hash_map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
+  // Takes the files of `dir` whose close did not wait (those whose
+  // directory is not known any more too) out of deferred_.
+  std::vector<uint64_t> TakeDeferredIn(uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends their data (each flush applies the log first); the first error.
+  absl::Status SendData(const std::vector<uint64_t>& inos) ABSL_LOCKS_EXCLUDED(mu_);
+  // `t`'s attributes with the blocks its writes allocate.
+  static proto::Attr WithBlocks(const Tracked& t);
+  // The tracked file `req` may change here (SetAttr), or null; `*refused`:
+  // null because the server's rules are not certain to pass (a fallback).
+  Tracked* SettableHere(const Creds& c, const proto::SetAttrRequest& req, bool* refused)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files whose close did not wait for their data (DeferClose). At most
+  // kMaxDeferred: past it, those with nothing cached any more are
+  // forgotten, and if that is not enough, closes wait again.
+  static constexpr size_t kMaxDeferred = 1 << 16;
+  absl::flat_hash_set<uint64_t> deferred_ ABSL_GUARDED_BY(mu_);
+  DataHooks hooks_;  // set before Start
   // Recalls and drops so far (Granted's ticket).
   uint64_t gen_ ABSL_GUARDED_BY(mu_) = 0;
   bool diverged_ ABSL_GUARDED_BY(mu_) = false;

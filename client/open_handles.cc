@@ -86,4 +86,12 @@ size_t OpenHandleTable::open_count() {
   return n;
 }
 
+bool OpenHandleTable::IsOpen(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  for (const auto& [handle, e] : handles_) {
+    if (e.ino == ino) return true;
+  }
+  return false;
+}
+
 }  // namespace grantfs

@@ -62,6 +62,8 @@ class OpenHandleTable {
   uint64_t generation() ABSL_LOCKS_EXCLUDED(mu_);
   // Open handles (not pending ones).
   size_t open_count() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether any handle of `ino` is open or being opened.
+  bool IsOpen(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {

@@ -91,20 +91,22 @@ uint64_t WriteCache::NewBlockBytes(const Inode& inode, uint64_t offset, size_t s
   return n * kBlock;
 }
 
-bool WriteCache::Write(uint64_t ino, uint64_t offset, const char* data, size_t size) {
+bool WriteCache::Write(uint64_t ino, uint64_t offset, const char* data, size_t size,
+                       int64_t* stamped) {
   // No extent is larger than the server takes in one write.
   const uint64_t max_extent = std::min(options_.extent_bytes, kMaxExtent);
   for (size_t done = 0; done < size;) {
     const size_t n = std::min<uint64_t>(size - done, max_extent);
     // A piece the pool cannot cover: the caller writes the whole range
     // through, which rewrites the pieces cached so far with the same bytes.
-    if (!WritePiece(ino, offset + done, data + done, n)) return false;
+    if (!WritePiece(ino, offset + done, data + done, n, stamped)) return false;
     done += n;
   }
   return true;
 }
 
-bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size) {
+bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size,
+                            int64_t* stamped) {
   uint64_t debit;
   {
     absl::MutexLock l(&mu_);
@@ -146,16 +148,24 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     last->debit += debit;
     dirty_bytes_ -= overlap;
     if (last->data.size() >= max_extent) last->sealed = true;
+    if (last->sealed || last->data.size() >= options_.extent_bytes) maybe_ready_ = true;
   } else {
-    if (last && !last->flushing) last->sealed = true;
+    if (last && !last->flushing) {
+      last->sealed = true;
+      maybe_ready_ = true;
+    }
     std::shared_ptr<Extent> e = NewExtent(/*streaming=*/size >= 64 * 1024);
     e->offset = offset;
     e->data.assign(data, size);
     e->debit = debit;
     e->born = options_.clock->Now();
+    next_due_ = std::min(next_due_, e->born + options_.max_age);
+    if (e->data.size() >= options_.extent_bytes) maybe_ready_ = true;
     inode.extents.push_back(std::move(e));
   }
   inode.mtime_ns = options_.clock->NowNanos();
+  inode.times_set = false;
+  if (stamped != nullptr) *stamped = inode.mtime_ns;
   return true;
 }
 
@@ -180,6 +190,12 @@ bool WriteCache::Sendable(const Inode& inode, const Extent& e) const {
 std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
   const absl::Time now = options_.clock->Now();
   const bool pressure = dirty_bytes_ > options_.dirty_limit / 2;
+  // The flushers' wait condition runs at every release of mu_: with many
+  // files cached (closes that did not wait), a scan each time would cost
+  // O(files) per write. Nothing changed since a scan found nothing, and no
+  // extent comes of age before next_due_: nothing to do.
+  if (!maybe_ready_ && !pressure && !stopping_ && now < next_due_) return nullptr;
+  absl::Time next = absl::InfiniteFuture();
   // Inodes someone waits on first, then anything due.
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& [id, inode] : inodes_) {
@@ -193,9 +209,14 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
           *ino = id;
           return e;
         }
+        // Due but waiting for an older extent: its acknowledgement sets
+        // maybe_ready_.
+        if (!due) next = std::min(next, e->born + options_.max_age);
       }
     }
   }
+  maybe_ready_ = false;
+  next_due_ = next;
   return nullptr;
 }
 
@@ -220,14 +241,17 @@ void WriteCache::FlusherLoop() {
     if (stopping_) return;
     if (!e) continue;
     e->flushing = true;
+    const Inode& sent = inodes_[ino];
+    const WriteTime time{sent.times_set ? 0 : sent.mtime_ns, sent.times_set};
     ++in_flight_;
     in_flight_bytes_ += e->data.size();
     peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
     mu_.Unlock();
     if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
     absl::StatusOr<FlushResult> r =
-        flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data));
+        flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data), time);
     mu_.Lock();
+    maybe_ready_ = true;  // its inode's next extent may be sendable now
     --in_flight_;
     in_flight_bytes_ -= e->data.size();
     Inode& inode = inodes_[ino];
@@ -252,13 +276,16 @@ void WriteCache::FlusherLoop() {
     } else if (IsPermanentFlushError(r.status())) {
       // No retry can store it: dropped, said once in the log and once to
       // the next flush or fsync of the file. The server stored none of it,
-      // so its whole debit goes back to the pool.
-      LOG(ERROR) << "inode " << ino << ": cached bytes [" << e->offset << ", " << e->end()
-                 << ") dropped, the server refused them: " << r.status();
+      // so its whole debit goes back to the pool. A file discarded (gone)
+      // is expected to be refused: nothing is said.
+      if (!inode.discarded) {
+        LOG(ERROR) << "inode " << ino << ": cached bytes [" << e->offset << ", " << e->end()
+                   << ") dropped, the server refused them: " << r.status();
+        if (inode.dropped.ok()) inode.dropped = r.status();
+      }
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
       pool_->Refund(e->debit);
-      if (inode.dropped.ok()) inode.dropped = r.status();
     } else {
       // Kept and retried; waiters learn of the error. Sealed: the RPC may
       // still hold its bytes, so later writes go to a new extent.
@@ -273,6 +300,52 @@ void WriteCache::FlusherLoop() {
   }
 }
 
+void WriteCache::TimesSet(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  it->second.times_set = true;
+  it->second.mtime_ns = 0;
+  // Looked up each time: the flushers erase an inode whose last extent
+  // was acknowledged.
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_) return true;
+    auto i = inodes_.find(ino);
+    if (i == inodes_.end()) return true;
+    for (const auto& e : i->second.extents) {
+      if (e->flushing) return false;
+    }
+    return true;
+  };
+  mu_.Await(absl::Condition(&settled));
+}
+
+void WriteCache::Discard(uint64_t ino, bool still_open) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  Inode& inode = it->second;
+  inode.discarded = true;
+  inode.dropped = absl::OkStatus();
+  if (still_open) return;
+  for (auto e = inode.extents.begin(); e != inode.extents.end();) {
+    if ((*e)->flushing) {
+      ++e;
+      continue;
+    }
+    dirty_bytes_ -= (*e)->data.size();
+    pool_->Refund((*e)->debit);
+    e = inode.extents.erase(e);
+  }
+  if (inode.extents.empty() && inode.urgent == 0) inodes_.erase(it);
+}
+
+bool WriteCache::Holds(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  return it != inodes_.end() && !it->second.extents.empty();
+}
+
 absl::Status WriteCache::FlushInode(uint64_t ino) {
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(ino);
@@ -284,6 +357,7 @@ absl::Status WriteCache::FlushInode(uint64_t ino) {
   std::vector<std::pair<std::shared_ptr<Extent>, uint64_t>> mine;
   for (const auto& e : inode.extents) mine.emplace_back(e, e->failures);
   ++inode.urgent;
+  maybe_ready_ = true;
   auto pending = [&](const std::shared_ptr<Extent>& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::find(inode.extents.begin(), inode.extents.end(), e) != inode.extents.end();
   };
@@ -368,13 +442,28 @@ std::vector<std::string> WriteCache::DescribeDirty() {
 absl::Status WriteCache::FlushAll() {
   std::vector<uint64_t> ids;
   {
+    // All of them urgent at once, so the flushers send them in parallel
+    // while each is waited for in turn.
     absl::MutexLock l(&mu_);
-    for (const auto& [id, inode] : inodes_) ids.push_back(id);
+    for (auto& [id, inode] : inodes_) {
+      ids.push_back(id);
+      ++inode.urgent;
+    }
+    maybe_ready_ = true;
   }
   absl::Status first;
   for (uint64_t id : ids) {
     absl::Status s = FlushInode(id);
     if (first.ok()) first = s;
+  }
+  absl::MutexLock l(&mu_);
+  for (uint64_t id : ids) {
+    auto it = inodes_.find(id);
+    if (it == inodes_.end()) continue;
+    --it->second.urgent;
+    if (it->second.extents.empty() && it->second.urgent == 0 && it->second.dropped.ok()) {
+      inodes_.erase(it);
+    }
   }
   return first;
 }

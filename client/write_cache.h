@@ -70,12 +70,19 @@ class WriteCache {
     int64_t mtime_ns = 0;
     int64_t ctime_ns = 0;
   };
+  // The time a flush gives the file (WriteRequest.time_ns, keep_times):
+  // when its latest cached write was made, or `keep` when its times were
+  // set after that (TimesSet): the flush must leave them.
+  struct WriteTime {
+    int64_t ns = 0;
+    bool keep = false;
+  };
   // Sends one extent. `data` is never changed once it was handed to a
   // FlushRpc (an extent whose flush failed is sealed), so the RPC may keep
   // a reference to it past its return (gRPC does, until the bytes are on
   // the socket).
   using FlushRpc = std::function<absl::StatusOr<FlushResult>(
-      uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data)>;
+      uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data, WriteTime time)>;
 
   // `pool` must outlive the cache.
   WriteCache(const WriteCacheOptions& options, GrantPool* pool, FlushRpc flush);
@@ -88,7 +95,10 @@ class WriteCache {
   // Caches [offset, offset + size) of `ino`. Returns false, caching nothing,
   // when the grant pool cannot cover the bytes (the caller writes through,
   // after FlushInode). Waits while the cache is full.
-  bool Write(uint64_t ino, uint64_t offset, const char* data, size_t size);
+  // `stamped` (may be null): the time the write was stamped with (the
+  // time its flush gives the file, WriteTime).
+  bool Write(uint64_t ino, uint64_t offset, const char* data, size_t size,
+             int64_t* stamped = nullptr);
 
   // Waits until every byte of `ino` cached before the call is acknowledged
   // by the server, or until a flush of some of them failed after the call
@@ -102,6 +112,21 @@ class WriteCache {
   absl::Status FlushInode(uint64_t ino);
   // The same for every inode.
   absl::Status FlushAll();
+
+  // The file's times are being set (at the mount, in its namespace log)
+  // after its cached writes: their flushes from now on leave the times
+  // alone, and attributes are no longer patched with the writes' time; a
+  // later write undoes it. Waits for flushes of the file already on the
+  // way (they carry the writes' time and must land before the setattr).
+  void TimesSet(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The file lost its last name (an unlink in the namespace log, sent
+  // later): the server refusing its flushes is expected, and not reported.
+  // With no open left (`still_open` false) its cached bytes are dropped
+  // unsent, their debit refunded; an open one keeps them (it may read
+  // them, and the server keeps the file until its close).
+  void Discard(uint64_t ino, bool still_open) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether bytes of `ino` are cached (not yet acknowledged).
+  bool Holds(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the server refused a flush in a way no retry can change.
   static bool IsPermanentFlushError(const absl::Status& s);
@@ -186,6 +211,8 @@ class WriteCache {
   struct Inode {
     std::list<std::shared_ptr<Extent>> extents;  // oldest first
     int64_t mtime_ns = 0;                        // time of the last cached write
+    bool times_set = false;                      // TimesSet since that write
+    bool discarded = false;                      // Discard: refusals are expected
     int urgent = 0;                              // FlushInode callers waiting
     absl::Status dropped;                        // data refused for good, not yet reported
   };
@@ -196,7 +223,7 @@ class WriteCache {
   // PatchAttr with mu_ held (AttrFetch::Patch does both looks under one lock).
   void PatchAttrLocked(proto::Attr* attr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write() for at most one extent's worth of bytes.
-  bool WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size);
+  bool WritePiece(uint64_t ino, uint64_t offset, const char* data, size_t size, int64_t* stamped);
   // Bytes of [offset, offset + size) rounded to blocks that no cached
   // extent of `inode` has debited already. REQUIRES: mu_.
   uint64_t NewBlockBytes(const Inode& inode, uint64_t offset, size_t size)
@@ -246,6 +273,11 @@ class WriteCache {
   uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // PickLocked's shortcut: false once a scan found nothing to send, until
+  // something may have made an extent due (sealed, full, waited for, an
+  // acknowledgement); and no extent comes of age before next_due_.
+  bool maybe_ready_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Time next_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::thread> flushers_;
 };
 

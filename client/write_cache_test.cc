@@ -435,4 +435,95 @@ TEST(WriteCache, LargeWriteIsSentInPiecesOfAtMostExtentBytes) {
   ExpectAllSentInPieces(h.server, 1 * kMiB);
 }
 }  // namespace
+
+// A flush gives the file the time of its latest cached write
+// (WriteRequest.time_ns), so a close that does not wait for its data does
+// not move mtime later; once the times were set after the writes
+// (TimesSet: a setattr in the namespace log), flushes leave them alone, and
+// a later write stamps again.
+TEST(WriteCache, FlushesCarryTheTimeOfTheLatestWriteOrKeepSetTimes) {
+  Harness h;
+  h.cache.Start();
+  const int64_t t0 = h.clock.NowNanos();
+  ASSERT_TRUE(h.Write(1, 0, "abc"));
+  h.clock.Advance(absl::Seconds(7));  // the flush goes later than the write
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  std::vector<WriteCache::WriteTime> times = h.server.times();
+  ASSERT_EQ(times.size(), 1u);
+  EXPECT_EQ(times[0].ns, t0);
+  EXPECT_FALSE(times[0].keep);
+
+  ASSERT_TRUE(h.Write(1, 3, "def"));
+  h.cache.TimesSet(1);
+  proto::Attr a;
+  a.set_ino(1);
+  a.set_mtime_ns(42);  // utimes to an old time: not raised by the write's time
+  a.set_ctime_ns(43);
+  h.cache.PatchAttr(&a);
+  EXPECT_EQ(a.mtime_ns(), 42);
+  EXPECT_EQ(a.size(), 6u);
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  times = h.server.times();
+  ASSERT_EQ(times.size(), 2u);
+  EXPECT_TRUE(times[1].keep);
+
+  h.clock.Advance(absl::Seconds(1));
+  const int64_t t2 = h.clock.NowNanos();
+  ASSERT_TRUE(h.Write(1, 6, "g"));
+  ASSERT_TRUE(h.FlushInode(1).ok());
+  times = h.server.times();
+  ASSERT_EQ(times.size(), 3u);
+  EXPECT_EQ(times[2].ns, t2);
+  EXPECT_FALSE(times[2].keep);
+  EXPECT_EQ(h.server.content(1), "abcdefg");
+}
+
+// A file gone (Discard) sends nothing more: its bytes are dropped with their
+// debit refunded, and a refusal of a flush already in flight is not
+// reported to anyone. Still open, it keeps its bytes (readable, flushed),
+// and their refusal is not reported either.
+TEST(WriteCache, DiscardDropsCachedBytesAndRefundsThem) {
+  Harness h;
+  h.cache.Start();
+  ASSERT_TRUE(h.Write(5, 0, std::string(10000, 'x')));
+  EXPECT_TRUE(h.cache.Holds(5));
+  EXPECT_LT(h.pool.available(), h.grants.granted());
+  h.cache.Discard(5, /*still_open=*/false);
+  EXPECT_FALSE(h.cache.Holds(5));
+  EXPECT_EQ(h.cache.dirty_bytes(), 0u);
+  EXPECT_EQ(h.pool.available(), h.grants.granted());  // the whole debit back
+  ASSERT_TRUE(h.FlushAll().ok());
+  EXPECT_TRUE(h.server.times().empty());
+  EXPECT_TRUE(h.FlushInode(5).ok());
+
+  // In flight when discarded: the server's refusal is expected.
+  absl::Notification sent, go;
+  h.server.set_hook([&](int, uint64_t ino, uint64_t, const std::string&) -> absl::Status {
+    if (ino != 6) return absl::OkStatus();
+    sent.Notify();
+    go.WaitForNotification();
+    return ErrnoStatus(ENOENT, "gone");
+  });
+  ASSERT_TRUE(h.Write(6, 0, "y"));
+  std::thread flush([&] { (void)h.cache.FlushInode(6); });
+  sent.WaitForNotification();
+  h.cache.Discard(6, /*still_open=*/false);
+  go.Notify();
+  flush.join();
+  EXPECT_TRUE(h.FlushInode(6).ok());  // nothing reported
+  EXPECT_FALSE(h.cache.Holds(6));
+  EXPECT_EQ(h.cache.dirty_bytes(), 0u);
+
+  h.server.set_hook([&](int, uint64_t ino, uint64_t, const std::string&) -> absl::Status {
+    return ino == 7 ? ErrnoStatus(ENOENT, "gone") : absl::OkStatus();
+  });
+  ASSERT_TRUE(h.Write(7, 0, "zz"));
+  h.cache.Discard(7, /*still_open=*/true);
+  EXPECT_TRUE(h.cache.Holds(7));
+  WriteCache::Overlay o = h.cache.Snapshot(7, 0, 2);
+  EXPECT_EQ(o.end, 2u);
+  EXPECT_TRUE(h.FlushInode(7).ok());  // refused, as expected: not reported
+  EXPECT_FALSE(h.cache.Holds(7));
+}
+
 }  // namespace grantfs

@@ -95,7 +95,12 @@ class FakeServer {
                                           const std::string& data)>;
 
   WriteCache::FlushRpc Rpc() {
-    return [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data) {
+    return [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
+                  WriteCache::WriteTime time) {
+      {
+        absl::MutexLock l(&mu_);
+        times_.push_back(time);
+      }
       {
         absl::MutexLock l(&mu_);
         if (hold_) held_.push_back({data, *data});
@@ -133,6 +138,11 @@ class FakeServer {
   size_t applied_count() {
     absl::MutexLock l(&mu_);
     return applied_.size();
+  }
+  // The time each flush attempt carried, in the order they were sent.
+  std::vector<WriteCache::WriteTime> times() {
+    absl::MutexLock l(&mu_);
+    return times_;
   }
   // Keeps every buffer handed to a flush alive, as gRPC may.
   void set_hold(bool hold) {
@@ -187,6 +197,7 @@ class FakeServer {
   std::vector<size_t> attempt_sizes_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> applied_ ABSL_GUARDED_BY(mu_);
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WriteCache::WriteTime> times_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::shared_ptr<const std::string>, std::string>> held_
       ABSL_GUARDED_BY(mu_);
 };

@@ -154,9 +154,21 @@ absl::StatusOr<proto::Attr> Allocator::CommitWrite(uint64_t ino, uint64_t offset
     txn->ledger().AddUsed(added);
     rec.set_allocated_blocks(rec.allocated_blocks() + added);
     if (extend && offset + length > rec.size()) rec.set_size(offset + length);
-    const int64_t now = txn->NowNanos();
-    rec.set_mtime_ns(now);
-    rec.set_ctime_ns(now);
+    // The write's time: the server's clock, or when the mount made it
+    // (WriteRequest.time_ns); none when the mount set the times after it.
+    // A write made before the file's last change (its flush came later:
+    // a chmod in the mount's log went first, or another flush of the file
+    // made later landed first) only raises mtime (client/ns_grants.cc
+    // Wrote does the same).
+    if (tag == nullptr || !tag->keep_times) {
+      const int64_t t = txn->NowNanos();
+      if (t >= rec.ctime_ns()) {
+        rec.set_mtime_ns(t);
+        rec.set_ctime_ns(t);
+      } else {
+        rec.set_mtime_ns(std::max(rec.mtime_ns(), t));
+      }
+    }
     txn->PutInode(ino, rec);
     out = ToAttr(ino, rec);
     return absl::OkStatus();

@@ -47,6 +47,9 @@ struct RequestTag {
   // `ino` the number a create gives the new inode (0: the next free one).
   int64_t time_ns = 0;
   uint64_t ino = 0;
+  // A write whose file had its times set after it, at the mount
+  // (WriteRequest.keep_times): its commit leaves mtime and ctime alone.
+  bool keep_times = false;
   // Each Mutate for the request returns once its batch is applied, not
   // durable, and raises `durable` to what to wait for
   // (MetaStore::WaitDurable(Durability)): a log of changes pays one WAL sync

@@ -414,6 +414,12 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
       [&](const RequestContext& rc, const proto::DedupeRecord*) {
         uint64_t grant_used = 0;
         FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
+        if (rc.tag != nullptr) {
+          // The mount's time of the write, or its word that the file's times
+          // were set after it (WriteRequest).
+          rc.tag->time_ns = std::max<int64_t>(req->time_ns(), 0);
+          rc.tag->keep_times = req->keep_times();
+        }
         auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
                                 req->from_grant(), &grant_used);
         if (r.ok()) {
