@@ -49,8 +49,11 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   if (options_.leases && options_.ns_grants) {
     ns_ = std::make_unique<NsGrants>(options_.ns, &meta_, leases_.get());
     if (cache_) {
-      ns_->SetDataHooks({[this](uint64_t ino) { return cache_->FlushInode(ino); },
-                         [this](uint64_t ino) { return cache_->Holds(ino); }});
+      ns_->SetDataHooks({[this](const std::vector<uint64_t>& inos) {
+                           return cache_->FlushInodes(inos, /*report_dropped=*/false);
+                         },
+                         [this](uint64_t ino) { return cache_->CachedBytes(ino); },
+                         [this](uint64_t ino) { cache_->Seal(ino); }});
     }
   }
   SessionOptions so;
@@ -111,6 +114,14 @@ void FileSystem::Stop() {
   // The namespace log first, while the stream and the heartbeats still
   // run: a recall meanwhile is answered, and the grants stay renewed.
   if (ns_) ns_->Stop();
+  if (cache_) {
+    // Everything cached goes to the server while the stream and the
+    // heartbeats still run (a recall meanwhile is answered, the grant and
+    // the leases stay renewed); the session's unused grant goes back with
+    // CloseSession below.
+    absl::Status s = cache_->FlushAll();
+    if (!s.ok()) LOG(WARNING) << "unmount: flushing cached writes: " << s << " (tried again below)";
+  }
   session_->BeginStop();
   if (leases_) {
     const LeaseCache::Stats st = leases_->stats();
@@ -126,8 +137,7 @@ void FileSystem::Stop() {
               << st.direct_reads << " direct reads, " << st.timeouts << " waits timed out";
   }
   if (cache_) {
-    // Unmount: everything cached goes to the server first; the session's
-    // unused grant goes back with CloseSession below.
+    // What is left (written during the flush above, or not sent then).
     absl::Status s = cache_->FlushAll();
     if (!s.ok()) {
       LOG(ERROR) << "unmount: " << cache_->dirty_bytes()
@@ -372,8 +382,8 @@ absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint6
   // A close in the log would need the grant of the file's first directory;
   // the new name is reachable without a recall of it: data first.
   if (ns_) {
+    ns_->FileMoved(ino);  // first: no close defers it again meanwhile
     RETURN_IF_ERROR(ns_->FlushDeferred(ino));
-    ns_->FileMoved(ino);
   }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
@@ -416,8 +426,12 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
     }
   }
   uint64_t ino = KnownIno(parent, name);
-  // Sent before the call, as it would have been at close.
-  if (ns_ && !is_dir && ino != 0) RETURN_IF_ERROR(ns_->FlushDeferred(ino));
+  // Sent before the call, as it would have been at close; and the file is
+  // not the mount's own any more (its attributes are the server's).
+  if (ns_ && !is_dir && ino != 0) {
+    ns_->FileMoved(ino);
+    RETURN_IF_ERROR(ns_->FlushDeferred(ino));
+  }
   // A directory removed by a call loses its grant at the server: not used
   // here from before the call on (a close in the log would need it).
   if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);
@@ -460,8 +474,8 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
     // reached); a directory replaced loses its grant.
     for (uint64_t ino : {KnownIno(parent, name), KnownIno(new_parent, new_name)}) {
       if (ino == 0) continue;
+      ns_->FileMoved(ino);  // first: no close defers it again meanwhile
       RETURN_IF_ERROR(ns_->FlushDeferred(ino));
-      ns_->FileMoved(ino);
     }
     if (uint64_t over = KnownIno(new_parent, new_name); over != 0) ns_->DirRemoved(over);
   }
@@ -566,6 +580,18 @@ absl::StatusOr<proto::Attr> FileSystem::Create(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint32_t flags,
                                              uint64_t* handle, bool created) {
+  if (ns_ && (flags & O_TRUNC)) ns_->Untrack(ino);  // truncated at the server
+  if (ns_ && !created) {
+    // A file made here: opened in the log.
+    std::optional<absl::StatusOr<proto::Attr>> local = ns_->Open(
+        c, ino, flags, [this](uint64_t i) { return handles_.BeginOpen(i); }, handle);
+    if (*handle != 0) handles_.EndOpen(*handle, local.has_value() && local->ok());
+    if (local.has_value()) {
+      ASSIGN_OR_RETURN(proto::Attr attr, *std::move(local));
+      if (ra_) ra_->Opened(ino, attr.size());
+      return attr;
+    }
+  }
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
   // A reclaim running meanwhile does not hold this open up, nor lose it
@@ -591,6 +617,8 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
 absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   if (ra_) ra_->Released(ino);
   handles_.Release(handle);
+  // A file removed here while open: its bytes go with its last close.
+  if (cache_ && ns_ && cache_->Discarded(ino) && !handles_.IsOpen(ino)) cache_->Released(ino);
   if (ns_ && ns_->Release(ino, handle)) return absl::OkStatus();  // in the log
   return meta_.Release(ino, handle);
 }
@@ -601,9 +629,22 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
   // laid over it, so a flush finishing in between cannot hide them. What
   // read-ahead serves was fetched while this mount held no written data of
   // the file, and every write since dropped it (docs/write-path.md).
+  // A file made here, whose size is known exactly: at its end, or with
+  // every byte asked for still cached, no call.
+  std::optional<uint64_t> known;
+  if (ns_ && cache_) known = ns_->TrackedSize(ino);
   WriteCache::Overlay cached;
   if (cache_) cached = cache_->Snapshot(ino, offset, size);
   std::string out;
+  if (known.has_value()) {
+    const uint64_t end = std::min<uint64_t>(offset + size, *known);
+    if (end <= offset) return out;
+    if (WriteCache::Covers(cached, offset, end)) {
+      WriteCache::Apply(cached, offset, size, &out);
+      out.resize(end - offset);
+      return out;
+    }
+  }
   if (ra_) {
     ASSIGN_OR_RETURN(out,
                      ra_->Read(ino, offset, size, [this, &c](uint64_t i, uint64_t off, size_t n) {
@@ -663,11 +704,11 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
       if (ns_) ns_->Wrote(ino, offset, size, stamped);
       return size;
     }
-    if (ns_) ns_->Untrack(ino);  // the server stamps a write-through
     // The grant cannot cover it (the volume is nearly full): allocate at the
     // server, exactly, after what is cached for this file (order).
     RETURN_IF_ERROR(cache_->FlushInode(ino));
   }
+  if (ns_) ns_->Untrack(ino);  // the server stamps a write-through
   absl::StatusOr<size_t> r = WriteThrough(c, ino, offset, data, size);
   DataChanged(ino);  // also after an error: some of it may have landed
   return r;
@@ -740,7 +781,7 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
   // The server refuses a name outside the namespaces it stores (e.g. the
   // ACLs `ls -l` asks for: EOPNOTSUPP) before it looks: so does the mount.
   RETURN_IF_ERROR(ValidateXattr(name, 0));
-  if (ns_ && ns_->NoXattrs(ino)) return ErrnoStatus(ENODATA, name + " (made here)");
+  if (ns_ && ns_->NoXattrs(c, ino, name)) return ErrnoStatus(ENODATA, name + " (made here)");
   if (leases_) {
     // Known absent under the attribute lease: the kernel asks for
     // security.capability before every write, `ls -l` for ACLs and labels.
@@ -760,7 +801,7 @@ absl::StatusOr<std::string> FileSystem::GetXattr(const Creds& c, uint64_t ino,
 }
 
 absl::StatusOr<std::vector<std::string>> FileSystem::ListXattr(const Creds& c, uint64_t ino) {
-  if ((leases_ && leases_->NoXattrs(ino)) || (ns_ && ns_->NoXattrs(ino))) {
+  if ((leases_ && leases_->NoXattrs(ino)) || (ns_ && ns_->NoXattrs(c, ino, ""))) {
     return std::vector<std::string>();
   }
   return meta_.ListXattr(c, ino);

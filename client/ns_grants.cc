@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/write_cache.h"
 #include "common/errno_status.h"
 #include "common/names.h"
 #include "common/status_macros.h"
@@ -107,7 +109,7 @@ bool NsGrants::Holds(uint64_t dir) {
 }
 
 absl::Status NsGrants::Recall(uint64_t dir) {
-  std::vector<uint64_t> data;
+  std::vector<std::pair<uint64_t, uint64_t>> data;
   {
     // Taken after any change in this directory that is being made: it is
     // in the log before the log is applied.
@@ -124,7 +126,7 @@ absl::Status NsGrants::Recall(uint64_t dir) {
       }
     }
     // Files in it whose close did not wait: their data goes before the ack.
-    data = TakeDeferredIn(dir);
+    data = DeferredIn(dir);
   }
   const absl::Status data_status = SendData(data);
   absl::Status s = log_->Flush(log_->last());
@@ -135,86 +137,94 @@ absl::Status NsGrants::Recall(uint64_t dir) {
   return s.ok() ? data_status : s;
 }
 
-std::vector<uint64_t> NsGrants::TakeDeferredIn(uint64_t dir) {
-  std::vector<uint64_t> out;
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
-    auto m = made_.find(*it);
-    if (m == made_.end() || m->second == dir) {
-      out.push_back(*it);
-      deferred_.erase(it++);
-    } else {
-      ++it;
-    }
+std::vector<std::pair<uint64_t, uint64_t>> NsGrants::DeferredIn(std::optional<uint64_t> dir) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [ino, gen] : deferred_) {
+    auto m = made_.find(ino);
+    if (!dir.has_value() || m == made_.end() || m->second == *dir) out.emplace_back(ino, gen);
   }
   return out;
 }
 
-absl::Status NsGrants::SendData(const std::vector<uint64_t>& inos) {
-  // Each flush applies the log first (the barrier): the file exists.
-  absl::Status first;
-  for (uint64_t ino : inos) {
-    absl::Status f = hooks_.flush(ino);
-    if (!f.ok() && first.ok()) {
-      first = absl::UnavailableError(
-          absl::StrCat("the data of inode ", ino, " could not be sent: ", f.ToString()));
-    }
+absl::Status NsGrants::SendData(const std::vector<std::pair<uint64_t, uint64_t>>& files) {
+  if (files.empty()) return absl::OkStatus();
+  std::vector<uint64_t> inos;
+  for (const auto& [ino, gen] : files) inos.push_back(ino);
+  // In parallel; each flush applies the log first (the barrier): the
+  // files exist. Data the server refused for good is not this call's to
+  // report (the next fsync of the file does).
+  absl::Status s = hooks_.flush(inos);
+  if (!s.ok() && !WriteCache::IsPermanentFlushError(s)) {
+    return absl::UnavailableError("the data of closed files could not be sent: " + s.ToString());
   }
-  return first;
+  // Sent: no longer owed, unless a close deferred them again since.
+  absl::MutexLock l(&mu_);
+  for (const auto& [ino, gen] : files) {
+    auto it = deferred_.find(ino);
+    if (it != deferred_.end() && it->second == gen) deferred_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NsGrants::SendAllDeferred() {
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  {
+    absl::MutexLock l(&mu_);
+    data = DeferredIn(std::nullopt);
+  }
+  return SendData(data);
 }
 
 absl::Status NsGrants::SyncDir(uint64_t dir) {
-  std::vector<uint64_t> data;
+  std::vector<std::pair<uint64_t, uint64_t>> data;
   {
     absl::MutexLock l(&mu_);
-    data = TakeDeferredIn(dir);
+    data = DeferredIn(dir);
   }
   absl::Status d = SendData(data);
-  if (!d.ok()) {
-    absl::MutexLock l(&mu_);
-    for (uint64_t ino : data) deferred_.insert(ino);  // still owed to a recall
-  }
   absl::Status s = Sync();
   return s.ok() ? d : s;
 }
 
 bool NsGrants::DeferClose(uint64_t ino) {
   if (!hooks_.flush) return false;
-  std::vector<uint64_t> all;
-  {
-    absl::MutexLock l(&mu_);
-    auto m = made_.find(ino);
-    if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return false;
-    if (deferred_.contains(ino) || deferred_.size() < kMaxDeferred) {
-      deferred_.insert(ino);
-      return true;
-    }
-    all.assign(deferred_.begin(), deferred_.end());
-  }
-  // Full: those with nothing cached any more are forgotten (outside mu_:
-  // the cache has a lock of its own).
-  std::vector<uint64_t> clean;
-  for (uint64_t i : all) {
-    if (!hooks_.holds(i)) clean.push_back(i);
-  }
+  // Nothing cached: nothing to wait for. More than a small file: the close
+  // waits (a recall sends what is deferred before its ack, within the
+  // server's wait).
+  const uint64_t bytes = hooks_.bytes(ino);
+  if (bytes > kMaxDeferredFileBytes) return false;
   absl::MutexLock l(&mu_);
-  for (uint64_t i : clean) deferred_.erase(i);
   auto m = made_.find(ino);
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second) ||
-      deferred_.size() >= kMaxDeferred) {
-    return false;
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return false;
+  if (bytes == 0) return true;
+  if (!deferred_.contains(ino) && deferred_.size() >= kMaxDeferred) {
+    // Full: those with nothing cached any more are forgotten (the cache's
+    // lock is taken after this one's).
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (hooks_.bytes(it->first) == 0) {
+        deferred_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (deferred_.size() >= kMaxDeferred) return false;
   }
-  deferred_.insert(ino);
+  deferred_[ino] = ++defer_gen_;
+  // Sent soon, not at the cache's age: the window in which a recall has it
+  // to send, or a crash of the node loses it, stays short.
+  hooks_.seal(ino);
   return true;
 }
 
 absl::Status NsGrants::FlushDeferred(uint64_t ino) {
-  if (!TakeDeferred(ino)) return absl::OkStatus();
-  absl::Status s = hooks_.flush(ino);
-  if (!s.ok()) {
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  {
     absl::MutexLock l(&mu_);
-    deferred_.insert(ino);  // still owed before it is reachable
+    auto it = deferred_.find(ino);
+    if (it == deferred_.end()) return absl::OkStatus();
+    data.emplace_back(ino, it->second);
   }
-  return s;
+  return SendData(data);
 }
 
 bool NsGrants::TakeDeferred(uint64_t ino) {
@@ -394,6 +404,9 @@ absl::StatusOr<proto::Attr> NsGrants::CreateLocked(const Creds& c, const proto::
     made_[ino] = parent;
   }
   if (type == S_IFREG && tracked_.size() < kMaxTracked) tracked_[ino] = Tracked{attr, true};
+  // Root made a change here: the directory is root's at the server, so the
+  // server does not map this node's root to nobody.
+  if (c.uid == 0) root_honored_ = true;
   if (type == S_IFDIR) {
     leases_->PutEmptyDir(t, ino, parent);
     // The server grants it when it applies the entry (the parent's grant
@@ -645,6 +658,9 @@ std::optional<absl::Status> NsGrants::Rename(const Creds& c, uint64_t parent,
     leases_->PutAttr(t, moved_attr, /*own=*/true);
   }
   if (made_.contains(src)) made_[src] = new_parent;
+  if (auto tr = tracked_.find(src); tr != tracked_.end()) {
+    tr->second.attr.set_ctime_ns(now);  // as the server's rename does
+  }
   if (dst != 0) {
     leases_->AttrChanged(dst);
     made_.erase(dst);
@@ -684,7 +700,9 @@ NsGrants::Tracked* NsGrants::SettableHere(const Creds& c, const proto::SetAttrRe
   // The server's rules (server/inodes.cc SetAttr), where they are certain
   // to pass: the owner or root; no set-id or sticky bits (their rules
   // depend on groups); owner and group changed by root only.
-  const bool root = c.uid == 0;
+  // Root's privileges only where the server is known to grant them to this
+  // node (root_honored_; a node whose root is mapped to nobody gets none).
+  const bool root = c.uid == 0 && root_honored_;
   const bool uid_change = (valid & V::UID) && req.uid() != a.uid();
   const bool gid_change = (valid & V::GID) && req.gid() != a.gid();
   if ((!root && c.uid != a.uid()) || ((valid & V::MODE) && (req.mode() & 07000) != 0) ||
@@ -693,6 +711,50 @@ NsGrants::Tracked* NsGrants::SettableHere(const Creds& c, const proto::SetAttrRe
     return nullptr;
   }
   return &tr->second;
+}
+
+std::optional<absl::StatusOr<proto::Attr>> NsGrants::Open(
+    const Creds& c, uint64_t ino, uint32_t flags,
+    const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle) {
+  *handle = 0;
+  if (flags & (O_CREAT | O_TRUNC)) return std::nullopt;
+  absl::MutexLock l(&mu_);
+  auto tr = tracked_.find(ino);
+  if (tr == tracked_.end()) return std::nullopt;
+  auto m = made_.find(ino);
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
+  const proto::Attr& a = tr->second.attr;
+  // The server's check (server/inodes.cc CheckOpen, CheckAccess) where it
+  // is certain: root, or the owner by the owner bits.
+  uint32_t need = 0;
+  switch (flags & O_ACCMODE) {
+    case O_RDONLY:
+      need = S_IRUSR;
+      break;
+    case O_WRONLY:
+      need = S_IWUSR;
+      break;
+    default:
+      need = S_IRUSR | S_IWUSR;
+  }
+  if (!(c.uid == 0 && root_honored_) && (c.uid != a.uid() || (a.mode() & need) != need)) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  const uint64_t h = begin_open(ino);
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(c, options_.wall->NowNanos()));
+  e.mutable_open()->set_ino(ino);
+  e.mutable_open()->set_flags(flags);
+  e.mutable_open()->set_handle(h);
+  *handle = h;  // the caller ends the open it began, whatever the outcome
+  if (!log_->TryAppend(std::move(entries)).ok()) {
+    ++stats_.fallback;
+    return std::nullopt;
+  }
+  logged_opens_[h] = LoggedOpen{ino, m->second};
+  ++stats_.local;
+  return WithBlocks(tr->second);
 }
 
 bool NsGrants::MaySetAttr(const Creds& c, const proto::SetAttrRequest& req) {
@@ -776,10 +838,28 @@ void NsGrants::Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_
   }
 }
 
-bool NsGrants::NoXattrs(uint64_t ino) {
+std::optional<uint64_t> NsGrants::TrackedSize(uint64_t ino) {
   absl::MutexLock l(&mu_);
+  auto tr = tracked_.find(ino);
+  if (tr == tracked_.end()) return std::nullopt;
   auto m = made_.find(ino);
-  return tracked_.contains(ino) && !diverged_ && m != made_.end() && granted_.contains(m->second);
+  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
+  return tr->second.attr.size();
+}
+
+bool NsGrants::NoXattrs(const Creds& c, uint64_t ino, const std::string& name) {
+  absl::MutexLock l(&mu_);
+  auto tr = tracked_.find(ino);
+  auto m = made_.find(ino);
+  if (tr == tracked_.end() || diverged_ || m == made_.end() || !granted_.contains(m->second)) {
+    return false;
+  }
+  // Where the server's answer would be "none" whoever asks: a listing,
+  // security.* (the kernel's question before each write), or user.* by
+  // the owner who may read it.
+  const proto::Attr& a = tr->second.attr;
+  return name.empty() || absl::StartsWith(name, "security.") ||
+         (absl::StartsWith(name, "user.") && c.uid == a.uid() && (a.mode() & S_IRUSR));
 }
 
 void NsGrants::Untrack(uint64_t ino) {

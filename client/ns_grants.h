@@ -27,7 +27,9 @@
 // the error.
 //
 // Thread-safe. mu_ is taken before LeaseCache's, NsLog's and
-// OpenHandleTable's (leaves); no RPC is made under it.
+// OpenHandleTable's (leaves) and before the write cache's (DataHooks
+// bytes and seal: WriteCache::mu_ is never held while NsGrants is called);
+// no RPC is made under it.
 #ifndef GRANTFS_CLIENT_NS_GRANTS_H_
 #define GRANTFS_CLIENT_NS_GRANTS_H_
 
@@ -77,13 +79,18 @@ class NsGrants {
   // Applies what is left of the log (unmount) and stops the ager.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The data side, for closes that do not wait for their data (DeferClose):
-  // `flush` sends a file's cached writes and waits for them
-  // (WriteCache::FlushInode), `holds` says whether any are cached. Set
-  // before Start, or never (every close then waits, as without grants).
+  // The data side, for closes that do not wait for their data
+  // (DeferClose): the write cache. Set before Start, or never (every close
+  // then waits, as without grants). `bytes` and `seal` are called under
+  // mu_, `flush` outside it.
   struct DataHooks {
-    std::function<absl::Status(uint64_t ino)> flush;
-    std::function<bool(uint64_t ino)> holds;
+    // Sends the files' cached writes (in parallel) and waits for them
+    // (WriteCache::FlushInodes, errors the server made final not consumed).
+    std::function<absl::Status(const std::vector<uint64_t>& inos)> flush;
+    // Bytes of the file cached (WriteCache::CachedBytes).
+    std::function<uint64_t(uint64_t ino)> bytes;
+    // Sends the file's cached writes soon, without waiting (WriteCache::Seal).
+    std::function<void(uint64_t ino)> seal;
   };
   void SetDataHooks(DataHooks hooks) { hooks_ = std::move(hooks); }
 
@@ -117,6 +124,10 @@ class NsGrants {
   // fsync, fsyncdir: applies the log; the error of a refused entry is
   // returned once, to the first caller after it happened.
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends the data of every file whose close did not wait: before the
+  // mount subscribes again (a server that took over lets other mounts'
+  // looks go on once it has).
+  absl::Status SendAllDeferred() ABSL_LOCKS_EXCLUDED(mu_);
   // fsyncdir of `dir`: Sync, after sending the data of the files in it
   // whose close did not wait (what a close sent before them: a program
   // that writes files and fsyncs their directory finds their contents
@@ -178,6 +189,14 @@ class NsGrants {
   std::optional<absl::StatusOr<proto::Attr>> SetAttr(const Creds& c,
                                                      const proto::SetAttrRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // open(2) (no O_CREAT, no O_TRUNC) of a tracked file by its owner with
+  // the owner bits the flags need, or by root: an open entry, the handle
+  // from `begin_open` (as Create's), answered with the tracked
+  // attributes. nullopt: a call (`*handle` stays 0).
+  std::optional<absl::StatusOr<proto::Attr>> Open(
+      const Creds& c, uint64_t ino, uint32_t flags,
+      const std::function<uint64_t(uint64_t)>& begin_open, uint64_t* handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether SetAttr would make `req` here now.
   bool MaySetAttr(const Creds& c, const proto::SetAttrRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   // A cached write of a tracked file, stamped `time_ns` (the time its
@@ -190,9 +209,13 @@ class NsGrants {
   // its writes allocate are known: every block up to its size), exactly as
   // the server will give them; nullopt otherwise.
   std::optional<proto::Attr> Attr(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `ino` is a tracked file: made here, so no xattr was set on it
-  // but by a call (which untracks it).
-  bool NoXattrs(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The size of a tracked file (exact: every write of it went through
+  // this mount), or nullopt.
+  std::optional<uint64_t> TrackedSize(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the server would answer "no such xattr" to `c` for `name` of
+  // `ino` ("": a listing, empty): a tracked file, made here, has none but
+  // what a call set (which untracks it).
+  bool NoXattrs(const Creds& c, uint64_t ino, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // A call changed `ino` (a truncate, fallocate, write-through, setattr):
   // its attributes are the server's again, no longer tracked here.
   void Untrack(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
@@ -288,22 +311,32 @@ class NsGrants {
     bool dense = true;  // no write ever began past the end of the file
   };
   absl::flat_hash_map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
-  // Takes the files of `dir` whose close did not wait (those whose
-  // directory is not known any more too) out of deferred_.
-  std::vector<uint64_t> TakeDeferredIn(uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends their data (each flush applies the log first); the first error.
-  absl::Status SendData(const std::vector<uint64_t>& inos) ABSL_LOCKS_EXCLUDED(mu_);
+  // The files (and their deferral's number) of `dir` whose close did not
+  // wait, those whose directory is not known any more too; all of them
+  // without `dir`.
+  std::vector<std::pair<uint64_t, uint64_t>> DeferredIn(std::optional<uint64_t> dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends their data; once sent, those not deferred again since are no
+  // longer owed. An error when some could not be sent (they stay owed).
+  absl::Status SendData(const std::vector<std::pair<uint64_t, uint64_t>>& files)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // `t`'s attributes with the blocks its writes allocate.
   static proto::Attr WithBlocks(const Tracked& t);
   // The tracked file `req` may change here (SetAttr), or null; `*refused`:
   // null because the server's rules are not certain to pass (a fallback).
   Tracked* SettableHere(const Creds& c, const proto::SetAttrRequest& req, bool* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Files whose close did not wait for their data (DeferClose). At most
-  // kMaxDeferred: past it, those with nothing cached any more are
-  // forgotten, and if that is not enough, closes wait again.
-  static constexpr size_t kMaxDeferred = 1 << 16;
-  absl::flat_hash_set<uint64_t> deferred_ ABSL_GUARDED_BY(mu_);
+  // Files whose close did not wait for their data (DeferClose), each with
+  // the number of its latest deferral. At most kMaxDeferred: past it,
+  // those with nothing cached any more are forgotten, and if that is not
+  // enough, closes wait again. Files with more than kMaxDeferredFileBytes
+  // cached are not deferred (what a recall sends stays small).
+  static constexpr size_t kMaxDeferred = 4096;
+  static constexpr uint64_t kMaxDeferredFileBytes = 1 << 20;
+  absl::flat_hash_map<uint64_t, uint64_t> deferred_ ABSL_GUARDED_BY(mu_);
+  uint64_t defer_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // This node's root is root at the server (a root create was made here).
+  bool root_honored_ ABSL_GUARDED_BY(mu_) = false;
   DataHooks hooks_;  // set before Start
   // Recalls and drops so far (Granted's ticket).
   uint64_t gen_ ABSL_GUARDED_BY(mu_) = 0;

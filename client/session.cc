@@ -247,7 +247,10 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
     // that restarted or took over holds other mounts' calls that would
     // read it until this mount subscribed (docs/namespace-grants.md).
     if (ns_ != nullptr) {
+      // And the data of files whose close did not wait: the other mounts'
+      // looks go on once this one subscribed.
       absl::Status applied = ns_->ApplyPending();
+      if (applied.ok()) applied = ns_->SendAllDeferred();
       if (!applied.ok()) {
         // Not subscribed without it: the server would stop waiting for
         // this mount's log and refuse it. Tried again after a wait.

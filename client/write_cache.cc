@@ -148,11 +148,11 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     last->debit += debit;
     dirty_bytes_ -= overlap;
     if (last->data.size() >= max_extent) last->sealed = true;
-    if (last->sealed || last->data.size() >= options_.extent_bytes) maybe_ready_ = true;
+    if (last->sealed || last->data.size() >= options_.extent_bytes) recheck_.insert(ino);
   } else {
     if (last && !last->flushing) {
       last->sealed = true;
-      maybe_ready_ = true;
+      recheck_.insert(ino);
     }
     std::shared_ptr<Extent> e = NewExtent(/*streaming=*/size >= 64 * 1024);
     e->offset = offset;
@@ -160,7 +160,7 @@ bool WriteCache::WritePiece(uint64_t ino, uint64_t offset, const char* data, siz
     e->debit = debit;
     e->born = options_.clock->Now();
     next_due_ = std::min(next_due_, e->born + options_.max_age);
-    if (e->data.size() >= options_.extent_bytes) maybe_ready_ = true;
+    if (e->data.size() >= options_.extent_bytes) recheck_.insert(ino);
     inode.extents.push_back(std::move(e));
   }
   inode.mtime_ns = options_.clock->NowNanos();
@@ -191,32 +191,52 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
   const absl::Time now = options_.clock->Now();
   const bool pressure = dirty_bytes_ > options_.dirty_limit / 2;
   // The flushers' wait condition runs at every release of mu_: with many
-  // files cached (closes that did not wait), a scan each time would cost
-  // O(files) per write. Nothing changed since a scan found nothing, and no
-  // extent comes of age before next_due_: nothing to do.
-  if (!maybe_ready_ && !pressure && !stopping_ && now < next_due_) return nullptr;
-  absl::Time next = absl::InfiniteFuture();
-  // Inodes someone waits on first, then anything due.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& [id, inode] : inodes_) {
-      if (pass == 0 && inode.urgent == 0) continue;
-      for (const auto& e : inode.extents) {
-        if (e->flushing) continue;
-        const bool due = inode.urgent > 0 || e->sealed || pressure || stopping_ ||
-                         e->data.size() >= options_.extent_bytes ||
-                         now - e->born >= options_.max_age;
-        if (due && Sendable(inode, *e)) {
-          *ino = id;
-          return e;
-        }
-        // Due but waiting for an older extent: its acknowledgement sets
-        // maybe_ready_.
-        if (!due) next = std::min(next, e->born + options_.max_age);
+  // files cached (closes that did not wait), a scan of every file each
+  // time would cost O(files) per write or acknowledgement. So: the files
+  // waited on (urgent_), the files where something changed (recheck_), and
+  // a scan of all only when an extent may have come of age (next_due_) or
+  // on pressure, stop or FlushAll.
+  auto due = [&](const Inode& inode, const Extent& e) {
+    return inode.urgent > 0 || e.sealed || pressure || stopping_ ||
+           e.data.size() >= options_.extent_bytes || now - e.born >= options_.max_age;
+  };
+  auto pick_in = [&](uint64_t id, Inode& inode) -> std::shared_ptr<Extent> {
+    for (const auto& e : inode.extents) {
+      if (!e->flushing && due(inode, *e) && Sendable(inode, *e)) {
+        *ino = id;
+        return e;
       }
     }
+    return nullptr;
+  };
+  for (uint64_t id : urgent_) {  // someone waits on these first
+    auto it = inodes_.find(id);
+    if (it == inodes_.end()) continue;
+    if (std::shared_ptr<Extent> e = pick_in(id, it->second)) return e;
   }
-  maybe_ready_ = false;
-  next_due_ = next;
+  if (maybe_ready_ || pressure || stopping_ || now >= next_due_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (auto& [id, inode] : inodes_) {
+      if (std::shared_ptr<Extent> e = pick_in(id, inode)) return e;
+      for (const auto& e : inode.extents) {
+        // Not due yet (one due but waiting for an older extent of its file
+        // is rechecked at that one's acknowledgement).
+        if (!e->flushing && !due(inode, *e)) next = std::min(next, e->born + options_.max_age);
+      }
+    }
+    maybe_ready_ = false;
+    next_due_ = next;
+    recheck_.clear();
+    return nullptr;
+  }
+  for (auto it = recheck_.begin(); it != recheck_.end();) {
+    const uint64_t id = *it;
+    auto in = inodes_.find(id);
+    if (in != inodes_.end()) {
+      if (std::shared_ptr<Extent> e = pick_in(id, in->second)) return e;  // kept: maybe more
+    }
+    recheck_.erase(it++);
+  }
   return nullptr;
 }
 
@@ -251,7 +271,7 @@ void WriteCache::FlusherLoop() {
     absl::StatusOr<FlushResult> r =
         flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data), time);
     mu_.Lock();
-    maybe_ready_ = true;  // its inode's next extent may be sendable now
+    recheck_.insert(ino);  // its file's next extent may be sendable now
     --in_flight_;
     in_flight_bytes_ -= e->data.size();
     Inode& inode = inodes_[ino];
@@ -286,6 +306,7 @@ void WriteCache::FlusherLoop() {
       inode.extents.remove(e);
       dirty_bytes_ -= e->data.size();
       pool_->Refund(e->debit);
+      if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
     } else {
       // Kept and retried; waiters learn of the error. Sealed: the RPC may
       // still hold its bytes, so later writes go to a new extent.
@@ -324,10 +345,13 @@ void WriteCache::Discard(uint64_t ino, bool still_open) {
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return;
+  it->second.discarded = true;
+  it->second.dropped = absl::OkStatus();
+  if (!still_open) DiscardLocked(it);
+}
+
+void WriteCache::DiscardLocked(std::map<uint64_t, Inode>::iterator it) {
   Inode& inode = it->second;
-  inode.discarded = true;
-  inode.dropped = absl::OkStatus();
-  if (still_open) return;
   for (auto e = inode.extents.begin(); e != inode.extents.end();) {
     if ((*e)->flushing) {
       ++e;
@@ -340,14 +364,43 @@ void WriteCache::Discard(uint64_t ino, bool still_open) {
   if (inode.extents.empty() && inode.urgent == 0) inodes_.erase(it);
 }
 
-bool WriteCache::Holds(uint64_t ino) {
+uint64_t WriteCache::CachedBytes(uint64_t ino) {
   absl::MutexLock l(&mu_);
   auto it = inodes_.find(ino);
-  return it != inodes_.end() && !it->second.extents.empty();
+  if (it == inodes_.end()) return 0;
+  uint64_t n = 0;
+  for (const auto& e : it->second.extents) n += e->data.size();
+  return n;
+}
+
+void WriteCache::Seal(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  for (const auto& e : it->second.extents) {
+    if (!e->flushing) e->sealed = true;
+  }
+  recheck_.insert(ino);
+}
+
+bool WriteCache::Discarded(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  return it != inodes_.end() && it->second.discarded;
+}
+
+void WriteCache::Released(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it != inodes_.end() && it->second.discarded) DiscardLocked(it);
 }
 
 absl::Status WriteCache::FlushInode(uint64_t ino) {
   absl::MutexLock l(&mu_);
+  return FlushLocked(ino, /*report_dropped=*/true);
+}
+
+absl::Status WriteCache::FlushLocked(uint64_t ino, bool report_dropped) {
   auto it = inodes_.find(ino);
   if (it == inodes_.end()) return absl::OkStatus();
   Inode& inode = it->second;  // not erased while urgent > 0
@@ -356,8 +409,7 @@ absl::Status WriteCache::FlushInode(uint64_t ino) {
   // or the retry since may have worked).
   std::vector<std::pair<std::shared_ptr<Extent>, uint64_t>> mine;
   for (const auto& e : inode.extents) mine.emplace_back(e, e->failures);
-  ++inode.urgent;
-  maybe_ready_ = true;
+  if (inode.urgent++ == 0) urgent_.insert(ino);
   auto pending = [&](const std::shared_ptr<Extent>& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::find(inode.extents.begin(), inode.extents.end(), e) != inode.extents.end();
   };
@@ -379,7 +431,7 @@ absl::Status WriteCache::FlushInode(uint64_t ino) {
     return !left || (failed && !in_flight);
   };
   mu_.Await(absl::Condition(&done));
-  --inode.urgent;
+  if (--inode.urgent == 0) urgent_.erase(ino);
   absl::Status err;
   for (const auto& [e, failures] : mine) {
     if (pending(e) && e->failures > failures) {
@@ -395,7 +447,7 @@ absl::Status WriteCache::FlushInode(uint64_t ino) {
       }
     }
   }
-  if (!inode.dropped.ok()) {  // reported once, whatever else is returned
+  if (report_dropped && !inode.dropped.ok()) {  // reported once, whatever else is returned
     if (err.ok()) err = inode.dropped;
     inode.dropped = absl::OkStatus();
   }
@@ -442,25 +494,32 @@ std::vector<std::string> WriteCache::DescribeDirty() {
 absl::Status WriteCache::FlushAll() {
   std::vector<uint64_t> ids;
   {
-    // All of them urgent at once, so the flushers send them in parallel
-    // while each is waited for in turn.
     absl::MutexLock l(&mu_);
-    for (auto& [id, inode] : inodes_) {
-      ids.push_back(id);
-      ++inode.urgent;
-    }
-    maybe_ready_ = true;
+    for (const auto& [id, inode] : inodes_) ids.push_back(id);
   }
-  absl::Status first;
-  for (uint64_t id : ids) {
-    absl::Status s = FlushInode(id);
-    if (first.ok()) first = s;
-  }
+  return FlushInodes(ids, /*report_dropped=*/true);
+}
+
+absl::Status WriteCache::FlushInodes(const std::vector<uint64_t>& ids, bool report_dropped) {
   absl::MutexLock l(&mu_);
+  // All of them urgent at once, so the flushers send them in parallel
+  // while each is waited for in turn.
+  std::vector<uint64_t> held;
   for (uint64_t id : ids) {
     auto it = inodes_.find(id);
     if (it == inodes_.end()) continue;
-    --it->second.urgent;
+    held.push_back(id);
+    if (it->second.urgent++ == 0) urgent_.insert(id);
+  }
+  absl::Status first;
+  for (uint64_t id : held) {
+    absl::Status s = FlushLocked(id, report_dropped);
+    if (first.ok()) first = s;
+  }
+  for (uint64_t id : held) {
+    auto it = inodes_.find(id);
+    if (it == inodes_.end()) continue;
+    if (--it->second.urgent == 0) urgent_.erase(id);
     if (it->second.extents.empty() && it->second.urgent == 0 && it->second.dropped.ok()) {
       inodes_.erase(it);
     }
@@ -496,6 +555,19 @@ void WriteCache::Apply(const Overlay& overlay, uint64_t offset, size_t size, std
     }
     memcpy(&(*data)[rel], p.data.data(), p.data.size());
   }
+}
+
+bool WriteCache::Covers(const Overlay& overlay, uint64_t offset, uint64_t end) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const Piece& p : overlay.pieces) ranges.emplace_back(p.offset, p.offset + p.data.size());
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t at = offset;
+  for (const auto& [lo, hi] : ranges) {
+    if (at >= end) break;
+    if (lo > at) return false;
+    at = std::max(at, hi);
+  }
+  return at >= end;
 }
 
 void WriteCache::PatchAttr(proto::Attr* attr) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -112,6 +113,11 @@ class WriteCache {
   absl::Status FlushInode(uint64_t ino);
   // The same for every inode.
   absl::Status FlushAll();
+  // The same for `ids`, sent in parallel. Without `report_dropped`, data
+  // the server refused for good is not reported here (it stays to be
+  // reported to the next FlushInode of the file: a recall or fsyncdir
+  // sends data it does not own the errors of).
+  absl::Status FlushInodes(const std::vector<uint64_t>& ids, bool report_dropped);
 
   // The file's times are being set (at the mount, in its namespace log)
   // after its cached writes: their flushes from now on leave the times
@@ -125,8 +131,16 @@ class WriteCache {
   // unsent, their debit refunded; an open one keeps them (it may read
   // them, and the server keeps the file until its close).
   void Discard(uint64_t ino, bool still_open) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether bytes of `ino` are cached (not yet acknowledged).
-  bool Holds(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether Discard marked `ino` gone (its bytes still cached).
+  bool Discarded(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The last open of a file Discard found open was released: its bytes
+  // are dropped now.
+  void Released(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes of `ino` cached (not yet acknowledged).
+  uint64_t CachedBytes(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends `ino`'s cached bytes soon, without waiting (a close that does
+  // not wait for them).
+  void Seal(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the server refused a flush in a way no retry can change.
   static bool IsPermanentFlushError(const absl::Status& s);
@@ -151,6 +165,8 @@ class WriteCache {
   };
   Overlay Snapshot(uint64_t ino, uint64_t offset, size_t size);
   static void Apply(const Overlay& overlay, uint64_t offset, size_t size, std::string* data);
+  // Whether the overlay's pieces hold every byte of [offset, end).
+  static bool Covers(const Overlay& overlay, uint64_t offset, uint64_t end);
 
   // Makes attributes from the server reflect cached writes (size, mtime).
   void PatchAttr(proto::Attr* attr) ABSL_LOCKS_EXCLUDED(mu_);
@@ -220,6 +236,10 @@ class WriteCache {
   // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when
   // none. Acknowledged bytes are in the server's size.
   static uint64_t CachedEnd(const Inode& inode);
+  // FlushInode with mu_ held (released while it waits).
+  absl::Status FlushLocked(uint64_t ino, bool report_dropped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the file's cached bytes not in flight, refunding their debit.
+  void DiscardLocked(std::map<uint64_t, Inode>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PatchAttr with mu_ held (AttrFetch::Patch does both looks under one lock).
   void PatchAttrLocked(proto::Attr* attr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write() for at most one extent's worth of bytes.
@@ -273,9 +293,14 @@ class WriteCache {
   uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // PickLocked's shortcut: false once a scan found nothing to send, until
-  // something may have made an extent due (sealed, full, waited for, an
-  // acknowledgement); and no extent comes of age before next_due_.
+  // What PickLocked looks at without a scan of every file: files someone
+  // waits on (urgent > 0), files where an extent may have become due
+  // (sealed, full, an acknowledgement or failure of one of its flushes).
+  // Every file is scanned only when maybe_ready_ (at the start), under
+  // pressure or stop, or from next_due_ on (the earliest time a cached
+  // extent comes of age); a scan that finds nothing resets these.
+  absl::flat_hash_set<uint64_t> urgent_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> recheck_ ABSL_GUARDED_BY(mu_);
   bool maybe_ready_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time next_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<std::thread> flushers_;

@@ -416,8 +416,11 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
         FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
         if (rc.tag != nullptr) {
           // The mount's time of the write, or its word that the file's times
-          // were set after it (WriteRequest).
-          rc.tag->time_ns = std::max<int64_t>(req->time_ns(), 0);
+          // were set after it (WriteRequest). A mount's clock ahead of the
+          // server's by more than a second is not followed (a file's ctime
+          // in the future would stop later writes from moving it).
+          const int64_t latest = volume_->clock()->NowNanos() + 1'000'000'000;
+          rc.tag->time_ns = std::clamp<int64_t>(req->time_ns(), 0, latest);
           rc.tag->keep_times = req->keep_times();
         }
         auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),

@@ -152,6 +152,8 @@ class Volume {
   // snapshot of the metadata store.
   absl::StatusOr<FsckReport> CheckMetadata();
   Metadata& meta() { return *meta_; }
+  // The clock of timestamps (VolumeOptions::clock).
+  Clock* clock() const { return options_.clock; }
 
   // --- namespace ---------------------------------------------------------
   absl::StatusOr<proto::Attr> Lookup(const RequestContext& ctx, uint64_t parent,

@@ -27,6 +27,11 @@ Modes (each adds operations to the one before it, except nocache):
                either mount is checked
     nocache    the operations of plain; the caller mounts GrantFS with
                --write_mode=writethrough (the write cache off)
+    grow       writes (holes too), reads, mmap reads, reopen (never with
+               O_TRUNC), fsync: nothing that shortens, punches or truncates
+               the file. With GrantFS's namespace grants the file stays the
+               mount's own for the whole run (its attributes, and reads of
+               bytes still cached, answered by the mount)
 
 A fallocate mode the target answers with EOPNOTSUPP is not supported there: it
 is logged and not tried again in this run. So is drop_caches when /proc refuses.
@@ -73,7 +78,7 @@ LAST_OPS = 40  # operations shown in a failure report
 BIG_P = 0.03  # share of big operations (when --bigmax allows them)
 PATTERN_PERIOD = 4099  # prime, so a block moved by any multiple of 4 KiB reads wrong
 
-MODES = ("plain", "mmap", "reopen", "twomounts", "nocache")
+MODES = ("plain", "mmap", "reopen", "twomounts", "nocache", "grow")
 
 # Relative weights of the operations in each mode. drop_caches is rare: it
 # costs ~0.3 s and slows everything else on the machine.
@@ -87,6 +92,10 @@ WEIGHTS = {
     "reopen": _REOPEN,
     "twomounts": {**_REOPEN, "switch": 4},
     "nocache": _PLAIN,
+    # Nothing that shortens or punches the file, or extends it by a
+    # truncate: what a program that writes a new file does.
+    "grow": {"write": 10, "pwrite": 10, "append": 2, "read": 10, "pread": 10, "seqread": 2,
+             "mapread": 8, "reopen": 3, "fsync": 2},
 }
 
 # Arguments of each operation, in log order.
@@ -502,7 +511,7 @@ class Fsx:
         return {"op": "fsync"}
 
     def _gen_reopen(self, rng, num):
-        return {"op": "reopen", "trunc": int(rng.random() < 0.05)}
+        return {"op": "reopen", "trunc": int(self.mode != "grow" and rng.random() < 0.05)}
 
     def _gen_dropcaches(self, rng, num):
         return None if "dropcaches" in self.unsupported else {"op": "dropcaches"}
