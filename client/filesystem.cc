@@ -35,8 +35,11 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         cache_options, pool_.get(),
         [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
                WriteCache::WriteTime time) -> absl::StatusOr<WriteCache::FlushResult> {
-          ASSIGN_OR_RETURN(proto::WriteReply reply,
-                           meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep));
+          // The data of a close that did not wait, in a granted directory.
+          const bool granted = ns_ != nullptr && ns_->Owes(ino);
+          ASSIGN_OR_RETURN(
+              proto::WriteReply reply,
+              meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted));
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();
           r.size = reply.attr().size();
@@ -705,7 +708,9 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
       return size;
     }
     // The grant cannot cover it (the volume is nearly full): allocate at the
-    // server, exactly, after what is cached for this file (order).
+    // server, exactly, after what is cached for this file (order). Some
+    // pieces may be cached: the size is the server's from here on.
+    if (ns_) ns_->Untrack(ino);
     RETURN_IF_ERROR(cache_->FlushInode(ino));
   }
   if (ns_) ns_->Untrack(ino);  // the server stamps a write-through

@@ -256,6 +256,9 @@ class FileSystem {
   //   ABSL_ACQUIRED_BEFORE can name them: the order is written here.
   //   FuseAdapter::mu_ before InodeTable's (FuseAdapter::ForgetListing
   //   counts the kernel's references under it).
+  //   NsGrants::mu_ before WriteCache::mu_ (a deferred close counts and
+  //   seals the file's cached bytes under it: NsGrants::DataHooks), and
+  //   before LeaseCache's, NsLog's and OpenHandleTable's.
   // The leaves: mu_ here; Session::mu_ (RpcClient's failover hook takes it,
   // and RpcClient calls the hook with no lock held); OpenHandleTable::mu_
   // (a reclaim waits on it, released); XattrCache::mu_; NameCache's and

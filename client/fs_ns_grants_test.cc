@@ -642,5 +642,26 @@ TEST_F(NsGrantsMountTest, RenamedFilesKeepExactTimesAndDeferredDataSurvivesARest
   }
 }
 
+// Only small files' closes do not wait: one with more than 1 MiB cached
+// waits for its data (what a recall must send before its ack stays small),
+// as does one with nothing cached (its flush reports an earlier error).
+TEST_F(NsGrantsMountTest, TheCloseOfALargeFileStillWaitsForItsData) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                       a->Create(root_, d, "big", 0644, 022, O_CREAT | O_WRONLY, &h));
+  const std::string chunk(256 * 1024, 'b');
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_OK(a->Write(root_, f.ino(), i * chunk.size(), chunk.data(), chunk.size()).status());
+  }
+  EXPECT_GT(a->ns_grants()->stats().pending, 0u);
+  ASSERT_OK(a->Close(f.ino()));
+  // Its flush applied the log first.
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  EXPECT_FALSE(a->ns_grants()->Owes(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), h));
+}
+
 }  // namespace
 }  // namespace grantfs

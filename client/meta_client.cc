@@ -341,7 +341,7 @@ absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, co
 
 absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
     uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data, int64_t time_ns,
-    bool keep_times) {
+    bool keep_times, bool granted) {
   RETURN_IF_ERROR(Barrier());
   proto::WriteRequest req;
   req.set_ino(ino);
@@ -349,6 +349,7 @@ absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
   req.set_from_grant(true);
   req.set_time_ns(time_ns);
   req.set_keep_times(keep_times);
+  req.set_granted(granted);
   proto::WriteReply reply;
   RETURN_IF_ERROR(rpc_->Write(&req, std::move(data), &reply));
   return reply;

@@ -147,11 +147,12 @@ class MetaClient {
   // One Write RPC that allocates at the server (write-through).
   absl::Status Write(const Creds& c, uint64_t ino, uint64_t offset, const char* data, size_t size);
   // One Write RPC of cached data debited from the session's grant; `data`
-  // is sent without a copy (RpcClient::Write). `time_ns`, `keep_times`: as
-  // WriteRequest's (WriteCache::WriteTime).
+  // is sent without a copy (RpcClient::Write). `time_ns`, `keep_times`,
+  // `granted`: as WriteRequest's (WriteCache::WriteTime).
   absl::StatusOr<proto::WriteReply> WriteFromGrant(uint64_t ino, uint64_t offset,
                                                    std::shared_ptr<const std::string> data,
-                                                   int64_t time_ns = 0, bool keep_times = false);
+                                                   int64_t time_ns = 0, bool keep_times = false,
+                                                   bool granted = false);
   absl::Status Fsync(const Creds& c, uint64_t ino);
   absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                          uint64_t length);

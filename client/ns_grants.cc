@@ -139,11 +139,16 @@ absl::Status NsGrants::Recall(uint64_t dir) {
 
 std::vector<std::pair<uint64_t, uint64_t>> NsGrants::DeferredIn(std::optional<uint64_t> dir) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const auto& [ino, gen] : deferred_) {
+  for (const auto& [ino, owed] : deferred_) {
     auto m = made_.find(ino);
-    if (!dir.has_value() || m == made_.end() || m->second == *dir) out.emplace_back(ino, gen);
+    if (!dir.has_value() || m == made_.end() || m->second == *dir) out.emplace_back(ino, owed.gen);
   }
   return out;
+}
+
+void NsGrants::EraseDeferred(absl::flat_hash_map<uint64_t, Owed>::iterator it) {
+  deferred_bytes_ -= it->second.bytes;
+  deferred_.erase(it);
 }
 
 absl::Status NsGrants::SendData(const std::vector<std::pair<uint64_t, uint64_t>>& files) {
@@ -161,7 +166,7 @@ absl::Status NsGrants::SendData(const std::vector<std::pair<uint64_t, uint64_t>>
   absl::MutexLock l(&mu_);
   for (const auto& [ino, gen] : files) {
     auto it = deferred_.find(ino);
-    if (it != deferred_.end() && it->second == gen) deferred_.erase(it);
+    if (it != deferred_.end() && it->second.gen == gen) EraseDeferred(it);
   }
   return absl::OkStatus();
 }
@@ -172,7 +177,25 @@ absl::Status NsGrants::SendAllDeferred() {
     absl::MutexLock l(&mu_);
     data = DeferredIn(std::nullopt);
   }
-  return SendData(data);
+  absl::Status s = SendData(data);
+  absl::MutexLock l(&mu_);
+  if (s.ok()) {
+    send_failures_ = 0;
+    return s;
+  }
+  // A file whose data keeps failing (EIO, ENOSPC: the cache retries it)
+  // must not keep the mount from subscribing for good: after a few tries
+  // it is no longer owed (its error is the next fsync's to report).
+  if (++send_failures_ < kMaxSendFailures) return s;
+  LOG(ERROR) << "namespace grants: the data of " << data.size()
+             << " closed files could not be sent before subscribing, " << send_failures_
+             << " times (" << s << "); subscribing without it (the write cache retries it)";
+  for (const auto& [ino, gen] : data) {
+    auto it = deferred_.find(ino);
+    if (it != deferred_.end() && it->second.gen == gen) EraseDeferred(it);
+  }
+  send_failures_ = 0;
+  return absl::OkStatus();
 }
 
 absl::Status NsGrants::SyncDir(uint64_t dir) {
@@ -188,28 +211,35 @@ absl::Status NsGrants::SyncDir(uint64_t dir) {
 
 bool NsGrants::DeferClose(uint64_t ino) {
   if (!hooks_.flush) return false;
-  // Nothing cached: nothing to wait for. More than a small file: the close
-  // waits (a recall sends what is deferred before its ack, within the
-  // server's wait).
+  // Nothing cached: the close's own flush costs no call (and reports an
+  // error the server gave earlier). More than a small file: the close
+  // waits. What a recall sends before its ack stays small.
   const uint64_t bytes = hooks_.bytes(ino);
-  if (bytes > kMaxDeferredFileBytes) return false;
+  if (bytes == 0 || bytes > kMaxDeferredFileBytes) return false;
   absl::MutexLock l(&mu_);
   auto m = made_.find(ino);
   if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return false;
-  if (bytes == 0) return true;
-  if (!deferred_.contains(ino) && deferred_.size() >= kMaxDeferred) {
-    // Full: those with nothing cached any more are forgotten (the cache's
-    // lock is taken after this one's).
-    for (auto it = deferred_.begin(); it != deferred_.end();) {
-      if (hooks_.bytes(it->first) == 0) {
-        deferred_.erase(it++);
-      } else {
-        ++it;
+  auto owed = deferred_.find(ino);
+  const uint64_t before = owed == deferred_.end() ? 0 : owed->second.bytes;
+  if (owed == deferred_.end() || bytes > before) {
+    if (deferred_.size() >= kMaxDeferred || deferred_bytes_ - before + bytes > kMaxDeferredBytes) {
+      // Full: those with nothing cached any more are forgotten (the
+      // cache's lock is taken after this one's).
+      for (auto it = deferred_.begin(); it != deferred_.end();) {
+        auto next = std::next(it);
+        if (it->first != ino && hooks_.bytes(it->first) == 0) EraseDeferred(it);
+        it = next;
       }
     }
-    if (deferred_.size() >= kMaxDeferred) return false;
+    if (deferred_.size() >= kMaxDeferred + (owed != deferred_.end() ? 1 : 0) ||
+        deferred_bytes_ - before + bytes > kMaxDeferredBytes) {
+      return false;
+    }
   }
-  deferred_[ino] = ++defer_gen_;
+  Owed& o = deferred_[ino];
+  deferred_bytes_ += bytes - o.bytes;
+  o.bytes = bytes;
+  o.gen = ++defer_gen_;
   // Sent soon, not at the cache's age: the window in which a recall has it
   // to send, or a crash of the node loses it, stays short.
   hooks_.seal(ino);
@@ -222,14 +252,22 @@ absl::Status NsGrants::FlushDeferred(uint64_t ino) {
     absl::MutexLock l(&mu_);
     auto it = deferred_.find(ino);
     if (it == deferred_.end()) return absl::OkStatus();
-    data.emplace_back(ino, it->second);
+    data.emplace_back(ino, it->second.gen);
   }
   return SendData(data);
 }
 
+bool NsGrants::Owes(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return deferred_.contains(ino);
+}
+
 bool NsGrants::TakeDeferred(uint64_t ino) {
   absl::MutexLock l(&mu_);
-  return deferred_.erase(ino) > 0;
+  auto it = deferred_.find(ino);
+  if (it == deferred_.end()) return false;
+  EraseDeferred(it);
+  return true;
 }
 
 void NsGrants::DropAll() {

@@ -231,6 +231,9 @@ class NsGrants {
   // Before a call makes `ino` reachable without a recall of its directory
   // (a link, a rename by a call): its deferred data goes first.
   absl::Status FlushDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the data of `ino` is owed by a close that did not wait (its
+  // flushes say so: WriteRequest.granted).
+  bool Owes(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // `ino` lost its name here (an unlink or rename over it in the log):
   // whether its close was deferred (its cached bytes may be dropped).
   bool TakeDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
@@ -333,8 +336,24 @@ class NsGrants {
   // cached are not deferred (what a recall sends stays small).
   static constexpr size_t kMaxDeferred = 4096;
   static constexpr uint64_t kMaxDeferredFileBytes = 1 << 20;
-  absl::flat_hash_map<uint64_t, uint64_t> deferred_ ABSL_GUARDED_BY(mu_);
+  // And at most this much cached for them, as counted at their closes:
+  // what a recall sends before its ack goes well within the server's
+  // wait for it.
+  static constexpr uint64_t kMaxDeferredBytes = 16 << 20;
+  struct Owed {
+    uint64_t gen = 0;    // its latest deferral's number
+    uint64_t bytes = 0;  // cached at that close
+  };
+  absl::flat_hash_map<uint64_t, Owed> deferred_ ABSL_GUARDED_BY(mu_);
+  // Erases an entry of deferred_ and its bytes.
+  void EraseDeferred(absl::flat_hash_map<uint64_t, Owed>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t defer_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // SendAllDeferred's failures in a row; at kMaxSendFailures what is owed
+  // is given up (the mount subscribes without it).
+  static constexpr int kMaxSendFailures = 3;
+  int send_failures_ ABSL_GUARDED_BY(mu_) = 0;
   // This node's root is root at the server (a root create was made here).
   bool root_honored_ ABSL_GUARDED_BY(mu_) = false;
   DataHooks hooks_;  // set before Start

@@ -219,9 +219,12 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
     for (auto& [id, inode] : inodes_) {
       if (std::shared_ptr<Extent> e = pick_in(id, inode)) return e;
       for (const auto& e : inode.extents) {
-        // Not due yet (one due but waiting for an older extent of its file
-        // is rechecked at that one's acknowledgement).
-        if (!e->flushing && !due(inode, *e)) next = std::min(next, e->born + options_.max_age);
+        // Its age deadline, whatever else made it due (pressure and
+        // urgency pass; one waiting for an older extent of its file is
+        // rechecked at that one's acknowledgement).
+        if (!e->flushing && now - e->born < options_.max_age) {
+          next = std::min(next, e->born + options_.max_age);
+        }
       }
     }
     maybe_ready_ = false;
@@ -234,6 +237,9 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
     auto in = inodes_.find(id);
     if (in != inodes_.end()) {
       if (std::shared_ptr<Extent> e = pick_in(id, in->second)) return e;  // kept: maybe more
+      for (const auto& e : in->second.extents) {  // its age deadlines are kept
+        if (!e->flushing) next_due_ = std::min(next_due_, e->born + options_.max_age);
+      }
     }
     recheck_.erase(it++);
   }
@@ -515,8 +521,7 @@ absl::Status WriteCache::FlushInodes(const std::vector<uint64_t>& ids, bool repo
   for (uint64_t id : held) {
     absl::Status s = FlushLocked(id, report_dropped);
     if (first.ok()) first = s;
-  }
-  for (uint64_t id : held) {
+    // Done with it: no longer urgent for this call.
     auto it = inodes_.find(id);
     if (it == inodes_.end()) continue;
     if (--it->second.urgent == 0) urgent_.erase(id);

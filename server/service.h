@@ -102,6 +102,9 @@ class GrantFsService final {
   // when it is not restricted to a subtree). Otherwise PERMISSION_DENIED,
   // logged with `op`, or the errno of the walk (ENOENT: no such inode).
   absl::Status Reaches(Ctx* ctx, const RequestContext& rc, const char* op, uint64_t ino);
+  // A time a mount stamped (a write, a log entry), at most 1 s ahead of
+  // this server's clock.
+  int64_t ClampMountTime(int64_t time_ns) const;
   // For a node restricted to a subtree: the inode `name` in `parent` names
   // now (0: none), which it must reach like an inode of the call (Reaches).
   // Remove and Rename act on names; a name may be a link from outside.

@@ -403,36 +403,54 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
       reply->set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(rc.client_id)));
     }
   };
-  return ServeOnce(
-      "Write", ctx, req, reply, {req->ino()},
-      [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
-        // Applied before: the same grant use, the file's attributes now.
-        reply->set_grant_used_bytes(prior.value());
-        grant_now(rc);
-        return PriorAttr(volume_, req->ino(), reply);
-      },
-      [&](const RequestContext& rc, const proto::DedupeRecord*) {
-        uint64_t grant_used = 0;
-        FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
-        if (rc.tag != nullptr) {
-          // The mount's time of the write, or its word that the file's times
-          // were set after it (WriteRequest). A mount's clock ahead of the
-          // server's by more than a second is not followed (a file's ctime
-          // in the future would stop later writes from moving it).
-          const int64_t latest = volume_->clock()->NowNanos() + 1'000'000'000;
-          rc.tag->time_ns = std::clamp<int64_t>(req->time_ns(), 0, latest);
-          rc.tag->keep_times = req->keep_times();
-        }
-        auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
-                                req->from_grant(), &grant_used);
-        if (r.ok()) {
-          if (options_.metrics != nullptr) options_.metrics->AddWritten(req->data().size());
-          *reply->mutable_attr() = *r;
-        }
-        reply->set_grant_used_bytes(grant_used);
-        grant_now(rc);
-        return r.status();
-      });
+  auto prior = [&](const proto::DedupeRecord& prior, const RequestContext& rc) {
+    // Applied before: the same grant use, the file's attributes now.
+    reply->set_grant_used_bytes(prior.value());
+    grant_now(rc);
+    return PriorAttr(volume_, req->ino(), reply);
+  };
+  auto body = [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
+    uint64_t grant_used = 0;
+    FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
+    if (rc.tag != nullptr) {
+      // The mount's time of the write, or its word that the file's times
+      // were set after it (WriteRequest). A mount's clock ahead of the
+      // server's by more than a second is not followed (a file's ctime
+      // in the future would stop later writes from moving it).
+      rc.tag->time_ns = ClampMountTime(req->time_ns());
+      rc.tag->keep_times = req->keep_times();
+    }
+    auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
+                            req->from_grant(), &grant_used);
+    if (r.ok()) {
+      if (options_.metrics != nullptr) options_.metrics->AddWritten(req->data().size());
+      *reply->mutable_attr() = *r;
+    }
+    reply->set_grant_used_bytes(grant_used);
+    grant_now(rc);
+    return r.status();
+  };
+  if (!req->granted()) return ServeOnce("Write", ctx, req, reply, {req->ino()}, prior, body);
+  // The data of a file the mount made in a directory granted to it: as for
+  // its log entries, no other session can hold what it covers, so the
+  // sessions a server that took over inherited are not waited for (they
+  // send theirs before they subscribe, at the same time).
+  return ServeOnce("Write", ctx, req, reply, {}, prior,
+                   [&](const RequestContext& rc0, const proto::DedupeRecord* d) -> absl::Status {
+                     if (!service_call::ValidIno(req->ino())) {
+                       return ErrnoStatus(EINVAL, "inode 0");
+                     }
+                     RETURN_IF_ERROR(Reaches(ctx, rc0, "Write", req->ino()));
+                     RequestContext rc = rc0;
+                     rc.log_entry = true;
+                     volume_->BreakGrants(rc, {req->ino()});
+                     return body(rc, d);
+                   });
+}
+
+int64_t GrantFsService::ClampMountTime(int64_t time_ns) const {
+  const int64_t latest = volume_->clock()->NowNanos() + 1'000'000'000;
+  return std::clamp<int64_t>(time_ns, 0, latest);
 }
 
 grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,

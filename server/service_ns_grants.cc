@@ -194,7 +194,7 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
   erc.caller = service_call::CallerOf(e.creds(), policy);
   RequestTag* tag = once.tag();
   if (tag == nullptr) return ErrnoStatus(EINVAL, "log entry: no session");
-  tag->time_ns = e.time_ns();
+  tag->time_ns = ClampMountTime(e.time_ns());
   // A truncation frees chunk files after its commit: that commit must be
   // durable first (the others wait once for the whole batch).
   tag->defer_durable = !(e.has_setattr() && (e.setattr().valid() & proto::SetAttrRequest::SIZE));

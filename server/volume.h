@@ -129,7 +129,8 @@ struct RequestContext {
   // first attempt was recorded). Not owned; outlives the call.
   RequestTag* tag = nullptr;
   // An entry of the caller's namespace log (ApplyLog), applied in
-  // directories granted to it: its recalls do not wait for the sessions a
+  // directories granted to it, or the data of a file it made in one
+  // (WriteRequest.granted): its recalls do not wait for the sessions a
   // server that took over inherited (LeaseTable::Recall `in_grant`).
   bool log_entry = false;
 };

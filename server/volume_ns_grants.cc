@@ -62,7 +62,7 @@ void Volume::BreakGrants(const RequestContext& ctx, absl::Span<const uint64_t> i
   // Nobody else holds them (nor, on a server that took over, may hold
   // them): nothing to wait for. Else the holders apply their logs first.
   if (!leases_.HeldByOther(ctx.client_id, keys)) return;
-  leases_.Recall(ctx.client_id, keys);
+  leases_.Recall(ctx.client_id, keys, ctx.log_entry);
 }
 
 }  // namespace grantfs
