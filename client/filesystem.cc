@@ -53,7 +53,7 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
     ns_ = std::make_unique<NsGrants>(options_.ns, &meta_, leases_.get());
     if (cache_) {
       ns_->SetDataHooks({[this](const std::vector<uint64_t>& inos) {
-                           return cache_->FlushInodes(inos, /*report_dropped=*/false);
+                           return cache_->FlushNow(inos, /*report_dropped=*/false);
                          },
                          [this](uint64_t ino) { return cache_->CachedBytes(ino); },
                          [this](uint64_t ino) { cache_->Seal(ino); }});
@@ -585,6 +585,9 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
                                              uint64_t* handle, bool created) {
   if (ns_ && (flags & O_TRUNC)) ns_->Untrack(ino);  // truncated at the server
   if (ns_ && !created) {
+    // What a close left owed goes first: what a recall owes stays what
+    // closes counted (writes through this open are owed by its own close).
+    RETURN_IF_ERROR(ns_->FlushDeferred(ino));
     // A file made here: opened in the log.
     std::optional<absl::StatusOr<proto::Attr>> local = ns_->Open(
         c, ino, flags, [this](uint64_t i) { return handles_.BeginOpen(i); }, handle);

@@ -84,8 +84,9 @@ class NsGrants {
   // then waits, as without grants). `bytes` and `seal` are called under
   // mu_, `flush` outside it.
   struct DataHooks {
-    // Sends the files' cached writes (in parallel) and waits for them
-    // (WriteCache::FlushInodes, errors the server made final not consumed).
+    // Sends the files' cached writes from the calling thread and waits for
+    // them (WriteCache::FlushNow, errors the server made final not
+    // consumed).
     std::function<absl::Status(const std::vector<uint64_t>& inos)> flush;
     // Bytes of the file cached (WriteCache::CachedBytes).
     std::function<uint64_t(uint64_t ino)> bytes;

@@ -238,7 +238,9 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
     if (in != inodes_.end()) {
       if (std::shared_ptr<Extent> e = pick_in(id, in->second)) return e;  // kept: maybe more
       for (const auto& e : in->second.extents) {  // its age deadlines are kept
-        if (!e->flushing) next_due_ = std::min(next_due_, e->born + options_.max_age);
+        if (!e->flushing && now - e->born < options_.max_age) {
+          next_due_ = std::min(next_due_, e->born + options_.max_age);
+        }
       }
     }
     recheck_.erase(it++);
@@ -266,65 +268,120 @@ void WriteCache::FlusherLoop() {
     mu_.AwaitWithTimeout(absl::Condition(&work), absl::Milliseconds(100));
     if (stopping_) return;
     if (!e) continue;
-    e->flushing = true;
-    const Inode& sent = inodes_[ino];
-    const WriteTime time{sent.times_set ? 0 : sent.mtime_ns, sent.times_set};
-    ++in_flight_;
-    in_flight_bytes_ += e->data.size();
-    peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
-    mu_.Unlock();
-    if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
-    absl::StatusOr<FlushResult> r =
-        flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data), time);
-    mu_.Lock();
-    recheck_.insert(ino);  // its file's next extent may be sendable now
-    --in_flight_;
-    in_flight_bytes_ -= e->data.size();
-    Inode& inode = inodes_[ino];
-    if (r.ok()) {
+    if (SendLocked(ino, e, backoff)) {
       backoff = absl::ZeroDuration();
-      ++ack_seq_;
-      if (!fetches_.empty() && r->ctime_ns != 0) {
-        Ack& a = acks_[ino];
-        a.size = std::max(a.size, r->size);
-        a.mtime_ns = std::max(a.mtime_ns, r->mtime_ns);
-        a.ctime_ns = std::max(a.ctime_ns, r->ctime_ns);
-        a.seq = ack_seq_;
-      }
-      VLOG(2) << "flush ack " << ino << " [" << e->offset << ", " << e->end() << "): size "
-              << r->size << " ctime " << r->ctime_ns << " seq " << ack_seq_ << " fetches "
-              << fetches_.size();
-      inode.extents.remove(e);
-      dirty_bytes_ -= e->data.size();
-      flushed_bytes_ += e->data.size();
-      pool_->Settle(e->debit, r->grant_used);
-      if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
-    } else if (IsPermanentFlushError(r.status())) {
-      // No retry can store it: dropped, said once in the log and once to
-      // the next flush or fsync of the file. The server stored none of it,
-      // so its whole debit goes back to the pool. A file discarded (gone)
-      // is expected to be refused: nothing is said.
-      if (!inode.discarded) {
-        LOG(ERROR) << "inode " << ino << ": cached bytes [" << e->offset << ", " << e->end()
-                   << ") dropped, the server refused them: " << r.status();
-        if (inode.dropped.ok()) inode.dropped = r.status();
-      }
-      inode.extents.remove(e);
-      dirty_bytes_ -= e->data.size();
-      pool_->Refund(e->debit);
-      if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
     } else {
-      // Kept and retried; waiters learn of the error. Sealed: the RPC may
-      // still hold its bytes, so later writes go to a new extent.
-      e->flushing = false;
-      e->sealed = true;
-      ++e->failures;
-      e->last_error = r.status();
-      LOG(WARNING) << "flush of inode " << ino << " [" << e->offset << ", " << e->end()
-                   << "): " << r.status() << "; will retry";
       backoff = std::min(std::max(backoff * 2, absl::Milliseconds(100)), absl::Seconds(2));
     }
   }
+}
+
+bool WriteCache::SendLocked(uint64_t ino, const std::shared_ptr<Extent>& e,
+                            absl::Duration backoff) {
+  e->flushing = true;
+  ++in_flight_;
+  in_flight_bytes_ += e->data.size();
+  peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
+  mu_.Unlock();
+  // After a failure: a pause before the retry (the extent stays taken).
+  if (backoff > absl::ZeroDuration()) absl::SleepFor(backoff);
+  WriteTime time;
+  {
+    // The file's time as of the send (a write during the pause moved it).
+    absl::MutexLock l(&mu_);
+    const Inode& sent = inodes_[ino];
+    time = WriteTime{sent.times_set ? 0 : sent.mtime_ns, sent.times_set};
+  }
+  absl::StatusOr<FlushResult> r =
+      flush_(ino, e->offset, std::shared_ptr<const std::string>(e, &e->data), time);
+  mu_.Lock();
+  recheck_.insert(ino);  // its file's next extent may be sendable now
+  --in_flight_;
+  in_flight_bytes_ -= e->data.size();
+  Inode& inode = inodes_[ino];
+  if (r.ok()) {
+    ++ack_seq_;
+    if (!fetches_.empty() && r->ctime_ns != 0) {
+      Ack& a = acks_[ino];
+      a.size = std::max(a.size, r->size);
+      a.mtime_ns = std::max(a.mtime_ns, r->mtime_ns);
+      a.ctime_ns = std::max(a.ctime_ns, r->ctime_ns);
+      a.seq = ack_seq_;
+    }
+    VLOG(2) << "flush ack " << ino << " [" << e->offset << ", " << e->end() << "): size " << r->size
+            << " ctime " << r->ctime_ns << " seq " << ack_seq_ << " fetches " << fetches_.size();
+    inode.extents.remove(e);
+    dirty_bytes_ -= e->data.size();
+    flushed_bytes_ += e->data.size();
+    pool_->Settle(e->debit, r->grant_used);
+    if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
+    return true;
+  }
+  if (IsPermanentFlushError(r.status())) {
+    // No retry can store it: dropped, said once in the log and once to
+    // the next flush or fsync of the file. The server stored none of it,
+    // so its whole debit goes back to the pool. A file discarded (gone)
+    // is expected to be refused: nothing is said.
+    if (!inode.discarded) {
+      LOG(ERROR) << "inode " << ino << ": cached bytes [" << e->offset << ", " << e->end()
+                 << ") dropped, the server refused them: " << r.status();
+      if (inode.dropped.ok()) inode.dropped = r.status();
+    }
+    inode.extents.remove(e);
+    dirty_bytes_ -= e->data.size();
+    pool_->Refund(e->debit);
+    if (inode.extents.empty() && inode.urgent == 0 && inode.dropped.ok()) inodes_.erase(ino);
+    return true;  // (not the transport's fault: no backoff)
+  }
+  // Kept and retried; waiters learn of the error. Sealed: the RPC may
+  // still hold its bytes, so later writes go to a new extent.
+  e->flushing = false;
+  e->sealed = true;
+  ++e->failures;
+  e->last_error = r.status();
+  LOG(WARNING) << "flush of inode " << ino << " [" << e->offset << ", " << e->end()
+               << "): " << r.status() << "; will retry";
+  return false;
+}
+
+absl::Status WriteCache::FlushNow(const std::vector<uint64_t>& ids, bool report_dropped) {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> held;
+  for (uint64_t id : ids) {
+    auto it = inodes_.find(id);
+    if (it == inodes_.end()) continue;
+    held.push_back(id);
+    if (it->second.urgent++ == 0) urgent_.insert(id);  // kept while this runs
+  }
+  absl::Status first;
+  for (uint64_t id : held) {
+    // Sent from this thread, one extent at a time in write order: the
+    // flushers may all be busy (held up by the server).
+    for (bool sent = true; sent && !stopping_;) {
+      sent = false;
+      Inode& inode = inodes_[id];
+      for (const auto& e : inode.extents) {
+        if (e->flushing || !Sendable(inode, *e)) continue;
+        const std::shared_ptr<Extent> keep = e;  // the list may change meanwhile
+        if (!SendLocked(id, keep, absl::ZeroDuration())) {
+          if (first.ok()) first = keep->last_error;
+        } else {
+          sent = true;
+        }
+        break;
+      }
+    }
+    // And what the flushers had in flight.
+    absl::Status s = FlushLocked(id, report_dropped);
+    if (first.ok()) first = s;
+    auto it = inodes_.find(id);
+    if (it == inodes_.end()) continue;
+    if (--it->second.urgent == 0) urgent_.erase(id);
+    if (it->second.extents.empty() && it->second.urgent == 0 && it->second.dropped.ok()) {
+      inodes_.erase(it);
+    }
+  }
+  return first;
 }
 
 void WriteCache::TimesSet(uint64_t ino) {

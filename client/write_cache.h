@@ -118,6 +118,11 @@ class WriteCache {
   // reported to the next FlushInode of the file: a recall or fsyncdir
   // sends data it does not own the errors of).
   absl::Status FlushInodes(const std::vector<uint64_t>& ids, bool report_dropped);
+  // FlushInodes, with the files' extents sent from the calling thread, one
+  // at a time in order (the flushers may all be held up by the server),
+  // then what the flushers had in flight waited for. A failed send is
+  // not retried here (the flushers retry it): its error is returned.
+  absl::Status FlushNow(const std::vector<uint64_t>& ids, bool report_dropped);
 
   // The file's times are being set (at the mount, in its namespace log)
   // after its cached writes: their flushes from now on leave the times
@@ -252,6 +257,11 @@ class WriteCache {
   std::shared_ptr<Extent> PickLocked(uint64_t* ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Sendable(const Inode& inode, const Extent& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlusherLoop();
+  // Sends `e` (not flushing, sendable) after `backoff`, and settles the
+  // outcome; mu_ is released meanwhile. False when it failed and is kept
+  // for a retry.
+  bool SendLocked(uint64_t ino, const std::shared_ptr<Extent>& e, absl::Duration backoff)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Buffers of streaming extents, kept for the next extent after a flush:
   // a buffer the allocator hands back to the kernel has to be faulted in

@@ -105,6 +105,12 @@ class GrantFsService final {
   // A time a mount stamped (a write, a log entry), at most 1 s ahead of
   // this server's clock.
   int64_t ClampMountTime(int64_t time_ns) const;
+  // Whether `req` is the data of a file made in a directory granted to the
+  // caller (WriteRequest.granted, and the caller does hold the grant of the
+  // file's directory, or may apply into it: LeaseTable::BeginApply): its
+  // recalls then do not wait for the sessions a server that took over
+  // inherited (RequestContext::log_entry), as for log entries.
+  bool GrantedWrite(const RequestContext& rc, const proto::WriteRequest& req);
   // For a node restricted to a subtree: the inode `name` in `parent` names
   // now (0: none), which it must reach like an inode of the call (Reaches).
   // Remove and Rename act on names; a name may be a link from outside.

@@ -171,6 +171,7 @@ grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Rep
     if (absl::Status in = Reaches(ctx, rc, op, ino); !in.ok())
       return service_call::Done(op, in, reply);
   }
+  if constexpr (std::is_same_v<Req, proto::WriteRequest>) rc.log_entry = GrantedWrite(rc, *req);
   // Another session's namespace grant covering them is recalled first.
   volume_->BreakGrants(rc, absl::MakeConstSpan(inos.begin(), inos.size()));
   return service_call::Done(op, body(rc), reply);

@@ -430,22 +430,22 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
     grant_now(rc);
     return r.status();
   };
-  if (!req->granted()) return ServeOnce("Write", ctx, req, reply, {req->ino()}, prior, body);
-  // The data of a file the mount made in a directory granted to it: as for
-  // its log entries, no other session can hold what it covers, so the
-  // sessions a server that took over inherited are not waited for (they
-  // send theirs before they subscribe, at the same time).
-  return ServeOnce("Write", ctx, req, reply, {}, prior,
-                   [&](const RequestContext& rc0, const proto::DedupeRecord* d) -> absl::Status {
-                     if (!service_call::ValidIno(req->ino())) {
-                       return ErrnoStatus(EINVAL, "inode 0");
-                     }
-                     RETURN_IF_ERROR(Reaches(ctx, rc0, "Write", req->ino()));
-                     RequestContext rc = rc0;
-                     rc.log_entry = true;
-                     volume_->BreakGrants(rc, {req->ino()});
-                     return body(rc, d);
-                   });
+  // (The data of a file made in a directory granted to the mount: Serve
+  // checks WriteRequest.granted, GrantedWrite.)
+  return ServeOnce("Write", ctx, req, reply, {req->ino()}, prior, body);
+}
+
+bool GrantFsService::GrantedWrite(const RequestContext& rc, const proto::WriteRequest& req) {
+  if (!req.granted() || rc.client_id == 0) return false;
+  absl::StatusOr<proto::InodeRecord> rec = volume_->meta().inodes().GetInode(req.ino());
+  if (!rec.ok() || rec->parent() == 0) return false;
+  // As for its log entries: the session holds the directory's grant (or,
+  // inherited by a server that took over, may apply into it).
+  LeaseTable& leases = volume_->leases();
+  const LeaseKey key = LeaseKey::NsGrant(rec->parent());
+  if (!leases.BeginApply(rc.client_id, {&key, 1})) return false;
+  leases.EndApply(rc.client_id);
+  return true;
 }
 
 int64_t GrantFsService::ClampMountTime(int64_t time_ns) const {
