@@ -89,6 +89,19 @@ class NsGrantsMountTest : public ServiceTest {
     return out;
   }
 
+  // All of `ino`'s bytes (at most 1 MiB) as `fs` reads them: opened, read,
+  // closed.
+  std::string ReadAll(FileSystem* fs, uint64_t ino) {
+    uint64_t h = 0;
+    absl::StatusOr<proto::Attr> opened = fs->Open(root_, ino, O_RDONLY, &h);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return "(open failed)";
+    absl::StatusOr<std::string> got = fs->Read(root_, ino, 0, 1 << 20);
+    EXPECT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(fs->Release(ino, h).ok());
+    return got.ok() ? *got : "(read failed)";
+  }
+
   Creds root_;
   NoKernel kernel_;
   std::vector<std::unique_ptr<FileSystem>> mounts_;
@@ -293,11 +306,7 @@ TEST_F(NsGrantsMountTest, AFileMadeLocallyKeepsItsDataWhenRenamedOutOfItsDirecto
   ASSERT_OK(a->Remove(root_, d, "gone", false));
   ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "moved"));
   EXPECT_EQ(seen.size(), text.size());
-  uint64_t bh = 0;
-  ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
-  ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, 100));
-  EXPECT_EQ(got, text);
-  ASSERT_OK(b->Release(seen.ino(), bh));
+  EXPECT_EQ(ReadAll(b, seen.ino()), text);
 }
 
 TEST_F(NsGrantsMountTest, TheCloseOfAFileMovedOutOfItsGrantedDirectoryIsACall) {
@@ -550,11 +559,7 @@ TEST_F(NsGrantsMountTest, ALinkByACallSendsTheDataOfACloseThatDidNotWait) {
   ASSERT_OK(a->Link(root_, f.ino(), kRoot, "elsewhere").status());
   ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "elsewhere"));
   EXPECT_EQ(seen.size(), 6u);
-  uint64_t bh = 0;
-  ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
-  ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, 100));
-  EXPECT_EQ(got, "linked");
-  ASSERT_OK(b->Release(seen.ino(), bh));
+  EXPECT_EQ(ReadAll(b, seen.ino()), "linked");
 }
 
 // A file made here is opened again and read by the mount alone: the open
@@ -603,11 +608,7 @@ TEST_F(NsGrantsMountTest, AFileMadeHereIsReopenedAndReadWithoutACall) {
   ASSERT_OK(a->Release(f.ino(), th));
   ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "f"));
   EXPECT_EQ(seen.size(), 2u);
-  uint64_t bh = 0;
-  ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
-  ASSERT_OK_AND_ASSIGN(std::string bgot, b->Read(root_, seen.ino(), 0, 100));
-  EXPECT_EQ(bgot, "xy");
-  ASSERT_OK(b->Release(seen.ino(), bh));
+  EXPECT_EQ(ReadAll(b, seen.ino()), "xy");
 }
 
 // A rename made here moves the file's ctime as the server's does; a
@@ -636,11 +637,7 @@ TEST_F(NsGrantsMountTest, RenamedFilesKeepExactTimesAndDeferredDataSurvivesARest
   for (int i = 0; i < 20; ++i) {
     ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "f" + std::to_string(i)));
     ExpectSameAttr(mine[i], seen);
-    uint64_t bh = 0;
-    ASSERT_OK(b->Open(root_, seen.ino(), O_RDONLY, &bh).status());
-    ASSERT_OK_AND_ASSIGN(std::string got, b->Read(root_, seen.ino(), 0, 100));
-    EXPECT_EQ(got, "file " + std::to_string(i));
-    ASSERT_OK(b->Release(seen.ino(), bh));
+    EXPECT_EQ(ReadAll(b, seen.ino()), "file " + std::to_string(i));
   }
 }
 

@@ -196,11 +196,12 @@ std::shared_ptr<WriteCache::Extent> WriteCache::PickLocked(uint64_t* ino) {
   // waited on (urgent_), the files where something changed (recheck_), and
   // a scan of all only when an extent may have come of age (next_due_) or
   // on pressure, stop or FlushAll.
-  auto due = [&](const Inode& inode, const Extent& e) {
+  auto due = [&](const Inode& inode, const Extent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return inode.urgent > 0 || e.sealed || pressure || stopping_ ||
            e.data.size() >= options_.extent_bytes || now - e.born >= options_.max_age;
   };
-  auto pick_in = [&](uint64_t id, Inode& inode) -> std::shared_ptr<Extent> {
+  auto pick_in = [&](uint64_t id, Inode& inode)
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::shared_ptr<Extent> {
     for (const auto& e : inode.extents) {
       if (!e->flushing && due(inode, *e) && Sendable(inode, *e)) {
         *ino = id;
@@ -345,43 +346,7 @@ bool WriteCache::SendLocked(uint64_t ino, const std::shared_ptr<Extent>& e,
 }
 
 absl::Status WriteCache::FlushNow(const std::vector<uint64_t>& ids, bool report_dropped) {
-  absl::MutexLock l(&mu_);
-  std::vector<uint64_t> held;
-  for (uint64_t id : ids) {
-    auto it = inodes_.find(id);
-    if (it == inodes_.end()) continue;
-    held.push_back(id);
-    if (it->second.urgent++ == 0) urgent_.insert(id);  // kept while this runs
-  }
-  absl::Status first;
-  for (uint64_t id : held) {
-    // Sent from this thread, one extent at a time in write order: the
-    // flushers may all be busy (held up by the server).
-    for (bool sent = true; sent && !stopping_;) {
-      sent = false;
-      Inode& inode = inodes_[id];
-      for (const auto& e : inode.extents) {
-        if (e->flushing || !Sendable(inode, *e)) continue;
-        const std::shared_ptr<Extent> keep = e;  // the list may change meanwhile
-        if (!SendLocked(id, keep, absl::ZeroDuration())) {
-          if (first.ok()) first = keep->last_error;
-        } else {
-          sent = true;
-        }
-        break;
-      }
-    }
-    // And what the flushers had in flight.
-    absl::Status s = FlushLocked(id, report_dropped);
-    if (first.ok()) first = s;
-    auto it = inodes_.find(id);
-    if (it == inodes_.end()) continue;
-    if (--it->second.urgent == 0) urgent_.erase(id);
-    if (it->second.extents.empty() && it->second.urgent == 0 && it->second.dropped.ok()) {
-      inodes_.erase(it);
-    }
-  }
-  return first;
+  return FlushMany(ids, report_dropped, /*here=*/true);
 }
 
 void WriteCache::TimesSet(uint64_t ino) {
@@ -564,9 +529,14 @@ absl::Status WriteCache::FlushAll() {
 }
 
 absl::Status WriteCache::FlushInodes(const std::vector<uint64_t>& ids, bool report_dropped) {
+  return FlushMany(ids, report_dropped, /*here=*/false);
+}
+
+absl::Status WriteCache::FlushMany(const std::vector<uint64_t>& ids, bool report_dropped,
+                                   bool here) {
   absl::MutexLock l(&mu_);
-  // All of them urgent at once, so the flushers send them in parallel
-  // while each is waited for in turn.
+  // All of them urgent at once (kept while this runs), so the flushers
+  // send them in parallel while each is waited for in turn.
   std::vector<uint64_t> held;
   for (uint64_t id : ids) {
     auto it = inodes_.find(id);
@@ -576,6 +546,23 @@ absl::Status WriteCache::FlushInodes(const std::vector<uint64_t>& ids, bool repo
   }
   absl::Status first;
   for (uint64_t id : held) {
+    // `here`: sent from this thread too, one extent at a time in write
+    // order (the flushers may all be held up by the server).
+    for (bool sent = here; sent && !stopping_;) {
+      sent = false;
+      Inode& inode = inodes_[id];
+      for (const auto& e : inode.extents) {
+        if (e->flushing || !Sendable(inode, *e)) continue;
+        const std::shared_ptr<Extent> keep = e;  // the list may change meanwhile
+        if (SendLocked(id, keep, absl::ZeroDuration())) {
+          sent = true;
+        } else if (first.ok()) {
+          first = keep->last_error;
+        }
+        break;
+      }
+    }
+    // And what the flushers have in flight.
     absl::Status s = FlushLocked(id, report_dropped);
     if (first.ok()) first = s;
     // Done with it: no longer urgent for this call.

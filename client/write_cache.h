@@ -241,6 +241,9 @@ class WriteCache {
   // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when
   // none. Acknowledged bytes are in the server's size.
   static uint64_t CachedEnd(const Inode& inode);
+  // FlushInodes (`here`: FlushNow).
+  absl::Status FlushMany(const std::vector<uint64_t>& ids, bool report_dropped, bool here)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // FlushInode with mu_ held (released while it waits).
   absl::Status FlushLocked(uint64_t ino, bool report_dropped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the file's cached bytes not in flight, refunding their debit.
