@@ -657,8 +657,12 @@ void WriteCache::AttrFetch::Patch(proto::Attr* attr) {
   // not seen), and the size would go back.
   absl::MutexLock l(&cache_->mu_);
   auto it = cache_->acks_.find(attr->ino());
+  // Equal ctimes too: a flush carries the time its write was made, and one
+  // that lands after a later change of the file leaves ctime as that change
+  // set it (Allocator::CommitWrite), so a reply read just before it has the
+  // same ctime. (A change after the flush has a later ctime.)
   if (it != cache_->acks_.end() && it->second.seq > since_ &&
-      attr->ctime_ns() < it->second.ctime_ns) {
+      attr->ctime_ns() <= it->second.ctime_ns) {
     // The server answered before that flush landed.
     attr->set_size(std::max(attr->size(), it->second.size));
     attr->set_mtime_ns(std::max(attr->mtime_ns(), it->second.mtime_ns));

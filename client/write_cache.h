@@ -181,8 +181,9 @@ class WriteCache {
   // the cache, would make the size go backwards (and the kernel drop pages
   // and misplace O_APPEND writes). An AttrFetch spans the RPC: its Patch
   // also raises an attribute to what any flush acknowledged since the
-  // fetch began said the file was, when the reply is older (by the
-  // server's ctime) than that flush. `cache` may be null.
+  // fetch began said the file was, when the reply is not newer (by the
+  // server's ctime: equal counts, since a flush landing after a later
+  // change leaves ctime as it was) than that flush. `cache` may be null.
   class AttrFetch {
    public:
     explicit AttrFetch(WriteCache* cache);
