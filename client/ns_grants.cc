@@ -217,8 +217,7 @@ bool NsGrants::DeferClose(uint64_t ino) {
   const uint64_t bytes = hooks_.bytes(ino);
   if (bytes == 0 || bytes > kMaxDeferredFileBytes) return false;
   absl::MutexLock l(&mu_);
-  auto m = made_.find(ino);
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return false;
+  if (OwnDir(ino) == 0) return false;
   auto owed = deferred_.find(ino);
   const uint64_t before = owed == deferred_.end() ? 0 : owed->second.bytes;
   if (owed == deferred_.end() || bytes > before) {
@@ -352,6 +351,16 @@ void NsGrants::Refill() {
 bool NsGrants::MadeHere(uint64_t ino, uint64_t dir) {
   auto it = made_.find(ino);
   return it != made_.end() && it->second == dir && granted_.contains(dir);
+}
+
+uint64_t NsGrants::OwnDir(uint64_t ino) {
+  auto m = made_.find(ino);
+  return diverged_ || m == made_.end() || !granted_.contains(m->second) ? 0 : m->second;
+}
+
+NsGrants::Tracked* NsGrants::OwnTracked(uint64_t ino) {
+  auto tr = tracked_.find(ino);
+  return tr == tracked_.end() || OwnDir(ino) == 0 ? nullptr : &tr->second;
 }
 
 std::optional<proto::Attr> NsGrants::WritableDir(const Creds& c, uint64_t parent) {
@@ -730,11 +739,9 @@ NsGrants::Tracked* NsGrants::SettableHere(const Creds& c, const proto::SetAttrRe
   constexpr uint32_t kHere =
       V::MODE | V::UID | V::GID | V::ATIME | V::MTIME | V::ATIME_NOW | V::MTIME_NOW;
   if (valid == 0 || (valid & ~kHere) != 0) return nullptr;
-  auto tr = tracked_.find(req.ino());
-  if (tr == tracked_.end()) return nullptr;
-  auto m = made_.find(req.ino());
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return nullptr;
-  const proto::Attr& a = tr->second.attr;
+  Tracked* tr = OwnTracked(req.ino());
+  if (tr == nullptr) return nullptr;
+  const proto::Attr& a = tr->attr;
   // The server's rules (server/inodes.cc SetAttr), where they are certain
   // to pass: the owner or root; no set-id or sticky bits (their rules
   // depend on groups); owner and group changed by root only.
@@ -748,7 +755,7 @@ NsGrants::Tracked* NsGrants::SettableHere(const Creds& c, const proto::SetAttrRe
     *refused = true;
     return nullptr;
   }
-  return &tr->second;
+  return tr;
 }
 
 std::optional<absl::StatusOr<proto::Attr>> NsGrants::Open(
@@ -757,11 +764,10 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::Open(
   *handle = 0;
   if (flags & (O_CREAT | O_TRUNC)) return std::nullopt;
   absl::MutexLock l(&mu_);
-  auto tr = tracked_.find(ino);
-  if (tr == tracked_.end()) return std::nullopt;
-  auto m = made_.find(ino);
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
-  const proto::Attr& a = tr->second.attr;
+  const uint64_t dir = OwnDir(ino);
+  Tracked* tr = OwnTracked(ino);
+  if (tr == nullptr) return std::nullopt;
+  const proto::Attr& a = tr->attr;
   // The server's check (server/inodes.cc CheckOpen, CheckAccess) where it
   // is certain: root, or the owner by the owner bits.
   uint32_t need = 0;
@@ -790,9 +796,9 @@ std::optional<absl::StatusOr<proto::Attr>> NsGrants::Open(
     ++stats_.fallback;
     return std::nullopt;
   }
-  logged_opens_[h] = LoggedOpen{ino, m->second};
+  logged_opens_[h] = LoggedOpen{ino, dir};
   ++stats_.local;
-  return WithBlocks(tr->second);
+  return WithBlocks(*tr);
 }
 
 bool NsGrants::MaySetAttr(const Creds& c, const proto::SetAttrRequest& req) {
@@ -853,11 +859,9 @@ proto::Attr NsGrants::WithBlocks(const Tracked& t) {
 
 std::optional<proto::Attr> NsGrants::Attr(uint64_t ino) {
   absl::MutexLock l(&mu_);
-  auto tr = tracked_.find(ino);
-  if (tr == tracked_.end() || !tr->second.dense) return std::nullopt;
-  auto m = made_.find(ino);
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
-  return WithBlocks(tr->second);
+  const Tracked* tr = OwnTracked(ino);
+  if (tr == nullptr || !tr->dense) return std::nullopt;
+  return WithBlocks(*tr);
 }
 
 void NsGrants::Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_ns) {
@@ -878,24 +882,19 @@ void NsGrants::Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_
 
 std::optional<uint64_t> NsGrants::TrackedSize(uint64_t ino) {
   absl::MutexLock l(&mu_);
-  auto tr = tracked_.find(ino);
-  if (tr == tracked_.end()) return std::nullopt;
-  auto m = made_.find(ino);
-  if (diverged_ || m == made_.end() || !granted_.contains(m->second)) return std::nullopt;
-  return tr->second.attr.size();
+  const Tracked* tr = OwnTracked(ino);
+  if (tr == nullptr) return std::nullopt;
+  return tr->attr.size();
 }
 
 bool NsGrants::NoXattrs(const Creds& c, uint64_t ino, const std::string& name) {
   absl::MutexLock l(&mu_);
-  auto tr = tracked_.find(ino);
-  auto m = made_.find(ino);
-  if (tr == tracked_.end() || diverged_ || m == made_.end() || !granted_.contains(m->second)) {
-    return false;
-  }
+  const Tracked* tr = OwnTracked(ino);
+  if (tr == nullptr) return false;
   // Where the server's answer would be "none" whoever asks: a listing,
   // security.* (the kernel's question before each write), or user.* by
   // the owner who may read it.
-  const proto::Attr& a = tr->second.attr;
+  const proto::Attr& a = tr->attr;
   return name.empty() || absl::StartsWith(name, "security.") ||
          (absl::StartsWith(name, "user.") && c.uid == a.uid() && (a.mode() & S_IRUSR));
 }

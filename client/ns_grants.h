@@ -324,6 +324,12 @@ class NsGrants {
   // longer owed. An error when some could not be sent (they stay owed).
   absl::Status SendData(const std::vector<std::pair<uint64_t, uint64_t>>& files)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The granted directory that `ino`, a file made here, is in now; 0 when
+  // it is not made here, its directory is no longer granted, or the log
+  // stopped (what every change made here to a file it made first asks).
+  uint64_t OwnDir(uint64_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its tracked attributes when OwnDir says so; null otherwise.
+  Tracked* OwnTracked(uint64_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `t`'s attributes with the blocks its writes allocate.
   static proto::Attr WithBlocks(const Tracked& t);
   // The tracked file `req` may change here (SetAttr), or null; `*refused`:
