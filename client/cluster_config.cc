@@ -19,7 +19,8 @@
 #include "absl/strings/strip.h"
 
 ABSL_FLAG(std::string, config, grantfs::kDefaultClusterConfig,
-          "the cluster's configuration file (servers, tls_dir, node, secret_file, insecure); "
+          "the cluster's configuration file (servers, tls_dir, node, secret_file, insecure, "
+          "allowed_root); "
           "flags given on the command line override it; empty: none");
 
 namespace grantfs {
@@ -43,7 +44,8 @@ absl::Status SetFlagFromConfig(const char* flag_name, const std::string& value,
 
 absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const std::string& path) {
   ClusterConfig c;
-  bool seen_servers = false, seen_tls = false, seen_node = false, seen_secret = false;
+  bool seen_servers = false, seen_tls = false, seen_node = false, seen_secret = false,
+       seen_root = false;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -72,6 +74,9 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const s
       s = once(&seen_node, &c.node);
     } else if (key == "secret_file") {
       s = once(&seen_secret, &c.secret_file);
+    } else if (key == "allowed_root") {
+      s = once(&seen_root, &c.allowed_root);
+      if (s.ok() && value.empty()) s = bad("allowed_root is empty");
     } else if (key == "insecure") {
       if (c.insecure.has_value()) return bad("insecure given twice");
       if (value == "true" || value == "yes" || value == "1") {
@@ -82,8 +87,8 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const s
         return bad(absl::StrCat("insecure must be true or false, not '", value, "'"));
       }
     } else {
-      return bad(
-          absl::StrCat("unknown key '", key, "' (servers, tls_dir, node, secret_file, insecure)"));
+      return bad(absl::StrCat("unknown key '", key,
+                              "' (servers, tls_dir, node, secret_file, insecure, allowed_root)"));
     }
     if (!s.ok()) return s;
   }
@@ -169,6 +174,11 @@ absl::StatusOr<std::optional<ClusterConfig>> ApplyClusterConfig(int argc, char**
   }
   if (!conf.secret_file.empty()) {
     if (absl::Status s = SetFlagFromConfig("secret_file", conf.secret_file, path); !s.ok()) {
+      return s;
+    }
+  }
+  if (!conf.allowed_root.empty()) {
+    if (absl::Status s = SetFlagFromConfig("allowed_root", conf.allowed_root, path); !s.ok()) {
       return s;
     }
   }

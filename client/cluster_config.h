@@ -8,6 +8,8 @@
 //   node = node1
 //   secret_file = /etc/grantfs/secret     (optional)
 //   insecure = false                      (optional)
+//   allowed_root = /global                (optional: where global mounts
+//                                          may be; agent and grantfsctl)
 //
 // Precedence, highest first: the command line's flags; for tls_dir,
 // $GRANTFS_TLS_DIR; the file; the flags' defaults. A missing default file
@@ -33,6 +35,7 @@ struct ClusterConfig {
   std::string node;
   std::string secret_file;
   std::optional<bool> insecure;
+  std::string allowed_root;  // "" when not given
 };
 
 // Parses the text of a configuration file; `path` names it in errors.
@@ -47,7 +50,8 @@ absl::StatusOr<std::optional<ClusterConfig>> ReadClusterConfig(const std::string
 // Before absl::ParseCommandLine: finds --config=PATH (or "--config PATH")
 // in argv (default kDefaultClusterConfig, which may be missing; an empty
 // PATH reads none) and sets, from the file, the flags the program has
-// (absl's registry: server, tls_dir, node, secret_file, insecure), so that
+// (absl's registry: server, tls_dir, node, secret_file, insecure,
+// allowed_root), so that
 // the command line's own values, parsed after, win. Returns the file read
 // (nullopt: none).
 absl::StatusOr<std::optional<ClusterConfig>> ApplyClusterConfig(int argc, char** argv);

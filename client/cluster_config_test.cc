@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 TEST(ClusterConfigTest, KeysCommentsAndBlanks) {
   absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
       "# the cluster\n\n servers = a:7420,b:7420 \ntls_dir=/etc/grantfs\nnode = n1\n"
-      "secret_file = /etc/grantfs/secret\ninsecure = false\n",
+      "secret_file = /etc/grantfs/secret\ninsecure = false\nallowed_root = /mnt/global\n",
       "f");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->servers, "a:7420,b:7420");
@@ -32,6 +32,7 @@ TEST(ClusterConfigTest, KeysCommentsAndBlanks) {
   EXPECT_EQ(c->secret_file, "/etc/grantfs/secret");
   ASSERT_TRUE(c->insecure.has_value());
   EXPECT_FALSE(*c->insecure);
+  EXPECT_EQ(c->allowed_root, "/mnt/global");
 }
 
 TEST(ClusterConfigTest, BadLinesNameTheFileAndLine) {
@@ -44,6 +45,8 @@ TEST(ClusterConfigTest, BadLinesNameTheFileAndLine) {
       {"node = a\nnode = b\n", "/etc/c.conf:2: node given twice"},
       {"insecure = maybe\n", "insecure must be true or false"},
       {"servers =\n", "servers is empty"},
+      {"allowed_root =\n", "allowed_root is empty"},
+      {"allowed_root = /a\nallowed_root = /b\n", "allowed_root given twice"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ClusterConfig> r = ParseClusterConfig(c.text, "/etc/c.conf");

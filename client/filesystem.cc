@@ -62,6 +62,7 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
   SessionOptions so;
   so.client_name = options_.client_name;
   so.root_path = options_.root_path;
+  so.open_wait = options_.mount_wait;
   so.report = [this](proto::MountReport* r) {
     r->set_kernel_inodes(inodes_.Size());
     if (cache_ != nullptr) {

@@ -52,6 +52,9 @@ struct FileSystemOptions {
   // The directory the mount shows as its root (`SERVERS:/PATH`): "/" or a
   // normalized path (common/names.h).
   std::string root_path = "/";
+  // How long Start() waits for a server to open the session; nullopt: as
+  // long as any call (RpcClientOptions::retry_for).
+  std::optional<absl::Duration> mount_wait;
   // Largest read or write sent in one request.
   uint32_t max_io_bytes = 1 << 20;
   // Fastwrite (grants + write cache) or one RPC per write.

@@ -10,6 +10,7 @@
 #include "client/cluster_client.h"
 #include "client/global_mounts_json.h"
 #include "client/status_json.h"
+#include "common/mount_spec.h"
 
 ABSL_FLAG(bool, g, false, "mount, umount: a global mount (on every node)");
 ABSL_FLAG(std::string, o, "", "mount -g: grantfs-mount options, comma-separated");
@@ -19,6 +20,9 @@ ABSL_FLAG(bool, f, false,
           "directories until they let go");
 ABSL_FLAG(int, wait_s, 10,
           "mount -g, umount -g: seconds to wait for every live node to report (0: do not wait)");
+ABSL_FLAG(std::string, allowed_root, "/global",
+          "mount -g: global mounts go only below this directory, where the node agents mount "
+          "(their --allowed_root; allowed_root in the configuration file)");
 ABSL_FLAG(int, retry_s, 10, "seconds to look for a primary (during a failover) before giving up");
 
 namespace grantfs {
@@ -67,8 +71,7 @@ void PrintNodeViews(const std::vector<NodeView>& nodes) {
 // they settled; false with *gone when the record changed or went.
 bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool removing,
                   std::vector<NodeView>* views, std::string* server, bool* gone) {
-  const absl::Time began = absl::Now();
-  const absl::Time deadline = began + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   *gone = false;
   for (bool first = true;; first = false) {
     proto::ListMountsReply reply;
@@ -80,13 +83,10 @@ bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool r
         return false;
       }
       *views = NodesOf(reply, *rec);
-      // A primary that just took over knows the nodes again from their
-      // next heartbeats: give them a few seconds to call before taking "no
-      // live node" for an answer.
-      bool any_alive = false;
-      for (const NodeView& v : *views) any_alive = any_alive || v.alive;
-      const bool too_early = !any_alive && absl::Now() < began + absl::Seconds(3);
-      if (!too_early && Settled(*views, removing)) return true;
+      // A primary that just started or took over knows the nodes again
+      // from their next heartbeats: until its node timeout has passed, a
+      // node it has not heard from may be alive, and is waited for.
+      if (reply.settling_ms() <= 0 && Settled(*views, removing)) return true;
     }
     if (absl::Now() >= deadline) return false;
     // The first look comes at once: nodes often answer within milliseconds.
@@ -105,8 +105,25 @@ int Mount(Ctl& ctl, const std::vector<std::string>& args) {
     fprintf(stderr, "usage: grantfsctl mount -g [-o OPTIONS] [SUBDIR] PATH\n");
     return kUsage;
   }
+  // The agents refuse a path outside their allowed root; saying so here,
+  // before anything is recorded, spares a record no node would mount.
+  absl::StatusOr<std::string> root = NormalizeMountPath(absl::GetFlag(FLAGS_allowed_root));
+  if (!root.ok()) {
+    fprintf(stderr, "grantfsctl mount: --allowed_root: %s\n",
+            std::string(root.status().message()).c_str());
+    return kUsage;
+  }
+  absl::StatusOr<std::string> path = NormalizeMountPath(args.back());
+  if (!path.ok()) return Refused("mount", path.status());
+  if (!StrictlyBelow(*path, *root)) {
+    fprintf(stderr,
+            "grantfsctl mount: %s is not below the allowed root %s, where the node agents mount "
+            "(--allowed_root, or allowed_root in the configuration file)\n",
+            path->c_str(), root->c_str());
+    return kUsage;
+  }
   proto::AddMountRequest req;
-  req.set_path(args.back());
+  req.set_path(*path);
   req.set_subdir(args.size() == 2 ? args[0] : "/");
   req.set_options(absl::GetFlag(FLAGS_o));
   proto::AddMountReply added;
@@ -265,6 +282,10 @@ int Nodes(Ctl& ctl) {
   }
   printf("%d nodes (primary %s; a node is down after %.0f s without a heartbeat)\n",
          reply.nodes_size(), server.c_str(), reply.node_timeout_ms() / 1000.0);
+  if (reply.settling_ms() > 0) {
+    printf("the primary started or took over just now: nodes may still call in for %.1f s\n",
+           reply.settling_ms() / 1000.0);
+  }
   printf("%-20s %-5s %-12s %-8s %-22s %-24s %s\n", "node", "alive", "heartbeat", "version",
          "address", "certificate", "mounts");
   for (const proto::NodeInfo& n : reply.nodes()) {

@@ -111,6 +111,7 @@ google::protobuf::Struct NodesToStruct(const std::string& server,
   google::protobuf::Struct out;
   Set(&out, "server", server);
   SetNumber(&out, "node_timeout_ms", static_cast<double>(reply.node_timeout_ms()));
+  SetNumber(&out, "settling_ms", static_cast<double>(reply.settling_ms()));
   auto* list = (*out.mutable_fields())["nodes"].mutable_list_value();
   for (const proto::NodeInfo& n : reply.nodes()) {
     google::protobuf::Struct* s = list->add_values()->mutable_struct_value();

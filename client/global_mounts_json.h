@@ -14,7 +14,9 @@
 //   mounts:  {"server", "mounts": [{"path", "subdir", "options",
 //             "generation", "removing", "force", "created_by", "created_at" (RFC 3339, UTC),
 //             "nodes": [{"node", "state", "reason", "alive", "last_state"}]}]}
-//   nodes:   {"server", "node_timeout_ms", "nodes": [{"node", "agent_version",
+//   nodes:   {"server", "node_timeout_ms", "settling_ms" (> 0: the primary
+//             started or took over less than a node timeout ago, and nodes
+//             may still call in), "nodes": [{"node", "agent_version",
 //             "peer", "address", "alive", "heartbeat_age_ms", "conflict" ("" or
 //             two agents reporting as one node), "mounted", "pending",
 //             "failed", "busy"}]}

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "client/fuse_ops.h"
 #include "client/rpc_client.h"
 #include "common/flag_help.h"
+#include "common/log_rotation.h"
 #include "common/metrics_http.h"
 #include "common/names.h"
 #include "common/transport_flags.h"
@@ -42,6 +44,9 @@
 ABSL_FLAG(bool, foreground, false, "stay in the foreground (same as -f)");
 ABSL_FLAG(std::string, log_file, "/var/log/grantfs-mount.log",
           "where a background mount writes its log");
+ABSL_FLAG(int, log_max_mb, 64,
+          "a background mount's log past this size moves to LOG_FILE.1 (the older .1 goes) and "
+          "a new one starts; a log moved away by another (logrotate) is followed; 0: no limit");
 ABSL_FLAG(double, attr_timeout, 1.0,
           "with --leases=false: seconds the kernel may cache attributes");
 ABSL_FLAG(double, entry_timeout, 1.0, "with --leases=false: seconds the kernel may cache names");
@@ -56,6 +61,9 @@ ABSL_FLAG(std::string, leases, "on",
           "false): asked every time, cached by the kernel for --attr_timeout/--entry_timeout");
 ABSL_FLAG(int, rpc_timeout_ms, 30000, "deadline of one RPC attempt");
 ABSL_FLAG(int, retry_ms, 60000, "how long an unreachable server is retried before EIO");
+ABSL_FLAG(int, mount_wait_ms, 0,
+          "how long mounting waits for a server to answer before it fails (exit 1); 0: as long "
+          "as --retry_ms");
 ABSL_FLAG(int, threads, 16, "maximum FUSE worker threads");
 ABSL_FLAG(std::string, write_mode, "fastwrite",
           "fastwrite (space grants + write-back cache) or writethrough (one RPC per write)");
@@ -232,8 +240,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.fake) return 0;
+  if (absl::GetFlag(FLAGS_log_max_mb) < 0) {
+    fprintf(stderr, "grantfs-mount: --log_max_mb must be >= 0\n");
+    return 2;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  std::unique_ptr<grantfs::LogRotation> log_rotation;  // background mode: keeps the log bounded
 
   // Background mode: the parent returns once the child reports the mount up.
   int ready_pipe[2] = {-1, -1};
@@ -259,6 +272,10 @@ int main(int argc, char** argv) {
     // A reopened stderr is fully buffered: make each log line reach the file
     // before the parent reports success or failure.
     setvbuf(stderr, nullptr, _IOLBF, 0);
+    log_rotation = std::make_unique<grantfs::LogRotation>(
+        absl::GetFlag(FLAGS_log_file), STDERR_FILENO,
+        static_cast<uint64_t>(absl::GetFlag(FLAGS_log_max_mb)) << 20);
+    log_rotation->Start(absl::Seconds(10));
     freopen("/dev/null", "r", stdin);
     freopen("/dev/null", "a", stdout);
   }
@@ -302,6 +319,13 @@ int main(int argc, char** argv) {
   grantfs::FileSystemOptions fo;
   fo.client_name = absl::StrCat(host, ":", args.mountpoint);
   fo.root_path = args.root;
+  if (const int wait = absl::GetFlag(FLAGS_mount_wait_ms); wait > 0) {
+    fo.mount_wait = absl::Milliseconds(wait);
+  } else if (wait < 0) {
+    LOG(ERROR) << "--mount_wait_ms must be >= 0";
+    report(2);
+    return 2;
+  }
   const std::string leases = absl::GetFlag(FLAGS_leases);
   if (leases != "on" && leases != "off" && leases != "true" && leases != "false") {
     LOG(ERROR) << "--leases must be on or off, not '" << leases << "'";

@@ -16,13 +16,15 @@ void Stamp(const Creds& c, Req* req) {
 
 // --- the session ------------------------------------------------------------
 
-absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(const std::string& client_name,
-                                                                const std::string& root) {
+absl::StatusOr<proto::OpenSessionReply> MetaClient::OpenSession(
+    const std::string& client_name, const std::string& root,
+    std::optional<absl::Duration> retry_for) {
   proto::OpenSessionRequest req;
   req.set_client_name(client_name);
   req.set_root(root);
   proto::OpenSessionReply reply;
-  RETURN_IF_ERROR(rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply));
+  RETURN_IF_ERROR(
+      rpc_->Call("OpenSession", &proto::GrantFs::Stub::OpenSession, &req, &reply, retry_for));
   rpc_->set_client_id(reply.client_id());
   return reply;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,10 +65,12 @@ class MetaClient {
   void SetBarrier(std::function<absl::Status()> barrier) { barrier_ = std::move(barrier); }
 
   // --- the session ---------------------------------------------------------
-  // Opens the session (with retries) and sets the client id on the RpcClient.
-  // `root`: the directory the mount shows as its root ("/": the volume's).
-  absl::StatusOr<proto::OpenSessionReply> OpenSession(const std::string& client_name,
-                                                      const std::string& root = "/");
+  // Opens the session (with retries: for `retry_for` when given, else as
+  // long as any call) and sets the client id on the RpcClient. `root`: the
+  // directory the mount shows as its root ("/": the volume's).
+  absl::StatusOr<proto::OpenSessionReply> OpenSession(
+      const std::string& client_name, const std::string& root = "/",
+      std::optional<absl::Duration> retry_for = std::nullopt);
   // One attempt on the current server with a 5 s deadline: the heartbeat
   // loop is its own retry. A failure that should move the mount to the next
   // server (RpcClient::ShouldFailover) does so and sets `*failed_over`.

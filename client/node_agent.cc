@@ -368,7 +368,7 @@ void NodeAgent::EnsureMounted(const proto::GlobalMountRecord& rec) {
 }
 
 bool NodeAgent::BelowAllowedRoot(const std::string& path) const {
-  return PathsNest(path, options_.allowed_root) && path.size() > options_.allowed_root.size();
+  return StrictlyBelow(path, options_.allowed_root);
 }
 
 void NodeAgent::EnsureUnmounted(const std::string& path, uint64_t generation, bool force) {

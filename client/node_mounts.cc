@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +204,12 @@ absl::Status SystemMounter::Mount(const proto::GlobalMountRecord& rec) {
     argv.push_back("-o");
     argv.push_back(rec.options());
   }
+  // grantfs-mount gives up on an unreachable cluster at three quarters of
+  // the agent's bound: its own reason ("no server answered ...") is then
+  // what the agent reports, rather than a killed daemon.
+  argv.push_back(absl::StrCat(
+      "--mount_wait_ms=",
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.mount_timeout * 3 / 4))));
   for (const std::string& f : options_.mount_flags) argv.push_back(f);
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());

@@ -52,7 +52,8 @@ struct SystemMounterOptions {
   std::vector<std::string> mount_flags;
   // Where each mount's log goes: DIR/mount-PATH.log, PATH with '/' as '_'.
   std::string log_dir;
-  // How long one grantfs-mount may take to come up before it is killed.
+  // How long one grantfs-mount may take to come up before it is killed. It
+  // is told to give up by itself at three quarters of it (--mount_wait_ms).
   absl::Duration mount_timeout = absl::Seconds(20);
 };
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,10 +116,14 @@ class RpcClient {
   absl::Status Call(const char* name,
                     grpc::Status (proto::GrantFs::Stub::*method)(grpc::ClientContext*, const Req&,
                                                                  Reply*),
-                    Req* req, Reply* reply) {
-    return CallWith(name, req, reply,
-                    [this, method](size_t index, grpc::ClientContext* ctx, const Req& r,
-                                   Reply* out) { return (stub(index)->*method)(ctx, r, out); });
+                    Req* req, Reply* reply,
+                    std::optional<absl::Duration> retry_for = std::nullopt) {
+    return CallWith(
+        name, req, reply,
+        [this, method](size_t index, grpc::ClientContext* ctx, const Req& r, Reply* out) {
+          return (stub(index)->*method)(ctx, r, out);
+        },
+        retry_for);
   }
 
   // Call() with the data of the request sent from `data`, without copying
@@ -130,13 +135,16 @@ class RpcClient {
                      proto::WriteReply* reply);
 
   // Call()'s retry and failover policy around `invoke(index, ctx, req,
-  // reply)`, which makes one attempt on server `index`.
+  // reply)`, which makes one attempt on server `index`. `retry_for`, when
+  // given, replaces the options' for this call (a mount that must come up
+  // or fail within a bound).
   template <typename Req, typename Reply, typename Invoke>
-  absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke) {
+  absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke,
+                        std::optional<absl::Duration> retry_for = std::nullopt) {
     req->mutable_header()->set_client_id(client_id_.load());
     req->mutable_header()->set_seq(seq_.fetch_add(1) + 1);
     VLOG(3) << "rpc " << name;
-    const absl::Time give_up = options_.clock->Now() + options_.retry_for;
+    const absl::Time give_up = options_.clock->Now() + retry_for.value_or(options_.retry_for);
     absl::Duration backoff = absl::Milliseconds(20);
     size_t failed = 0;  // attempts since the last sleep
     for (;;) {

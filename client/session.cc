@@ -35,7 +35,7 @@ Session::~Session() {
 absl::StatusOr<proto::OpenSessionReply> Session::Open(absl::Time* sent) {
   *sent = options_.clock->Now();
   absl::StatusOr<proto::OpenSessionReply> reply =
-      meta_->OpenSession(options_.client_name, options_.root_path);
+      meta_->OpenSession(options_.client_name, options_.root_path, options_.open_wait);
   if (!reply.ok()) return reply;
   incarnation_ = reply->incarnation();
   {

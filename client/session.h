@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -53,6 +54,8 @@ struct SessionOptions {
   std::string client_name;
   // The directory the mount shows as its root (OpenSessionRequest.root).
   std::string root_path = "/";
+  // How long Open() waits for a server; nullopt: as long as any call.
+  std::optional<absl::Duration> open_wait;
   // Fills what each heartbeat reports of the mount (grantfsctl clients);
   // none: nothing is reported. Called on the heartbeat thread.
   std::function<void(proto::MountReport*)> report;

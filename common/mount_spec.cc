@@ -105,4 +105,8 @@ bool PathsNest(const std::string& a, const std::string& b) {
   return longer.size() == shorter.size() || shorter == "/" || longer[shorter.size()] == '/';
 }
 
+bool StrictlyBelow(const std::string& path, const std::string& root) {
+  return path.size() > root.size() && PathsNest(path, root);
+}
+
 }  // namespace grantfs

@@ -39,6 +39,11 @@ absl::StatusOr<std::string> NormalizeMountOptions(absl::string_view options);
 // "/a/b": a mount inside a mount).
 bool PathsNest(const std::string& a, const std::string& b);
 
+// Whether normalized `path` is strictly below normalized `root` ("/global/x"
+// below "/global"; "/global" itself and "/globalx" are not): where the node
+// agents mount (--allowed_root), and what grantfsctl mount -g accepts.
+bool StrictlyBelow(const std::string& path, const std::string& root);
+
 }  // namespace grantfs
 
 #endif  // GRANTFS_COMMON_MOUNT_SPEC_H_

@@ -131,6 +131,8 @@ grpc::Status ClusterService::ListMounts(grpc::ServerContext* ctx, const proto::L
   *reply->mutable_table() = *std::move(t);
   for (proto::NodeInfo& n : options_.nodes->List()) *reply->add_nodes() = std::move(n);
   reply->set_node_timeout_ms(absl::ToInt64Milliseconds(options_.nodes->node_timeout()));
+  reply->set_settling_ms(
+      absl::ToInt64Milliseconds(absl::Ceil(options_.nodes->Settling(), absl::Milliseconds(1))));
   return grpc::Status::OK;
 }
 

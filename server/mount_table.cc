@@ -45,9 +45,43 @@ uint64_t MountTable::version() {
   return version_;
 }
 
-void MountTable::Changed() {
+void MountTable::Publish(const std::string& path, std::optional<proto::GlobalMountRecord> rec) {
   absl::MutexLock l(&mu_);
+  if (rec) {
+    published_[path] = *std::move(rec);
+  } else {
+    published_.erase(path);
+  }
   ++version_;
+}
+
+void MountTable::Unsure() {
+  absl::MutexLock l(&mu_);
+  loaded_ = false;
+  ++version_;
+}
+
+absl::Status MountTable::LoadBeforeChange() {
+  absl::MutexLock l(&mu_);
+  return LoadLocked();
+}
+
+absl::Status MountTable::LoadLocked() {
+  if (loaded_) return absl::OkStatus();
+  std::map<std::string, proto::GlobalMountRecord> table;
+  const std::string prefix(1, keys::kGlobalMountKind);
+  RETURN_IF_ERROR(store_->Scan(
+      prefix, prefix, [&](absl::string_view key, absl::string_view value) -> absl::StatusOr<bool> {
+        proto::GlobalMountRecord rec;
+        if (!rec.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          return CorruptRecord(key);
+        }
+        table[rec.path()] = std::move(rec);
+        return true;
+      }));
+  published_ = std::move(table);
+  loaded_ = true;
+  return absl::OkStatus();
 }
 
 void MountTable::Shutdown() {
@@ -67,18 +101,10 @@ void MountTable::WaitChanged(uint64_t incarnation, uint64_t version, absl::Durat
 absl::StatusOr<proto::GlobalMountTable> MountTable::List() {
   proto::GlobalMountTable table;
   table.set_incarnation(incarnation_);
-  // The version first: a change that lands during the scan shows as a
-  // newer version at the agent's next call, never as a missed one.
-  table.set_version(version());
-  const std::string prefix(1, keys::kGlobalMountKind);
-  RETURN_IF_ERROR(store_->Scan(
-      prefix, prefix, [&](absl::string_view key, absl::string_view value) -> absl::StatusOr<bool> {
-        proto::GlobalMountRecord* rec = table.add_mounts();
-        if (!rec->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          return CorruptRecord(key);
-        }
-        return true;
-      }));
+  absl::MutexLock l(&mu_);
+  RETURN_IF_ERROR(LoadLocked());
+  table.set_version(version_);
+  for (const auto& [path, rec] : published_) *table.add_mounts() = rec;
   return table;
 }
 
@@ -90,6 +116,9 @@ absl::StatusOr<MountTable::Added> MountTable::Add(const std::string& path_in,
   ASSIGN_OR_RETURN(const std::string subdir, NormalizeMountSubdir(subdir_in));
   ASSIGN_OR_RETURN(const std::string options, NormalizeMountOptions(options_in));
   Added out;
+  absl::MutexLock change(&change_mu_);
+  RETURN_IF_ERROR(LoadBeforeChange());
+  bool wrote = false;  // the checks passed: a failure now may leave the change
   absl::Status s = store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(std::optional<proto::GlobalMountRecord> old, GetRecord(txn, path));
     if (old) {
@@ -129,14 +158,18 @@ absl::StatusOr<MountTable::Added> MountTable::Add(const std::string& path_in,
     rec.set_created_ns(txn->NowNanos());
     rec.set_created_by(created_by);
     txn->Put(keys::GlobalMount(path), rec.SerializeAsString());
+    wrote = true;
     out.mount = rec;
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (wrote) Unsure();
+    return s;
+  }
   if (!out.existed) {
     LOG(INFO) << "global mount added: " << path << " (directory " << subdir << ", options '"
               << options << "', by '" << created_by << "')";
-    Changed();
+    Publish(path, out.mount);
   }
   return out;
 }
@@ -145,6 +178,9 @@ absl::StatusOr<proto::GlobalMountRecord> MountTable::MarkRemoving(const std::str
                                                                   bool force) {
   ASSIGN_OR_RETURN(const std::string path, NormalizeMountPath(path_in));
   proto::GlobalMountRecord out;
+  absl::MutexLock change(&change_mu_);
+  RETURN_IF_ERROR(LoadBeforeChange());
+  bool wrote = false;  // the checks passed: a failure now may leave the change
   absl::Status s = store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(std::optional<proto::GlobalMountRecord> rec, GetRecord(txn, path));
     if (!rec) return absl::NotFoundError(absl::StrCat(path, " is not a global mount"));
@@ -152,17 +188,24 @@ absl::StatusOr<proto::GlobalMountRecord> MountTable::MarkRemoving(const std::str
     rec->set_force(rec->force() || force);
     rec->set_generation(NextGeneration(txn, rec->generation()));
     txn->Put(keys::GlobalMount(path), rec->SerializeAsString());
+    wrote = true;
     out = *rec;
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (wrote) Unsure();
+    return s;
+  }
   LOG(INFO) << "global mount " << path << " marked for removal" << (force ? " (forced)" : "");
-  Changed();
+  Publish(path, out);
   return out;
 }
 
 absl::Status MountTable::Forget(const std::string& path_in, uint64_t generation) {
   ASSIGN_OR_RETURN(const std::string path, NormalizeMountPath(path_in));
+  absl::MutexLock change(&change_mu_);
+  RETURN_IF_ERROR(LoadBeforeChange());
+  bool wrote = false;  // the checks passed: a failure now may leave the change
   absl::Status s = store_->Mutate(nullptr, [&](MetaTxn* txn) -> absl::Status {
     ASSIGN_OR_RETURN(std::optional<proto::GlobalMountRecord> rec, GetRecord(txn, path));
     if (!rec) return absl::NotFoundError(absl::StrCat(path, " is not a global mount"));
@@ -175,11 +218,15 @@ absl::Status MountTable::Forget(const std::string& path_in, uint64_t generation)
           path, " changed meanwhile (generation ", rec->generation(), ", not ", generation, ")"));
     }
     txn->Delete(keys::GlobalMount(path));
+    wrote = true;
     return absl::OkStatus();
   });
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (wrote) Unsure();
+    return s;
+  }
   LOG(INFO) << "global mount " << path << " removed from the table";
-  Changed();
+  Publish(path, std::nullopt);
   return absl::OkStatus();
 }
 

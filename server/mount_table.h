@@ -9,12 +9,20 @@
 // are done). Every change bumps the table's in-memory version and wakes the
 // callers of WaitChanged: the node agents' long polls (server/cluster_service.h).
 //
+// What List serves is the published table: a change shows there only once
+// its Mutate returned, that is once it is durable here and on the replica.
+// So no agent mounts (or unmounts) after a change that a failover could
+// still undo. Changes are published one at a time, in the order they were
+// committed (change_mu_).
+//
 // Thread-safe. Changes are checked and written in one MetaStore::Mutate, so
 // two concurrent changes of one path cannot both pass the checks.
 #ifndef GRANTFS_SERVER_MOUNT_TABLE_H_
 #define GRANTFS_SERVER_MOUNT_TABLE_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -34,8 +42,10 @@ class MountTable {
   MountTable(const MountTable&) = delete;
   MountTable& operator=(const MountTable&) = delete;
 
-  // Every record, sorted by path, with the incarnation and version.
-  absl::StatusOr<proto::GlobalMountTable> List();
+  // Every published record, sorted by path, with the incarnation and
+  // version. The first call reads the store (a primary that just started
+  // or took over: all it holds was replicated).
+  absl::StatusOr<proto::GlobalMountTable> List() ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Added {
     proto::GlobalMountRecord mount;
@@ -46,15 +56,18 @@ class MountTable {
   // another mount; FAILED_PRECONDITION when the path is being removed, or
   // nests with another global mount's path (one inside the other).
   absl::StatusOr<Added> Add(const std::string& path, const std::string& subdir,
-                            const std::string& options, const std::string& created_by);
+                            const std::string& options, const std::string& created_by)
+      ABSL_LOCKS_EXCLUDED(change_mu_, mu_);
   // Marks the mount at `path` for removal (a new generation), with `force`
   // (detach where busy); marking one already marked again is allowed (to add
   // -f). NOT_FOUND when there is none; INVALID_ARGUMENT for a bad path.
-  absl::StatusOr<proto::GlobalMountRecord> MarkRemoving(const std::string& path, bool force);
+  absl::StatusOr<proto::GlobalMountRecord> MarkRemoving(const std::string& path, bool force)
+      ABSL_LOCKS_EXCLUDED(change_mu_, mu_);
   // Deletes the record of `path`, which must be marked for removal and, when
   // `generation` is not 0, be of that generation (FAILED_PRECONDITION
   // otherwise). NOT_FOUND when there is none.
-  absl::Status Forget(const std::string& path, uint64_t generation);
+  absl::Status Forget(const std::string& path, uint64_t generation)
+      ABSL_LOCKS_EXCLUDED(change_mu_, mu_);
 
   uint64_t incarnation() const { return incarnation_; }
   uint64_t version() ABSL_LOCKS_EXCLUDED(mu_);
@@ -66,15 +79,32 @@ class MountTable {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Changed() ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes the outcome of one change: `rec` as the record of `path`
+  // (nullopt: none). After a failed Mutate, `unsure`: the table is read
+  // from the store again at the next List (what a change that failed after
+  // its local commit left there is what this primary holds).
+  void Publish(const std::string& path, std::optional<proto::GlobalMountRecord> rec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unsure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fills published_ from the store when it is not loaded. Every change
+  // does so before its Mutate (LoadBeforeChange), so that a load never
+  // reads a change still in flight: loaded_ is false only between a failed
+  // change and the next one.
+  absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadBeforeChange() ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Constant after construction.
   MetaStore* const store_;
   const uint64_t incarnation_;
 
+  // Held across a change's Mutate and its Publish: one change at a time.
+  absl::Mutex change_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, proto::GlobalMountRecord> published_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace grantfs

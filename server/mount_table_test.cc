@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "checkpoint/change_sink.h"
 #include "common/clock.h"
 #include "common/status_test_util.h"
 #include "gmock/gmock.h"
@@ -41,11 +42,12 @@ class MountTableTest : public ::testing::Test {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  void Open() {
+  void Open(ChangeSink* sink = nullptr) {
     table_.reset();
     volume_.reset();
     VolumeOptions o;
     o.dir = dir_;
+    o.change_sink = sink;
     o.capacity_bytes = 64 << 20;
     o.clock = &clock_;
     o.lease_clock = &clock_;
@@ -91,6 +93,110 @@ TEST_F(MountTableTest, AMountIsRecordedNormalizedAndSurvivesAReopen) {
   EXPECT_EQ(t.mounts(1).subdir(), "/projects");
   EXPECT_EQ(t.mounts(1).options(), "ro,leases=off");
   EXPECT_EQ(t.mounts(1).generation(), a.mount.generation());
+}
+
+// A replica that acknowledges only when the test says, or refuses.
+class GatedSink : public ChangeSink {
+ public:
+  uint64_t Append(proto::ReplRecord) override {
+    absl::MutexLock l(&mu_);
+    return ++head_;
+  }
+  absl::Status WaitReplicated(uint64_t seq) override {
+    absl::MutexLock l(&mu_);
+    ++waiting_;
+    mu_.Await(absl::Condition(
+        +[](GatedSink* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->open_; }, this));
+    --waiting_;
+    return answer_;
+  }
+  uint64_t Head() override {
+    absl::MutexLock l(&mu_);
+    return head_;
+  }
+  void Hold() {
+    absl::MutexLock l(&mu_);
+    open_ = false;
+  }
+  void Release(absl::Status answer) {
+    absl::MutexLock l(&mu_);
+    answer_ = std::move(answer);
+    open_ = true;
+  }
+  void AwaitWaiter() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](GatedSink* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->waiting_ > 0; }, this));
+  }
+
+ private:
+  absl::Mutex mu_;
+  uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Status answer_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(MountTableTest, AChangeIsServedOnlyOnceTheReplicaHasIt) {
+  GatedSink sink;
+  Open(&sink);
+  ASSERT_OK(table_->Add("/global/a", "/", "", "").status());
+  const uint64_t v0 = table_->version();
+
+  // Committed here, not yet on the replica: the agents do not see it.
+  sink.Hold();
+  absl::Status added;
+  std::thread adder([&] { added = table_->Add("/global/b", "/", "", "").status(); });
+  sink.AwaitWaiter();
+  EXPECT_THAT(Paths(), ElementsAre("/global/a"));
+  EXPECT_EQ(table_->version(), v0);
+  sink.Release(absl::OkStatus());
+  adder.join();
+  ASSERT_OK(added);
+  EXPECT_THAT(Paths(), ElementsAre("/global/a", "/global/b"));
+  EXPECT_GT(table_->version(), v0);
+
+  // The same for a removal and a forget.
+  sink.Hold();
+  absl::Status marked;
+  std::thread marker([&] { marked = table_->MarkRemoving("/global/b", false).status(); });
+  sink.AwaitWaiter();
+  ASSERT_OK_AND_ASSIGN(proto::GlobalMountTable t, table_->List());
+  EXPECT_FALSE(t.mounts(1).removing());
+  sink.Release(absl::OkStatus());
+  marker.join();
+  ASSERT_OK(marked);
+  ASSERT_OK_AND_ASSIGN(t, table_->List());
+  EXPECT_TRUE(t.mounts(1).removing());
+  sink.Hold();
+  absl::Status forgot;
+  std::thread forgetter([&] { forgot = table_->Forget("/global/b", 0); });
+  sink.AwaitWaiter();
+  EXPECT_THAT(Paths(), ElementsAre("/global/a", "/global/b"));
+  sink.Release(absl::OkStatus());
+  forgetter.join();
+  ASSERT_OK(forgot);
+  EXPECT_THAT(Paths(), ElementsAre("/global/a"));
+
+  // A change whose replication failed after its local commit: the table is
+  // what this primary's store holds (it serves only while it may commit).
+  const uint64_t v1 = table_->version();
+  sink.Hold();
+  absl::Status failed;
+  std::thread failer([&] { failed = table_->Add("/global/c", "/", "", "").status(); });
+  sink.AwaitWaiter();
+  EXPECT_THAT(Paths(), ElementsAre("/global/a"));
+  sink.Release(absl::UnavailableError("replica gone"));
+  failer.join();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_GT(table_->version(), v1);
+  EXPECT_THAT(Paths(), ElementsAre("/global/a", "/global/c"));
+  // A refusal by the checks changes nothing, not even the version.
+  const uint64_t v2 = table_->version();
+  EXPECT_EQ(table_->Forget("/global/none", 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_->version(), v2);
+  table_.reset();
+  volume_.reset();
 }
 
 TEST_F(MountTableTest, TheSameMountAgainChangesNothingAnotherOneAtItsPathIsRefused) {
@@ -210,9 +316,13 @@ TEST(NodeTableTest, ANodeIsAliveUntilItsHeartbeatsStop) {
   o.wall_clock = &clock;
   o.node_timeout = absl::Seconds(5);
   NodeTable nodes(o);
+  // A new table (a primary that started or took over) settles for one node
+  // timeout: nodes it has not heard from may still call in.
+  EXPECT_EQ(nodes.Settling(), absl::Seconds(5));
   ASSERT_OK(nodes.Heartbeat(Beat("n2"), "node:default", "ipv4:10.0.0.2:4000"));
   ASSERT_OK(nodes.Heartbeat(Beat("n1"), "", "ipv4:10.0.0.1:4000"));
   clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(nodes.Settling(), absl::Seconds(2));
   ASSERT_OK(nodes.Heartbeat(Beat("n1"), "", "ipv4:10.0.0.1:4001"));
   clock.Advance(absl::Seconds(3));
   std::vector<proto::NodeInfo> list = nodes.List();
@@ -227,6 +337,7 @@ TEST(NodeTableTest, ANodeIsAliveUntilItsHeartbeatsStop) {
   EXPECT_FALSE(list[1].alive());
   EXPECT_EQ(list[1].peer(), "node:default");
   EXPECT_EQ(list[1].agent_version(), "0.1.0");
+  EXPECT_EQ(nodes.Settling(), absl::ZeroDuration());
 }
 
 TEST(NodeTableTest, BadHeartbeatsAreRefused) {

@@ -1,5 +1,6 @@
 #include "server/node_table.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -28,7 +29,12 @@ bool ValidNodeName(const std::string& name) {
 
 }  // namespace
 
-NodeTable::NodeTable(const NodeTableOptions& options) : options_(options) {}
+NodeTable::NodeTable(const NodeTableOptions& options)
+    : options_(options), made_(options.clock->Now()) {}
+
+absl::Duration NodeTable::Settling() const {
+  return std::max(absl::ZeroDuration(), made_ + options_.node_timeout - options_.clock->Now());
+}
 
 absl::Status NodeTable::Heartbeat(const proto::NodeHeartbeatRequest& hb, const std::string& peer,
                                   const std::string& address,

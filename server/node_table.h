@@ -4,9 +4,10 @@
 // global mount.
 //
 // In memory only: a primary that starts or takes over knows a node again
-// from its next heartbeat (an agent calls at least once a second), so
-// `grantfsctl nodes` right after a failover may list fewer nodes for about
-// a second.
+// from its next heartbeat (an agent calls at least once a second). Until
+// one node timeout has passed since the table was made, a node not heard
+// from yet may still be alive: Settling() says how long that lasts, and
+// grantfsctl mount -g / umount -g wait for it before they count the nodes.
 //
 // Thread-safe.
 #ifndef GRANTFS_SERVER_NODE_TABLE_H_
@@ -70,6 +71,10 @@ class NodeTable {
   // Every node, sorted by name.
   std::vector<proto::NodeInfo> List() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Duration node_timeout() const { return options_.node_timeout; }
+  // How long, from now, a node that was alive before this table was made
+  // (a restart or takeover of the primary) may still call in for the first
+  // time: one node timeout after the table was made; zero after that.
+  absl::Duration Settling() const;
 
  private:
   struct Node {
@@ -84,6 +89,7 @@ class NodeTable {
 
   // Constant after construction.
   const NodeTableOptions options_;
+  const absl::Time made_;  // options_.clock
 
   absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);

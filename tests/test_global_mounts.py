@@ -11,7 +11,9 @@ The target is a new global mount on every node within 2 s; the tests allow
 
 import json
 import os
+import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -75,8 +77,12 @@ def mounts_here():
         return [line.split()[4] for line in f]
 
 
-def ctl(cluster, *args, identity=None, timeout=60):
-    argv = [CTL_BIN, f"--server={cluster.servers}", "--config="]
+def ctl(cluster, *args, identity=None, timeout=60, allowed_root=None):
+    # The nodes' allowed roots are below the temporary directory: grantfsctl
+    # is told the widest (test_a_path_outside_the_allowed_root_is_refused
+    # shows both refusals).
+    root = allowed_root or tempfile.gettempdir()
+    argv = [CTL_BIN, f"--server={cluster.servers}", "--config=", f"--allowed_root={root}"]
     if identity:
         argv.append(f"--identity={identity}")
     r = subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout,
@@ -362,6 +368,14 @@ def test_a_path_outside_the_allowed_root_is_refused(cluster, nodes):
     nx = nodes("x", "nx")
     wait_agents(cluster, ["nx"])
     path = os.path.join(nodes.base, "elsewhere", "m")  # the agent's root is global_root
+    # grantfsctl told the nodes' root refuses it before recording anything.
+    for bad in (path, nx.global_root, nx.global_root + "x/m"):
+        r = ctl(cluster, "mount", "-g", "--wait_s=0", bad, allowed_root=nx.global_root)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"is not below the allowed root {nx.global_root}" in r.stderr, r.stderr
+    assert table_paths(cluster) == []
+    # A grantfsctl told a wider root (another node's) records it; the agent
+    # refuses it all the same.
     ctl(cluster, "mount", "-g", "--wait_s=0", path)
     wait_for(lambda: node_states(cluster, path) == {"nx": "failed"}, BOUND_S,
              "nx refusing it", interval=0.2)
@@ -488,5 +502,46 @@ def test_failover_during_mount_g_leaves_every_node_consistent(cluster, nodes):
     assert out["removed"] is True
     assert not any(n.mounted(before) for n in xs)
     # The former primary comes back as the replica.
+    cluster.restart(primary)
+    cluster.wait_in_sync(other, primary, 60)
+
+
+def test_right_after_a_failover_umount_g_waits_for_nodes_not_heard_from_yet(cluster, nodes):
+    """A new primary knows the nodes only from their next heartbeats. umount
+    -g right after a takeover must not report on the nodes that happened to
+    call first: it waits one node timeout (settling_ms) for the others."""
+    xs = [nodes("x", "nx"), nodes("y", "ny"), nodes("z", "nz")]
+    wait_agents(cluster, ["nx", "ny", "nz"])
+    path = os.path.join(xs[0].global_root, "settle")
+    ctl_json(cluster, "mount", "-g", path)
+    primary, _ = cluster.primary()
+    other = Trio.other(primary)
+    cluster.wait_in_sync(primary, other, 30)
+
+    xs[2].agent.send_signal(signal.SIGSTOP)  # nz calls the new primary late
+    try:
+        cluster.kill9(primary)
+        p = subprocess.Popen([CTL_BIN, f"--server={cluster.servers}", "--config=",
+                              f"--allowed_root={tempfile.gettempdir()}", "--json",
+                              "--retry_s=30", "--wait_s=20", "umount", "-g", path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def others_in():
+            r = ctl(cluster, "--json", "--retry_s=30", "nodes")
+            if r.returncode != 0:
+                return False
+            got = {n["node"]: n["alive"] for n in json.loads(r.stdout)["nodes"]}
+            return got.get("nx") and got.get("ny")
+        wait_for(others_in, 30, "nx and ny calling the new primary", interval=0.1)
+    finally:
+        xs[2].agent.send_signal(signal.SIGCONT)
+    so, se = p.communicate(timeout=60)
+    print(f"umount -g right after the failover: {p.returncode}\n{so}{se}")
+    assert p.returncode == 0, so + se
+    out = json.loads(so)
+    assert out["removed"] is True
+    assert live(out["nodes"]) == {"nx": "unmounted", "ny": "unmounted", "nz": "unmounted"}
+    assert not any(n.mounted(path) for n in xs)
+    cluster.wait_role(other, "primary", 30)
     cluster.restart(primary)
     cluster.wait_in_sync(other, primary, 60)

@@ -181,3 +181,49 @@ def test_an_option_it_cannot_take_is_refused_and_nothing_is_mounted(tmp_base, he
     assert says in r.stderr, r.stderr
     assert not is_mounted(mnt)
     shutil.rmtree(mnt)
+
+
+def test_a_mount_with_no_server_answering_fails_within_mount_wait(tmp_base):
+    """--mount_wait_ms bounds how long mounting waits for a server (the node
+    agent sets it below its own bound); the failure names what was tried."""
+    from kit.ports import free_port
+    mnt = os.path.join(tmp_base, "mnt-nowhere")
+    os.makedirs(mnt)
+    log = os.path.join(tmp_base, "nowhere.log")
+    port = free_port()  # nothing listens there
+    r = subprocess.run([binary(MOUNT), f"127.0.0.1:{port}:/", mnt, f"--log_file={log}",
+                        f"--tls_dir={use_cluster_keys()}", "--mount_wait_ms=1500"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not is_mounted(mnt)
+    with open(log) as f:
+        text = f.read()
+    assert "cannot mount / of 127.0.0.1:" in text and str(port) in text, text
+    bad = subprocess.run([binary(MOUNT), f"127.0.0.1:{port}:/", mnt, "--mount_wait_ms=-1",
+                          f"--log_file={log}", f"--tls_dir={use_cluster_keys()}"],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+
+
+def test_a_background_mount_follows_its_log_when_it_is_moved_away(tmp_base, server):
+    """The daemon keeps its log bounded itself (common/log_rotation.h): a log
+    moved away (as logrotate does) is followed by name within its check
+    period (10 s), and the mount's later lines go to the new file."""
+    mnt = os.path.join(tmp_base, "mnt-log")
+    os.makedirs(mnt)
+    log = os.path.join(tmp_base, "rotated.log")
+    r = subprocess.run([binary(MOUNT), f"{server.addr}:/", mnt, f"--log_file={log}",
+                        f"--tls_dir={use_cluster_keys()}", "--log_max_mb=1"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    track(mnt)
+    try:
+        os.rename(log, log + ".old")
+        wait_for(lambda: os.path.exists(log), 30, "the daemon to open its log again")
+        with open(log + ".old") as f:
+            assert "mounted " in f.read()
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True, timeout=60)
+        forget(mnt)
+    assert not is_mounted(mnt)
+    wait_for(lambda: "unmounting " in open(log).read(), 30, "the daemon's last lines in the new log")
