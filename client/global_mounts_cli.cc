@@ -1,5 +1,6 @@
 #include "client/global_mounts_cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -71,7 +72,7 @@ void PrintNodeViews(const std::vector<NodeView>& nodes) {
 // they settled; false with *gone when the record changed or went.
 bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool removing,
                   std::vector<NodeView>* views, std::string* server, bool* gone) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
+  absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_wait_s));
   *gone = false;
   for (bool first = true;; first = false) {
     proto::ListMountsReply reply;
@@ -85,8 +86,13 @@ bool WaitForNodes(Ctl& ctl, const std::string& path, uint64_t generation, bool r
       *views = NodesOf(reply, *rec);
       // A primary that just started or took over knows the nodes again
       // from their next heartbeats: until its node timeout has passed, a
-      // node it has not heard from may be alive, and is waited for.
+      // node it has not heard from may be alive, and is waited for (also
+      // past a shorter --wait_s: not waiting at all is --wait_s=0).
       if (reply.settling_ms() <= 0 && Settled(*views, removing)) return true;
+      if (reply.settling_ms() > 0 && absl::GetFlag(FLAGS_wait_s) > 0) {
+        deadline = std::max(deadline, absl::Now() + absl::Milliseconds(reply.settling_ms()) +
+                                          absl::Milliseconds(250));
+      }
     }
     if (absl::Now() >= deadline) return false;
     // The first look comes at once: nodes often answer within milliseconds.

@@ -275,7 +275,6 @@ int main(int argc, char** argv) {
     log_rotation = std::make_unique<grantfs::LogRotation>(
         absl::GetFlag(FLAGS_log_file), STDERR_FILENO,
         static_cast<uint64_t>(absl::GetFlag(FLAGS_log_max_mb)) << 20);
-    log_rotation->Start(absl::Seconds(10));
     freopen("/dev/null", "r", stdin);
     freopen("/dev/null", "a", stdout);
   }
@@ -295,6 +294,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Its thread, like gRPC's, inherits the mask: the stop signals reach the
+  // FUSE loop only.
+  if (log_rotation) log_rotation->Start(absl::Seconds(10));
 
   grantfs::RpcClientOptions ro;
   ro.servers = args.servers;

@@ -136,8 +136,8 @@ class RpcClient {
 
   // Call()'s retry and failover policy around `invoke(index, ctx, req,
   // reply)`, which makes one attempt on server `index`. `retry_for`, when
-  // given, replaces the options' for this call (a mount that must come up
-  // or fail within a bound).
+  // given, replaces the options' for this call and bounds each attempt's
+  // deadline too (a mount that must come up or fail within a bound).
   template <typename Req, typename Reply, typename Invoke>
   absl::Status CallWith(const char* name, Req* req, Reply* reply, Invoke invoke,
                         std::optional<absl::Duration> retry_for = std::nullopt) {
@@ -150,7 +150,11 @@ class RpcClient {
     for (;;) {
       const size_t index = current();
       grpc::ClientContext ctx;
-      PrepareContext(&ctx, options_.call_timeout);
+      // A bound of its own holds for each attempt too (a server that
+      // accepts the connection and never answers).
+      PrepareContext(&ctx, retry_for ? std::clamp(give_up - options_.clock->Now(),
+                                                  absl::Milliseconds(1), options_.call_timeout)
+                                     : options_.call_timeout);
       grpc::Status s = invoke(index, &ctx, *req, reply);
       if (s.ok()) {
         NoteCredit(ctx);

@@ -9,7 +9,9 @@
 //
 // The descriptor is replaced with dup2, atomically: a line written by
 // another thread meanwhile lands in the old file or the new one, whole.
-// So a mount that runs for months keeps at most about 2 x max_bytes of log.
+// So a mount that runs for months keeps at most about 2 x max_bytes of log,
+// as long as PATH can be created again (a failed reopen is retried at the
+// next check, and logged; meanwhile the lines go on into the moved file).
 #ifndef GRANTFS_COMMON_LOG_ROTATION_H_
 #define GRANTFS_COMMON_LOG_ROTATION_H_
 

@@ -57,13 +57,25 @@ void MountTable::Publish(const std::string& path, std::optional<proto::GlobalMou
 
 void MountTable::Unsure() {
   absl::MutexLock l(&mu_);
-  loaded_ = false;
-  ++version_;
+  stale_ = true;
 }
 
 absl::Status MountTable::LoadBeforeChange() {
+  bool stale;
+  {
+    absl::MutexLock l(&mu_);
+    stale = stale_;
+    if (!stale) return LoadLocked();
+  }
+  // What a failed change left in the store is shown only once it is on the
+  // replica too (or this primary goes on alone): everything applied so far.
+  RETURN_IF_ERROR(store_->WaitDurable(store_->Applied()));
   absl::MutexLock l(&mu_);
-  return LoadLocked();
+  loaded_ = false;
+  RETURN_IF_ERROR(LoadLocked());
+  stale_ = false;
+  ++version_;  // it may differ from what was shown
+  return absl::OkStatus();
 }
 
 absl::Status MountTable::LoadLocked() {

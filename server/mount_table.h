@@ -80,16 +80,18 @@ class MountTable {
 
  private:
   // Publishes the outcome of one change: `rec` as the record of `path`
-  // (nullopt: none). After a failed Mutate, `unsure`: the table is read
-  // from the store again at the next List (what a change that failed after
-  // its local commit left there is what this primary holds).
+  // (nullopt: none).
   void Publish(const std::string& path, std::optional<proto::GlobalMountRecord> rec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a Mutate that failed past its checks (it may have committed here
+  // without reaching the replica): the published copy stays as it was, and
+  // the next change first waits until everything applied here is
+  // replicated, then reads the table from the store again.
   void Unsure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
-  // Fills published_ from the store when it is not loaded. Every change
-  // does so before its Mutate (LoadBeforeChange), so that a load never
-  // reads a change still in flight: loaded_ is false only between a failed
-  // change and the next one.
+  // Fills published_ from the store when it was never loaded (the first
+  // List or change of this primary: all the store holds then was
+  // replicated). Never while a change is in flight: every change loads
+  // first (LoadBeforeChange), under change_mu_, before its Mutate.
   absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadBeforeChange() ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -98,12 +100,17 @@ class MountTable {
   MetaStore* const store_;
   const uint64_t incarnation_;
 
-  // Held across a change's Mutate and its Publish: one change at a time.
+  // Held across a change's Mutate and its Publish: one change at a time,
+  // published in commit order. It is held across the Mutate's fsync and
+  // replica round trip (STYLE.md's exception for a lock that orders rare
+  // admin changes: grantfsctl mount -g / umount -g; no call of a mount or
+  // heartbeat takes it).
   absl::Mutex change_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  bool stale_ ABSL_GUARDED_BY(mu_) = false;  // Unsure(): reload at the next change
   std::map<std::string, proto::GlobalMountRecord> published_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -178,8 +178,9 @@ TEST_F(MountTableTest, AChangeIsServedOnlyOnceTheReplicaHasIt) {
   ASSERT_OK(forgot);
   EXPECT_THAT(Paths(), ElementsAre("/global/a"));
 
-  // A change whose replication failed after its local commit: the table is
-  // what this primary's store holds (it serves only while it may commit).
+  // A change whose replication failed after its local commit stays unseen
+  // (a failover could still undo it) until the next change finds it
+  // replicated: grantfsctl's retry, here.
   const uint64_t v1 = table_->version();
   sink.Hold();
   absl::Status failed;
@@ -189,6 +190,15 @@ TEST_F(MountTableTest, AChangeIsServedOnlyOnceTheReplicaHasIt) {
   sink.Release(absl::UnavailableError("replica gone"));
   failer.join();
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_EQ(table_->version(), v1);
+  EXPECT_THAT(Paths(), ElementsAre("/global/a"));
+  // The retry while the replica still does not answer: refused, unseen.
+  EXPECT_EQ(table_->Add("/global/c", "/", "", "").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(Paths(), ElementsAre("/global/a"));
+  // It answers again: the retry finds the record, now replicated, and shows it.
+  sink.Release(absl::OkStatus());
+  ASSERT_OK_AND_ASSIGN(MountTable::Added again, table_->Add("/global/c", "/", "", ""));
+  EXPECT_TRUE(again.existed);
   EXPECT_GT(table_->version(), v1);
   EXPECT_THAT(Paths(), ElementsAre("/global/a", "/global/c"));
   // A refusal by the checks changes nothing, not even the version.

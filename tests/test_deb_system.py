@@ -20,14 +20,18 @@ x-systemd.automount is not checked: it needs the kernel's autofs, which this
 machine's kernel does not have (no autofs in /proc/filesystems).
 """
 
+import json
 import os
 import re
 import subprocess
+import urllib.request
 
 import pytest
 
 from kit.build import BUILD, REPO
 from kit.debroot import Container
+from kit.netlab import NetLab
+from kit.waits import wait_for
 
 
 def cpack(out):
@@ -122,3 +126,143 @@ def test_the_deb_installs_on_a_clean_debian_12_and_its_units_run(tmp_base, conta
         show = c(f"systemctl show -p Result -p ExecMainStatus -p ActiveState {unit}").stdout
         assert "Result=success" in show and "ExecMainStatus=0" in show, (unit, show)
         assert "ActiveState=inactive" in show, (unit, show)
+
+
+def status_json(machine):
+    r = machine.sh("grantfsctl --server=a:7420,b:7420 --json --retry_s=2 status", check=False,
+                   timeout=60)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def roles(machine):
+    """{server: (role, replica_state)} as `grantfsctl status --json` says."""
+    st = status_json(machine)
+    if not st:
+        return {}
+    return {s.get("server"): (s.get("role"), s.get("replica_state", ""))
+            for s in st.get("servers", []) if "role" in s}
+
+
+def in_sync(machine, primary, replica):
+    """`primary` serves as the primary with its replica in sync, and
+    `replica` says it is the replica."""
+    r = roles(machine)
+    return (r.get(f"{primary}:7420") == ("primary", "in sync")
+            and r.get(f"{replica}:7420", ("", ""))[0] == "replica")
+
+
+@pytest.fixture
+def machines(tmp_base):
+    """Three clean Debian 12 machines a, b and w with the package installed
+    (installed once, then copied), on one network (a NetLab bridge), each
+    knowing the others by name."""
+    pkg = os.path.join(tmp_base, "pkg")
+    deb = cpack(pkg)
+    lab = NetLab(["w", "a", "b"])
+    made = {}
+    try:
+        first = Container(os.path.join(tmp_base, "installed"), name="ct-installed").create()
+        made["installed"] = first
+        first.once("apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                   f"--no-install-recommends /pkg/{deb}", binds=[f"{pkg}:/pkg"])
+        hosts = "".join(f"{lab.ip(h)} {h}\n" for h in ("a", "b", "w"))
+        for h in ("a", "b", "w"):
+            m = Container(os.path.join(tmp_base, f"machine-{h}"), name=f"ct-{h}").create(first.root)
+            made[h] = m
+            with open(os.path.join(m.root, "etc/hostname"), "w") as f:
+                f.write(h + "\n")
+            with open(os.path.join(m.root, "etc/hosts"), "a") as f:
+                f.write(hosts)
+        made.pop("installed").stop()
+        for h in ("w", "a", "b"):
+            made[h].boot(netns=lab.ns(h))
+        made["lab"] = lab
+        yield made
+    finally:
+        for k, m in made.items():
+            if k != "lab":
+                m.stop()
+        lab.destroy()
+
+
+def copy_keys(src_root, dst_root):
+    """Step 2's `tar --exclude=ca.key | ssh X tar -x`, between the roots."""
+    os.makedirs(os.path.join(dst_root, "etc/grantfs"), exist_ok=True)
+    tar = subprocess.run(["tar", "-C", os.path.join(src_root, "etc/grantfs"), "--exclude=ca.key",
+                          "-cf", "-", "."], capture_output=True, check=True, timeout=60)
+    subprocess.run(["tar", "-C", os.path.join(dst_root, "etc/grantfs"), "-xf", "-"],
+                   input=tar.stdout, check=True, timeout=60)
+
+
+def test_a_cluster_on_three_machines_as_operations_md_says(machines):
+    a, b, w, lab = machines["a"], machines["b"], machines["w"], machines["lab"]
+    # 2. Keys on a, copied to b and w without the CA's key.
+    a.sh("grantfsctl init --tls_dir=/etc/grantfs --node_options=root")
+    for m in (b, w):
+        copy_keys(a.root, m.root)
+        assert not os.path.exists(os.path.join(m.root, "etc/grantfs/ca.key"))
+    # 3. The witness.
+    w.sh("cp /usr/share/doc/grantfs/examples/witness.conf /etc/grantfs/witness.conf && "
+         "systemctl enable --now grantfs-witness")
+    # 4. The servers.
+    flags = ("--listen=0.0.0.0:7420 --advertise={me}:7420 --peer={peer}:7420 --witness=w:7420 "
+             "--data_dir=/var/lib/grantfs --capacity=1G --metrics_addr=0.0.0.0:9420")
+    for m, me, peer, role in ((a, "a", "b", "primary"), (b, "b", "a", "replica")):
+        conf = f'GRANTFS_SERVER_FLAGS="--role={role} {flags.format(me=me, peer=peer)}"\n'
+        with open(os.path.join(m.root, f"etc/grantfs/{role}.conf"), "w") as f:
+            f.write(conf)
+        m.sh(f"mkdir -p /var/lib/grantfs && systemctl enable --now grantfs-server@{role}")
+    # 5. Look: a primary, b an in-sync replica.
+    wait_for(lambda: in_sync(w, "a", "b"), 90, "a primary and b in sync", interval=1)
+    text = w.sh("grantfsctl --server=a:7420,b:7420 status").stdout
+    assert "primary" in text and "replica" in text, text
+    # 6. Every machine a node.
+    for m in (a, b, w):
+        with open(os.path.join(m.root, "etc/grantfs/cluster.conf"), "w") as f:
+            f.write("servers = a:7420,b:7420\ntls_dir = /etc/grantfs\n")
+        m.sh("systemctl enable --now grantfs-node")
+    wait_for(lambda: all(re.search(rf"^{h} +yes", a.sh("grantfsctl nodes").stdout, re.M)
+                         for h in ("a", "b", "w")), 30, "three nodes alive", interval=0.5)
+    # 7. Mount everywhere.
+    out = b.sh("grantfsctl mount -g /global/data", timeout=60).stdout
+    assert re.findall(r"^  ([abw]) +mounted$", out, re.M) == ["a", "b", "w"], out
+    a.sh("echo hello > /global/data/hello")
+    assert w.sh("cat /global/data/hello").stdout == "hello\n"
+    # 8. Metrics, from the network.
+    with urllib.request.urlopen(f"http://{lab.ip('a')}:9420/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    assert re.search(r"^grantfs_server_capacity_bytes 1073741824$", metrics, re.M), metrics[:2000]
+    # 9. Switchover: b primary, a replica; the mounts go on.
+    w.sh("grantfsctl switchover", timeout=60)
+    wait_for(lambda: in_sync(w, "b", "a"), 90, "b primary and a in sync", interval=1)
+    b.sh("echo after the switchover >> /global/data/hello")
+    assert a.sh("cat /global/data/hello").stdout == "hello\nafter the switchover\n"
+    # 10. The primary's machine (b) dies: a takes over; the others' mounts
+    # go on with nothing acknowledged lost.
+    b.kill9()
+    wait_for(lambda: roles(w).get("a:7420", ("", ""))[0] == "primary", 60, "a primary",
+             interval=0.5)
+    assert w.sh("cat /global/data/hello", timeout=90).stdout == "hello\nafter the switchover\n"
+    w.sh("echo while b was down >> /global/data/hello", timeout=90)
+    # b is down: listed as not alive, or (the primary changed) not at all.
+    wait_for(lambda: not re.search(r"^b +yes", a.sh("grantfsctl nodes").stdout, re.M), 30,
+             "node b not alive", interval=0.5)
+    # b boots again: its units start, it joins as the replica, catches up,
+    # and its agent mounts /global/data again.
+    b.boot(netns=lab.ns("b"))
+    wait_for(lambda: in_sync(w, "a", "b"), 120, "b in sync again", interval=1)
+    wait_for(lambda: b.sh("cat /global/data/hello", check=False).stdout
+             == "hello\nafter the switchover\nwhile b was down\n", 60, "b's mount again",
+             interval=0.5)
+    # Every unit stops cleanly (the agents leave the mounts; the primary
+    # hands over on its way out).
+    for m, units in ((a, "grantfs-node grantfs-server@primary"),
+                     (b, "grantfs-node grantfs-server@replica"),
+                     (w, "grantfs-node grantfs-witness")):
+        m.sh(f"systemctl stop {units}", timeout=120)
+        for unit in units.split():
+            show = m.sh(f"systemctl show -p Result -p ExecMainStatus {unit}").stdout
+            assert "Result=success" in show and "ExecMainStatus=0" in show, (m.name, unit, show)

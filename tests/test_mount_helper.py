@@ -199,6 +199,21 @@ def test_a_mount_with_no_server_answering_fails_within_mount_wait(tmp_base):
     with open(log) as f:
         text = f.read()
     assert "cannot mount / of 127.0.0.1:" in text and str(port) in text, text
+    # A server that takes the connection and never answers: each attempt is
+    # bounded too (not only by --rpc_timeout_ms, 30 s).
+    import socket
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        r = subprocess.run([binary(MOUNT), f"127.0.0.1:{silent.getsockname()[1]}:/", mnt,
+                            f"--log_file={log}", f"--tls_dir={use_cluster_keys()}",
+                            "--mount_wait_ms=1500"],
+                           capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    finally:
+        silent.close()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not is_mounted(mnt)
     bad = subprocess.run([binary(MOUNT), f"127.0.0.1:{port}:/", mnt, "--mount_wait_ms=-1",
                           f"--log_file={log}", f"--tls_dir={use_cluster_keys()}"],
                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)

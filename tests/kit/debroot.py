@@ -9,6 +9,7 @@ download it again. Everything runs inside the container; the host only
 starts it, enters it (nsenter) and removes it.
 """
 
+import fcntl
 import glob
 import os
 import shutil
@@ -54,8 +55,30 @@ def run(argv, timeout=600, check=True, **kw):
     return r
 
 
+def is_init(pid):
+    """Whether `pid` is PID 1 of a PID namespace of its own (a container's
+    init), as /proc/PID/status says (NSpid: HOST_PID ... 1)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
 def pristine_root():
-    """The debootstrapped root, made now if it is not there whole."""
+    """The debootstrapped root, made now if it is not there whole (one maker
+    at a time: scripts/test.sh starts one while the build runs)."""
+    os.makedirs(os.path.dirname(PRISTINE), exist_ok=True)
+    with open(PRISTINE + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make_pristine()
+
+
+def _make_pristine():
     if os.path.exists(os.path.join(PRISTINE, STAMP)):
         return PRISTINE
     shutil.rmtree(PRISTINE, ignore_errors=True)
@@ -82,10 +105,13 @@ class Container:
         self.leader = None  # its PID 1, as the host sees it
         self.log_path = root + ".console.log"
 
-    def create(self):
-        src = pristine_root()
+    def create(self, src=None):
+        """A copy of `src` (default: the pristine root)."""
+        src = src or pristine_root()
         run(["cp", "-a", src, self.root], timeout=600)
-        os.remove(os.path.join(self.root, STAMP))
+        stamp = os.path.join(self.root, STAMP)
+        if os.path.exists(stamp):
+            os.remove(stamp)
         # The machine id is made at first boot; the hostname names it.
         with open(os.path.join(self.root, "etc/hostname"), "w") as f:
             f.write(self.name + "\n")
@@ -101,11 +127,17 @@ class Container:
         return run(argv + ["sh", "-c", script], timeout=timeout,
                    env=dict(CLEAN_ENV, SYSTEMD_LOG_LEVEL="warning"))
 
-    def boot(self, timeout=120):
-        argv = ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
-                "--private-network", "--bind=/dev/fuse", f"--machine={self.name}",
-                "-D", self.root]
-        self.log = open(self.log_path, "w")
+    def boot(self, timeout=120, netns=None):
+        """Starts systemd in the copy: with a network of its own (only its
+        loopback), or in network namespace `netns` (/run/netns/NAME: a
+        NetLab host, a machine on the lab's bridge)."""
+        net = [f"--network-namespace-path=/run/netns/{netns}"] if netns else ["--private-network"]
+        argv = ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot", *net,
+                "--bind=/dev/fuse", f"--machine={self.name}", "-D", self.root]
+        self.leader = None
+        if getattr(self, "log", None):
+            self.log.close()
+        self.log = open(self.log_path, "a")
         self.nspawn = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -116,8 +148,11 @@ class Container:
             for task in glob.glob(f"/proc/{self.nspawn.pid}/task/*/children"):
                 with open(task) as f:
                     kids = f.read().split()
-                if kids:
-                    self.leader = int(kids[0])
+                # nspawn forks a short-lived helper first; the container's
+                # init is the child that is PID 1 in a namespace of its own.
+                for kid in kids:
+                    if is_init(int(kid)):
+                        self.leader = int(kid)
             if time.monotonic() > deadline:
                 raise HarnessError(f"the container did not start:\n{self.console()}")
             time.sleep(0.1)
@@ -152,20 +187,40 @@ class Container:
                                  f"{r.stdout}\n{r.stderr}")
         return r
 
-    def stop(self):
-        """Powers the container off (kills it after 60 s), unmounts what is
-        left below the root and removes it."""
+    def kill9(self):
+        """The machine dies: its PID 1 is killed (SIGKILL), and with it every
+        process of the container at once (the kernel ends a PID namespace
+        with its init). The root stays: boot() starts it again."""
+        if self.nspawn is None or self.nspawn.poll() is not None:
+            return
+        if self.leader is not None and is_init(self.leader):
+            try:
+                os.kill(self.leader, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
-            if self.nspawn is not None and self.nspawn.poll() is None:
-                if self.leader is not None:
-                    subprocess.run(["nsenter", f"--target={self.leader}", "--mount", "--pid",
-                                    "--", "systemctl", "poweroff"], capture_output=True,
-                                   timeout=30, stdin=subprocess.DEVNULL)
-                try:
-                    self.nspawn.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.nspawn.pid, signal.SIGKILL)
-                    self.nspawn.wait(timeout=30)
+            self.nspawn.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.nspawn.pid, signal.SIGKILL)
+            self.nspawn.wait(timeout=30)
+
+    def halt(self):
+        """Powers the container off (kills it after 60 s)."""
+        if self.nspawn is None or self.nspawn.poll() is not None:
+            return
+        if self.leader is not None and is_init(self.leader):
+            subprocess.run(["nsenter", f"--target={self.leader}", "--mount", "--pid",
+                            "--", "systemctl", "poweroff"], capture_output=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+        try:
+            self.nspawn.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def stop(self):
+        """halt(), then unmounts what is left below the root and removes it."""
+        try:
+            self.halt()
         finally:
             if getattr(self, "log", None):
                 self.log.close()
