@@ -63,6 +63,14 @@ class MetaClient {
   // this mount did before. An error fails the call (it would be answered
   // on an older state). Set once, before the first call.
   void SetBarrier(std::function<absl::Status()> barrier) { barrier_ = std::move(barrier); }
+  // With it, a call about one inode (a lookup: its directory, and the
+  // inode it finds; a readdir: the directory and each entry's inode) runs
+  // the barrier only when `touched` says the log changes that inode: the
+  // server answers about any other exactly as after the log. Calls that
+  // change anything, fsync, locks and releases always run the barrier;
+  // statfs never does.
+  // Set once, before the first call.
+  void SetTouched(std::function<bool(uint64_t)> touched) { touched_ = std::move(touched); }
 
   // --- the session ---------------------------------------------------------
   // Opens the session (with retries: for `retry_for` when given, else as
@@ -179,9 +187,14 @@ class MetaClient {
 
  private:
   absl::Status Barrier() const { return barrier_ ? barrier_() : absl::OkStatus(); }
+  bool Touched(uint64_t ino) const { return barrier_ && (!touched_ || touched_(ino)); }
+  absl::Status BarrierFor(uint64_t ino) const {
+    return Touched(ino) ? Barrier() : absl::OkStatus();
+  }
 
   RpcClient* const rpc_;
   std::function<absl::Status()> barrier_;
+  std::function<bool(uint64_t)> touched_;
 };
 
 }  // namespace grantfs

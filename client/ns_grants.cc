@@ -21,6 +21,7 @@ NsGrants::NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache*
   log_ = std::make_unique<NsLog>(options_.log,
                                  [this](proto::ApplyLogRequest* req) { return Send(req); });
   meta_->SetBarrier([this] { return ApplyPending(); });
+  meta_->SetTouched([this](uint64_t ino) { return log_->Touches(ino); });
 }
 
 NsGrants::~NsGrants() { log_->Stop(); }

@@ -44,12 +44,82 @@ absl::StatusOr<uint64_t> NsLog::Append(proto::LogEntry entry) {
     }
   }
   if (!error_.ok()) return error_;
+  touched_of_.push_back(TouchedBy(entry));
+  CountTouched(touched_of_.back(), 1);
   entries_.push_back(std::move(entry));
   appended_at_.push_back(options_.clock->Now());
   return first_pos_ + entries_.size() - 1;
 }
 
-absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries) {
+std::vector<uint64_t> NsLog::TouchedBy(const proto::LogEntry& e) {
+  std::vector<uint64_t> out;
+  if (e.ino() != 0) out.push_back(e.ino());
+  switch (e.op_case()) {
+    case proto::LogEntry::kMknod:
+      out.push_back(e.mknod().parent());
+      break;
+    case proto::LogEntry::kSymlink:
+      out.push_back(e.symlink().parent());
+      break;
+    case proto::LogEntry::kLink:
+      out.push_back(e.link().ino());
+      out.push_back(e.link().new_parent());
+      break;
+    case proto::LogEntry::kRemove:
+      out.push_back(e.remove().parent());
+      out.push_back(e.remove().expected_ino());
+      break;
+    case proto::LogEntry::kRename:
+      out.push_back(e.rename().parent());
+      out.push_back(e.rename().new_parent());
+      out.push_back(e.rename().expected_ino());
+      out.push_back(e.rename().expected_new_ino());
+      break;
+    case proto::LogEntry::kSetattr:
+      out.push_back(e.setattr().ino());
+      break;
+    case proto::LogEntry::kOpen:
+    case proto::LogEntry::kRelease:
+      // An open handle changes nothing a lookup, getattr, readdir, read or
+      // write is answered with; the calls that depend on handles (locks,
+      // removes, releases) apply the whole log first.
+      break;
+    case proto::LogEntry::OP_NOT_SET:
+      break;
+  }
+  out.erase(std::remove(out.begin(), out.end(), 0), out.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void NsLog::CountTouched(const std::vector<uint64_t>& inos, int delta) {
+  for (uint64_t ino : inos) {
+    if (delta > 0) {
+      ++touched_[ino];
+    } else if (auto it = touched_.find(ino); it != touched_.end() && --it->second == 0) {
+      touched_.erase(it);
+    }
+  }
+}
+
+void NsLog::PopFront(size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    CountTouched(touched_of_.front(), -1);
+    touched_of_.pop_front();
+    entries_.pop_front();
+    appended_at_.pop_front();
+  }
+  first_pos_ += n;
+}
+
+bool NsLog::Touches(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return touched_.contains(ino);
+}
+
+absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries,
+                                          std::vector<uint64_t> also) {
   absl::MutexLock l(&mu_);
   if (!error_.ok()) return error_;
   if (entries_.size() + entries.size() > options_.max_entries) {
@@ -57,8 +127,16 @@ absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries) 
         absl::StrCat("the namespace log is full (", entries_.size(), " entries)"));
   }
   const absl::Time now = options_.clock->Now();
-  for (proto::LogEntry& e : entries) {
-    entries_.push_back(std::move(e));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::vector<uint64_t> touched = TouchedBy(entries[i]);
+    if (i == 0) {
+      touched.insert(touched.end(), also.begin(), also.end());
+      std::sort(touched.begin(), touched.end());
+      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    }
+    CountTouched(touched, 1);
+    touched_of_.push_back(std::move(touched));
+    entries_.push_back(std::move(entries[i]));
     appended_at_.push_back(now);
   }
   return first_pos_ + entries_.size() - 1;
@@ -121,11 +199,7 @@ void NsLog::SendOne(uint64_t upto) {
     }
     ++applied;
   }
-  for (size_t i = 0; i < applied; ++i) {
-    entries_.pop_front();
-    appended_at_.pop_front();
-  }
-  first_pos_ += applied;
+  PopFront(applied);
   if (refused != 0 || applied < n) {
     const proto::LogEntry& bad = entries_.front();
     error_ =
@@ -133,9 +207,7 @@ void NsLog::SendOne(uint64_t upto) {
                     absl::StrCat("the server refused entry ", bad.seq(), " of the namespace log; ",
                                  entries_.size(), " entries from it on are dropped"));
     LOG(ERROR) << "namespace log: " << error_ << ": " << bad.ShortDebugString();
-    first_pos_ += entries_.size();
-    entries_.clear();
-    appended_at_.clear();
+    PopFront(entries_.size());
   }
 }
 

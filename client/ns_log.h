@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -72,7 +73,10 @@ class NsLog {
   // when they do not fit (the caller goes the synchronous way instead), the
   // log's error once an entry was refused. Returns the position of the
   // last. Sends nothing, so it may be called under the caller's locks.
-  absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries) ABSL_LOCKS_EXCLUDED(mu_);
+  // `also`: inodes the entries change besides those they name (Touches):
+  // a file's directory, whose listing shows the file's attributes.
+  absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries,
+                                     std::vector<uint64_t> also = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends every entry up to position `upto` (all by default) and returns
   // once the server applied them, or with the error that stopped it: the
   // log's error, or UNAVAILABLE when a batch could not be sent (the RPC
@@ -88,6 +92,16 @@ class NsLog {
   uint64_t OldestPendingIno() ABSL_LOCKS_EXCLUDED(mu_);
   // Position of the last entry appended (0: none yet).
   uint64_t last() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an entry not applied yet (being sent too) changes inode `ino`:
+  // makes or removes it, changes its attributes, or changes the names in
+  // it (a directory), as the entry names them (TouchedBy) or the appender
+  // said (`also`). Opens and closes touch nothing. A lookup, getattr,
+  // readdir, read or write about nothing touched is answered by the server
+  // exactly as after the log.
+  bool Touches(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The inodes `e` names: the one it makes, removes, renames over or
+  // changes, and the directories whose names it changes.
+  static std::vector<uint64_t> TouchedBy(const proto::LogEntry& e);
 
  private:
   // Sends the next batch (the oldest entries, at most batch_entries and
@@ -95,13 +109,20 @@ class NsLog {
   // held; releases it while the batch is out.
   void SendOne(uint64_t upto) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AgeLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts `ino` in (+1) or out (-1) of touched_.
+  void CountTouched(const std::vector<uint64_t>& inos, int delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the first `n` entries off the front (applied or dropped).
+  void PopFront(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const NsLogOptions options_;
   const Send send_;
   absl::Mutex mu_;
   std::deque<proto::LogEntry> entries_ ABSL_GUARDED_BY(mu_);
-  std::deque<absl::Time> appended_at_ ABSL_GUARDED_BY(mu_);  // one per entry
-  uint64_t first_pos_ ABSL_GUARDED_BY(mu_) = 1;              // position of entries_.front()
+  std::deque<absl::Time> appended_at_ ABSL_GUARDED_BY(mu_);               // one per entry
+  std::deque<std::vector<uint64_t>> touched_of_ ABSL_GUARDED_BY(mu_);     // one per entry
+  absl::flat_hash_map<uint64_t, uint32_t> touched_ ABSL_GUARDED_BY(mu_);  // ino -> entries
+  uint64_t first_pos_ ABSL_GUARDED_BY(mu_) = 1;  // position of entries_.front()
   bool sending_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);  // of the last batch that could not go
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // sticky: an entry was refused

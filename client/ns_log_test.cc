@@ -142,6 +142,45 @@ TEST(NsLog, ARefusedEntryStopsTheLogAndDropsWhatCameAfterIt) {
   EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
 }
 
+TEST(NsLog, TouchesSaysWhichInodesPendingEntriesChangeUntilTheyAreApplied) {
+  FakeServer server;
+  NsLog log(NsLogOptions(), SendTo(&server));
+  EXPECT_FALSE(log.Touches(7));
+  ASSERT_TRUE(log.Append(Entry(1, 100)).ok());  // mknod 100 in 7
+  proto::LogEntry rename;
+  rename.set_seq(2);
+  proto::RenameRequest* r = rename.mutable_rename();
+  r->set_parent(7);
+  r->set_new_parent(8);
+  r->set_expected_ino(100);
+  r->set_expected_new_ino(101);
+  proto::LogEntry open;
+  open.set_seq(3);
+  open.mutable_open()->set_ino(102);
+  proto::LogEntry setattr;
+  setattr.set_seq(4);
+  setattr.mutable_setattr()->set_ino(103);
+  ASSERT_TRUE(log.TryAppend({rename, open, setattr}, /*also=*/{9}).ok());
+  for (uint64_t ino : {7, 8, 9, 100, 101, 103}) EXPECT_TRUE(log.Touches(ino)) << ino;
+  // An open or a close changes nothing a lookup or getattr answers.
+  EXPECT_FALSE(log.Touches(102));
+  EXPECT_FALSE(log.Touches(104));
+  EXPECT_FALSE(log.Touches(0));
+  ASSERT_OK(log.Flush(1));  // the mknod only: 7 and 100 are still renamed
+  EXPECT_TRUE(log.Touches(7));
+  EXPECT_TRUE(log.Touches(100));
+  ASSERT_OK(log.Flush());
+  for (uint64_t ino : {7, 8, 9, 100, 101, 103}) EXPECT_FALSE(log.Touches(ino)) << ino;
+  // Entries dropped after a refusal touch nothing any more.
+  ASSERT_TRUE(log.Append(Entry(5, 200)).ok());
+  ASSERT_TRUE(log.Append(Entry(6, 201)).ok());
+  server.set_refuse(5);
+  EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
+  EXPECT_FALSE(log.Touches(200));
+  EXPECT_FALSE(log.Touches(201));
+  EXPECT_FALSE(log.Touches(7));
+}
+
 TEST(NsLog, AFullLogSendsBeforeItTakesMore) {
   FakeServer server;
   NsLogOptions o;
