@@ -1,14 +1,7 @@
 #include "client/cluster_config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
@@ -17,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/flag_config.h"
 
 ABSL_FLAG(std::string, config, grantfs::kDefaultClusterConfig,
           "the cluster's configuration file (servers, tls_dir, node, secret_file, insecure, "
@@ -25,8 +19,6 @@ ABSL_FLAG(std::string, config, grantfs::kDefaultClusterConfig,
 
 namespace grantfs {
 namespace {
-
-constexpr size_t kConfigMax = 64 * 1024;
 
 absl::Status SetFlagFromConfig(const char* flag_name, const std::string& value,
                                const std::string& path) {
@@ -97,46 +89,12 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const s
 
 absl::StatusOr<std::optional<ClusterConfig>> ReadClusterConfig(const std::string& path,
                                                                bool must_exist) {
-  // open + fstat: a FIFO or a device named as the file must not hang or
-  // flood the program; at most kConfigMax + 1 bytes are read (one more
-  // tells a file that is too large). ENOENT of the default path is "no
-  // file"; every other error (EACCES too) is one, said precisely.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT && !must_exist) return std::nullopt;
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the configuration file ", path, ": ", strerror(err)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("the configuration file ", path, " is not a regular file"));
-  }
-  std::string data(kConfigMax + 1, '\0');
-  size_t got = 0;
-  while (got < data.size()) {
-    const ssize_t n = read(fd, data.data() + got, data.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::NotFoundError(
-          absl::StrCat("cannot read the configuration file ", path, ": ", strerror(err)));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  close(fd);
-  data.resize(got);
-  std::ostringstream text;
-  text << data;
-  if (got > kConfigMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": larger than ", kConfigMax, " bytes: not a configuration file"));
-  }
-  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(text.str(), path);
+  // ENOENT of the default path is "no file"; every other error (EACCES
+  // too) is one, said precisely (common/flag_config.h).
+  absl::StatusOr<std::optional<std::string>> text = ReadConfigText(path, must_exist);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return std::nullopt;
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(**text, path);
   if (!c.ok()) return c.status();
   return std::optional<ClusterConfig>(*std::move(c));
 }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -24,12 +25,17 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "common/flag_config.h"
 #include "common/flag_help.h"
 #include "common/metrics_http.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 #include "server/roles.h"
 
+ABSL_FLAG(std::string, config, "",
+          "a file of NAME = VALUE lines, one flag each (NAME as here, without dashes; '#' "
+          "comments): the systemd units' /etc/grantfs/INSTANCE.conf; flags on the command line "
+          "override it");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7420", "address:port to serve on");
 ABSL_FLAG(std::string, metrics_addr, "",
           "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
@@ -144,6 +150,12 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
   mallopt(M_ARENA_MAX, 4);
+  // --config=FILE: the flags from a file (the systemd units'), the command
+  // line's own parsed after it.
+  if (absl::Status s = grantfs::ApplyFlagConfig(argc, argv); !s.ok()) {
+    fprintf(stderr, "grantfs-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

@@ -77,8 +77,7 @@ def test_the_deb_installs_on_a_clean_debian_12_and_its_units_run(tmp_base, conta
     # instance's configuration file.
     c("grantfsctl init --tls_dir=/etc/grantfs")
     c("mkdir -p /var/lib/grantfs && cat > /etc/grantfs/standalone.conf <<'EOF'\n"
-      'GRANTFS_SERVER_FLAGS="--listen=127.0.0.1:7420 --data_dir=/var/lib/grantfs"\n'
-      "EOF")
+      "listen = 127.0.0.1:7420\ndata_dir = /var/lib/grantfs\nEOF")
     c("systemctl start grantfs-server@standalone")
     up = c("for i in $(seq 100); do grantfsctl --config= --server=127.0.0.1:7420 --retry_s=1 "
            "status >/tmp/status 2>&1 && exit 0; sleep 0.2; done; cat /tmp/status; exit 1",
@@ -208,10 +207,10 @@ def test_a_cluster_on_three_machines_as_operations_md_says(machines):
     w.sh("cp /usr/share/doc/grantfs/examples/witness.conf /etc/grantfs/witness.conf && "
          "systemctl enable --now grantfs-witness")
     # 4. The servers.
-    flags = ("--listen=0.0.0.0:7420 --advertise={me}:7420 --peer={peer}:7420 --witness=w:7420 "
-             "--data_dir=/var/lib/grantfs --capacity=1G --metrics_addr=0.0.0.0:9420")
     for m, me, peer, role in ((a, "a", "b", "primary"), (b, "b", "a", "replica")):
-        conf = f'GRANTFS_SERVER_FLAGS="--role={role} {flags.format(me=me, peer=peer)}"\n'
+        conf = (f"role = {role}\nlisten = 0.0.0.0:7420\nadvertise = {me}:7420\n"
+                f"peer = {peer}:7420\nwitness = w:7420\ndata_dir = /var/lib/grantfs\n"
+                "capacity = 1G\nmetrics_addr = 0.0.0.0:9420\n")
         with open(os.path.join(m.root, f"etc/grantfs/{role}.conf"), "w") as f:
             f.write(conf)
         m.sh(f"mkdir -p /var/lib/grantfs && systemctl enable --now grantfs-server@{role}")

@@ -53,8 +53,7 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
     # example configuration in place of /usr/bin and /etc/grantfs).
     with open(os.path.join(root, "usr/lib/systemd/system/grantfs-server@.service")) as f:
         unit = f.read()
-    assert "ExecStart=/usr/bin/grantfs-server $GRANTFS_SERVER_FLAGS" in unit
-    assert "EnvironmentFile=/etc/grantfs/%i.conf" in unit
+    assert "ExecStart=/usr/bin/grantfs-server --config=/etc/grantfs/%i.conf" in unit
     conf = os.path.join(root, "usr/share/doc/grantfs/examples/example.conf")
     check = os.path.join(tmp_base, "units")
     os.makedirs(check)
@@ -76,7 +75,7 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
     # The witness's unit, with its example configuration.
     with open(os.path.join(root, "usr/lib/systemd/system/grantfs-witness.service")) as f:
         witness_unit = f.read()
-    assert ("ExecStart=/usr/bin/grantfs-server --role=witness $GRANTFS_WITNESS_FLAGS"
+    assert ("ExecStart=/usr/bin/grantfs-server --role=witness --config=/etc/grantfs/witness.conf"
             in witness_unit)
     with open(os.path.join(check, "grantfs-witness.service"), "w") as f:
         f.write(witness_unit
@@ -84,7 +83,21 @@ def test_the_package_installs_the_programs_the_helper_and_the_unit(tmp_base):
                 .replace("/etc/grantfs/witness.conf",
                          os.path.join(root, "usr/share/doc/grantfs/examples/witness.conf")))
     run(["systemd-analyze", "verify", os.path.join(check, "grantfs-witness.service")])
-    # The example configuration is one the programs read.
+    # The example configurations are ones the programs read: every line a
+    # flag the server has (checked up to the start, which --help stops).
+    for example in ("example.conf", "witness.conf"):
+        r = subprocess.run([os.path.join(root, "usr/bin/grantfs-server"),
+                            "--config=" + os.path.join(root, "usr/share/doc/grantfs/examples",
+                                                       example), "--help"],
+                           capture_output=True, text=True, timeout=60)
+        assert "cannot be set" not in r.stderr and "unknown flag" not in r.stderr, r.stderr
+        assert "--data_dir" in r.stdout + r.stderr, (example, r.stdout, r.stderr)
+    bad = os.path.join(tmp_base, "bad.conf")
+    with open(bad, "w") as f:
+        f.write("listen = 127.0.0.1:1\nno_such_flag = 1\n")
+    r = subprocess.run([os.path.join(root, "usr/bin/grantfs-server"), f"--config={bad}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"{bad}:2: unknown flag 'no_such_flag'" in r.stderr, r.stderr
     r = subprocess.run([os.path.join(root, "usr/bin/grantfs-node"),
                         "--config=" + os.path.join(root, "usr/share/doc/grantfs/examples/cluster.conf"),
                         "--poll_ms=1"], capture_output=True, text=True, timeout=60)
