@@ -144,8 +144,9 @@ absl::StatusOr<proto::Attr> MetaClient::Lookup(const Creds& c, uint64_t parent,
   req.set_parent(parent);
   req.set_name(name);
   proto::AttrReply reply;
+  const uint64_t mark = Mark();
   absl::Status s = rpc_->Call("Lookup", &proto::GrantFs::Stub::Lookup, &req, &reply);
-  if (s.ok() && Touched(reply.attr().ino())) {
+  if (s.ok() && TouchedSince(mark, reply.attr().ino())) {
     // The name's inode has changes in the log: asked again after it.
     RETURN_IF_ERROR(Barrier());
     reply.Clear();
@@ -279,9 +280,10 @@ absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t
   req.set_cookie(cookie);
   req.set_max_entries(max_entries);
   proto::ReadDirReply reply;
+  const uint64_t mark = Mark();
   RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
   for (const proto::DirEntry& e : reply.entries()) {
-    if (Touched(e.attr().ino())) {
+    if (TouchedSince(mark, e.attr().ino())) {
       // An entry's inode has changes in the log: the page again after it.
       RETURN_IF_ERROR(Barrier());
       reply.Clear();
@@ -395,7 +397,9 @@ absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, 
 }
 
 absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
-  // No barrier: the log changes no count statfs shows beyond its 1 s.
+  // No barrier: statfs's counts are a moment's anyway; the log's changes
+  // show in them once sent (within its age bound of 1 s while the server
+  // answers).
   proto::StatFsRequest req;
   Stamp(c, &req);
   proto::StatFsReply reply;

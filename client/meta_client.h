@@ -65,12 +65,19 @@ class MetaClient {
   void SetBarrier(std::function<absl::Status()> barrier) { barrier_ = std::move(barrier); }
   // With it, a call about one inode (a lookup: its directory, and the
   // inode it finds; a readdir: the directory and each entry's inode) runs
-  // the barrier only when `touched` says the log changes that inode: the
-  // server answers about any other exactly as after the log. Calls that
-  // change anything, fsync, locks and releases always run the barrier;
-  // statfs never does.
-  // Set once, before the first call.
-  void SetTouched(std::function<bool(uint64_t)> touched) { touched_ = std::move(touched); }
+  // the barrier only when the log changes that inode: the server answers
+  // about any other exactly as after the log. `mark` gives the log's
+  // position now; `touched(mark, ino)` whether an entry from that position
+  // on (waiting, or applied since) changes `ino` (NsLog::Mark,
+  // TouchedSince). A lookup or readdir page that names an inode changed by
+  // an entry applied while it was out is asked again. Calls that change
+  // anything, fsync, locks and releases always run the barrier; statfs
+  // never does. Set once, before the first call.
+  void SetTouched(std::function<uint64_t()> mark,
+                  std::function<bool(uint64_t mark, uint64_t ino)> touched) {
+    mark_ = std::move(mark);
+    touched_ = std::move(touched);
+  }
 
   // --- the session ---------------------------------------------------------
   // Opens the session (with retries: for `retry_for` when given, else as
@@ -187,14 +194,18 @@ class MetaClient {
 
  private:
   absl::Status Barrier() const { return barrier_ ? barrier_() : absl::OkStatus(); }
-  bool Touched(uint64_t ino) const { return barrier_ && (!touched_ || touched_(ino)); }
+  uint64_t Mark() const { return mark_ ? mark_() : 0; }
+  bool TouchedSince(uint64_t mark, uint64_t ino) const {
+    return barrier_ && (!touched_ || touched_(mark, ino));
+  }
   absl::Status BarrierFor(uint64_t ino) const {
-    return Touched(ino) ? Barrier() : absl::OkStatus();
+    return TouchedSince(Mark(), ino) ? Barrier() : absl::OkStatus();
   }
 
   RpcClient* const rpc_;
   std::function<absl::Status()> barrier_;
-  std::function<bool(uint64_t)> touched_;
+  std::function<uint64_t()> mark_;
+  std::function<bool(uint64_t, uint64_t)> touched_;
 };
 
 }  // namespace grantfs

@@ -21,7 +21,8 @@ NsGrants::NsGrants(const NsGrantsOptions& options, MetaClient* meta, LeaseCache*
   log_ = std::make_unique<NsLog>(options_.log,
                                  [this](proto::ApplyLogRequest* req) { return Send(req); });
   meta_->SetBarrier([this] { return ApplyPending(); });
-  meta_->SetTouched([this](uint64_t ino) { return log_->Touches(ino); });
+  meta_->SetTouched([this] { return log_->Mark(); },
+                    [this](uint64_t mark, uint64_t ino) { return log_->TouchedSince(mark, ino); });
 }
 
 NsGrants::~NsGrants() { log_->Stop(); }
@@ -278,7 +279,12 @@ void NsGrants::DropAll() {
 }
 
 absl::Status NsGrants::ApplyPending() {
-  if (log_->pending() == 0) return absl::OkStatus();
+  if (log_->pending() == 0) {
+    // A refusal the background sender met empties the log: what the mount
+    // shows differs from the server's from then on.
+    if (!log_->error().ok()) Diverged();
+    return absl::OkStatus();
+  }
   // What was appended before this call: not what others append meanwhile.
   absl::Status s = log_->Flush(log_->last());
   if (!log_->error().ok()) {

@@ -106,6 +106,8 @@ void NsLog::CountTouched(const std::vector<uint64_t>& inos, int delta) {
 void NsLog::PopFront(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     CountTouched(touched_of_.front(), -1);
+    history_.push_back(std::move(touched_of_.front()));
+    if (history_.size() > kHistory) history_.pop_front();
     touched_of_.pop_front();
     entries_.pop_front();
     appended_at_.pop_front();
@@ -118,8 +120,23 @@ bool NsLog::Touches(uint64_t ino) {
   return touched_.contains(ino);
 }
 
-absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries,
-                                          std::vector<uint64_t> also) {
+uint64_t NsLog::Mark() {
+  absl::MutexLock l(&mu_);
+  return first_pos_;
+}
+
+bool NsLog::TouchedSince(uint64_t mark, uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  if (touched_.contains(ino)) return true;
+  if (mark >= first_pos_) return false;                  // nothing applied since
+  if (first_pos_ - mark > history_.size()) return true;  // forgotten: be safe
+  for (size_t i = history_.size() - (first_pos_ - mark); i < history_.size(); ++i) {
+    if (std::binary_search(history_[i].begin(), history_[i].end(), ino)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries) {
   absl::MutexLock l(&mu_);
   if (!error_.ok()) return error_;
   if (entries_.size() + entries.size() > options_.max_entries) {
@@ -129,11 +146,6 @@ absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries,
   const absl::Time now = options_.clock->Now();
   for (size_t i = 0; i < entries.size(); ++i) {
     std::vector<uint64_t> touched = TouchedBy(entries[i]);
-    if (i == 0) {
-      touched.insert(touched.end(), also.begin(), also.end());
-      std::sort(touched.begin(), touched.end());
-      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    }
     CountTouched(touched, 1);
     touched_of_.push_back(std::move(touched));
     entries_.push_back(std::move(entries[i]));

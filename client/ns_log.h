@@ -73,10 +73,7 @@ class NsLog {
   // when they do not fit (the caller goes the synchronous way instead), the
   // log's error once an entry was refused. Returns the position of the
   // last. Sends nothing, so it may be called under the caller's locks.
-  // `also`: inodes the entries change besides those they name (Touches):
-  // a file's directory, whose listing shows the file's attributes.
-  absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries,
-                                     std::vector<uint64_t> also = {}) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends every entry up to position `upto` (all by default) and returns
   // once the server applied them, or with the error that stopped it: the
   // log's error, or UNAVAILABLE when a batch could not be sent (the RPC
@@ -94,11 +91,19 @@ class NsLog {
   uint64_t last() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether an entry not applied yet (being sent too) changes inode `ino`:
   // makes or removes it, changes its attributes, or changes the names in
-  // it (a directory), as the entry names them (TouchedBy) or the appender
-  // said (`also`). Opens and closes touch nothing. A lookup, getattr,
-  // readdir, read or write about nothing touched is answered by the server
-  // exactly as after the log.
+  // it (a directory), as the entry names them (TouchedBy). Opens and
+  // closes touch nothing. A lookup, getattr, readdir, read or write about
+  // nothing touched is answered by the server exactly as after the log.
   bool Touches(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Position of the oldest entry not applied yet (the next one appended
+  // when none is waiting): taken before a call, for TouchedSince after it.
+  uint64_t Mark() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an entry at or after position `mark` touches `ino`, whether it
+  // is still waiting or was applied since (while a call was out, the
+  // server may have answered it before or after that entry). True when
+  // entries applied since `mark` are too many to remember (kHistory).
+  bool TouchedSince(uint64_t mark, uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kHistory = 4096;
   // The inodes `e` names: the one it makes, removes, renames over or
   // changes, and the directories whose names it changes.
   static std::vector<uint64_t> TouchedBy(const proto::LogEntry& e);
@@ -119,8 +124,11 @@ class NsLog {
   const Send send_;
   absl::Mutex mu_;
   std::deque<proto::LogEntry> entries_ ABSL_GUARDED_BY(mu_);
-  std::deque<absl::Time> appended_at_ ABSL_GUARDED_BY(mu_);               // one per entry
-  std::deque<std::vector<uint64_t>> touched_of_ ABSL_GUARDED_BY(mu_);     // one per entry
+  std::deque<absl::Time> appended_at_ ABSL_GUARDED_BY(mu_);            // one per entry
+  std::deque<std::vector<uint64_t>> touched_of_ ABSL_GUARDED_BY(mu_);  // one per entry
+  // What the last kHistory applied (or dropped) entries touched; the last
+  // one's position is first_pos_ - 1.
+  std::deque<std::vector<uint64_t>> history_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint32_t> touched_ ABSL_GUARDED_BY(mu_);  // ino -> entries
   uint64_t first_pos_ ABSL_GUARDED_BY(mu_) = 1;  // position of entries_.front()
   bool sending_ ABSL_GUARDED_BY(mu_) = false;

@@ -160,8 +160,9 @@ TEST(NsLog, TouchesSaysWhichInodesPendingEntriesChangeUntilTheyAreApplied) {
   proto::LogEntry setattr;
   setattr.set_seq(4);
   setattr.mutable_setattr()->set_ino(103);
-  ASSERT_TRUE(log.TryAppend({rename, open, setattr}, /*also=*/{9}).ok());
-  for (uint64_t ino : {7, 8, 9, 100, 101, 103}) EXPECT_TRUE(log.Touches(ino)) << ino;
+  const uint64_t mark = log.Mark();
+  ASSERT_TRUE(log.TryAppend({rename, open, setattr}).ok());
+  for (uint64_t ino : {7, 8, 100, 101, 103}) EXPECT_TRUE(log.Touches(ino)) << ino;
   // An open or a close changes nothing a lookup or getattr answers.
   EXPECT_FALSE(log.Touches(102));
   EXPECT_FALSE(log.Touches(104));
@@ -170,11 +171,28 @@ TEST(NsLog, TouchesSaysWhichInodesPendingEntriesChangeUntilTheyAreApplied) {
   EXPECT_TRUE(log.Touches(7));
   EXPECT_TRUE(log.Touches(100));
   ASSERT_OK(log.Flush());
-  for (uint64_t ino : {7, 8, 9, 100, 101, 103}) EXPECT_FALSE(log.Touches(ino)) << ino;
+  for (uint64_t ino : {7, 8, 100, 101, 103}) {
+    EXPECT_FALSE(log.Touches(ino)) << ino;
+    // A call that began before they were applied may have been answered
+    // before them: it asks again.
+    EXPECT_TRUE(log.TouchedSince(mark, ino)) << ino;
+    EXPECT_FALSE(log.TouchedSince(log.Mark(), ino)) << ino;
+  }
+  EXPECT_FALSE(log.TouchedSince(mark, 102));
+  EXPECT_FALSE(log.TouchedSince(mark, 104));
+  // A mark older than what is remembered: every inode counts as touched.
+  const uint64_t old_mark = log.Mark();
+  for (uint64_t i = 0; i < NsLog::kHistory + 10; ++i) {
+    ASSERT_TRUE(log.TryAppend({Entry(1000 + i, 5000 + i)}).ok());
+    if (i % 1000 == 999) ASSERT_OK(log.Flush());
+  }
+  ASSERT_OK(log.Flush());
+  EXPECT_TRUE(log.TouchedSince(old_mark, 999999));
+  EXPECT_FALSE(log.TouchedSince(log.Mark(), 999999));
   // Entries dropped after a refusal touch nothing any more.
-  ASSERT_TRUE(log.Append(Entry(5, 200)).ok());
-  ASSERT_TRUE(log.Append(Entry(6, 201)).ok());
-  server.set_refuse(5);
+  ASSERT_TRUE(log.Append(Entry(20000, 200)).ok());
+  ASSERT_TRUE(log.Append(Entry(20001, 201)).ok());
+  server.set_refuse(20000);
   EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
   EXPECT_FALSE(log.Touches(200));
   EXPECT_FALSE(log.Touches(201));
