@@ -38,52 +38,42 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(absl::string_view text, const s
   ClusterConfig c;
   bool seen_servers = false, seen_tls = false, seen_node = false, seen_secret = false,
        seen_root = false;
-  int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    const auto bad = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", why));
-    };
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) return bad("expected KEY = VALUE");
-    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    const std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
-    auto once = [&](bool* seen, std::string* field) -> absl::Status {
-      if (*seen) return bad(absl::StrCat(key, " given twice"));
-      *seen = true;
-      *field = value;
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (key == "servers") {
-      s = once(&seen_servers, &c.servers);
-      if (s.ok() && value.empty()) s = bad("servers is empty");
-    } else if (key == "tls_dir") {
-      s = once(&seen_tls, &c.tls_dir);
-    } else if (key == "node") {
-      s = once(&seen_node, &c.node);
-    } else if (key == "secret_file") {
-      s = once(&seen_secret, &c.secret_file);
-    } else if (key == "allowed_root") {
-      s = once(&seen_root, &c.allowed_root);
-      if (s.ok() && value.empty()) s = bad("allowed_root is empty");
-    } else if (key == "insecure") {
-      if (c.insecure.has_value()) return bad("insecure given twice");
-      if (value == "true" || value == "yes" || value == "1") {
-        c.insecure = true;
-      } else if (value == "false" || value == "no" || value == "0") {
-        c.insecure = false;
-      } else {
-        return bad(absl::StrCat("insecure must be true or false, not '", value, "'"));
-      }
-    } else {
-      return bad(absl::StrCat("unknown key '", key,
-                              "' (servers, tls_dir, node, secret_file, insecure, allowed_root)"));
-    }
-    if (!s.ok()) return s;
-  }
+  absl::Status s = ForEachConfigLine(
+      text, path,
+      [&](const std::string& key, const std::string& value,
+          const ConfigLineError& bad) -> absl::Status {
+        auto once = [&](bool* seen, std::string* field) -> absl::Status {
+          if (*seen) return bad(absl::StrCat(key, " given twice"));
+          *seen = true;
+          *field = value;
+          return absl::OkStatus();
+        };
+        if (key == "servers") {
+          if (value.empty()) return bad("servers is empty");
+          return once(&seen_servers, &c.servers);
+        }
+        if (key == "tls_dir") return once(&seen_tls, &c.tls_dir);
+        if (key == "node") return once(&seen_node, &c.node);
+        if (key == "secret_file") return once(&seen_secret, &c.secret_file);
+        if (key == "allowed_root") {
+          if (value.empty()) return bad("allowed_root is empty");
+          return once(&seen_root, &c.allowed_root);
+        }
+        if (key == "insecure") {
+          if (c.insecure.has_value()) return bad("insecure given twice");
+          if (value == "true" || value == "yes" || value == "1") {
+            c.insecure = true;
+          } else if (value == "false" || value == "no" || value == "0") {
+            c.insecure = false;
+          } else {
+            return bad(absl::StrCat("insecure must be true or false, not '", value, "'"));
+          }
+          return absl::OkStatus();
+        }
+        return bad(absl::StrCat("unknown key '", key,
+                                "' (servers, tls_dir, node, secret_file, insecure, allowed_root)"));
+      });
+  if (!s.ok()) return s;
   return c;
 }
 

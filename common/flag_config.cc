@@ -61,33 +61,49 @@ absl::StatusOr<std::optional<std::string>> ReadConfigText(const std::string& pat
   return std::optional<std::string>(std::move(data));
 }
 
-absl::Status ApplyFlagText(absl::string_view text, const std::string& path) {
-  std::set<std::string> seen;
+absl::Status ForEachConfigLine(
+    absl::string_view text, const std::string& path,
+    absl::FunctionRef<absl::Status(const std::string& key, const std::string& value,
+                                   const ConfigLineError& bad)>
+        line) {
   int line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
     ++line_no;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    const auto bad = [&](const std::string& why) {
+    l = absl::StripAsciiWhitespace(l);
+    if (l.empty() || l[0] == '#') continue;
+    const ConfigLineError bad = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", why));
     };
-    const size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) return bad("expected NAME = VALUE");
-    const std::string name(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    const std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
-    if (name == "config" || name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
-        name == "undefok") {
-      return bad(absl::StrCat("'", name, "' cannot be set from a configuration file"));
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr || absl::StartsWith(name, "-")) {
-      return bad(absl::StrCat("unknown flag '", name, "' (--help lists them)"));
-    }
-    if (!seen.insert(name).second) return bad(absl::StrCat(name, " given twice"));
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) return bad(absl::StrCat(name, " = ", value, ": ", error));
+    const size_t eq = l.find('=');
+    if (eq == absl::string_view::npos) return bad("expected KEY = VALUE");
+    const std::string key(absl::StripAsciiWhitespace(l.substr(0, eq)));
+    const std::string value(absl::StripAsciiWhitespace(l.substr(eq + 1)));
+    if (absl::Status s = line(key, value, bad); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status ApplyFlagText(absl::string_view text, const std::string& path) {
+  std::set<std::string> seen;
+  return ForEachConfigLine(
+      text, path,
+      [&](const std::string& name, const std::string& value,
+          const ConfigLineError& bad) -> absl::Status {
+        if (name == "config" || name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+            name == "undefok") {
+          return bad(absl::StrCat("'", name, "' cannot be set from a configuration file"));
+        }
+        absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+        if (flag == nullptr || absl::StartsWith(name, "-")) {
+          return bad(absl::StrCat("unknown flag '", name, "' (--help lists them)"));
+        }
+        if (!seen.insert(name).second) return bad(absl::StrCat(name, " given twice"));
+        std::string error;
+        if (!flag->ParseFrom(value, &error)) {
+          return bad(absl::StrCat(name, " = ", value, ": ", error));
+        }
+        return absl::OkStatus();
+      });
 }
 
 absl::Status ApplyFlagConfig(int argc, char** argv) {

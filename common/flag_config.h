@@ -14,9 +14,11 @@
 #ifndef GRANTFS_COMMON_FLAG_CONFIG_H_
 #define GRANTFS_COMMON_FLAG_CONFIG_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -29,6 +31,18 @@ namespace grantfs {
 // false; NOT_FOUND (naming the file and why) when it cannot be read;
 // INVALID_ARGUMENT when it is no regular file or too large.
 absl::StatusOr<std::optional<std::string>> ReadConfigText(const std::string& path, bool must_exist);
+
+// Calls `line(key, value, bad)` for each `KEY = VALUE` line of `text`, in
+// order (blank lines and lines starting with '#' skipped; spaces around
+// key and value cut), until one returns an error, which is returned.
+// `bad(why)` is INVALID_ARGUMENT "PATH:LINE: why" for that line; a line
+// without '=' is one ("expected KEY = VALUE").
+using ConfigLineError = std::function<absl::Status(const std::string& why)>;
+absl::Status ForEachConfigLine(
+    absl::string_view text, const std::string& path,
+    absl::FunctionRef<absl::Status(const std::string& key, const std::string& value,
+                                   const ConfigLineError& bad)>
+        line);
 
 // Sets the flags `text` names (its file called `path` in errors).
 // INVALID_ARGUMENT "PATH:LINE: why" for a line without '=', a name that is

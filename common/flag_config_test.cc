@@ -60,7 +60,7 @@ TEST(FlagConfigTest, BadLinesNameTheFileAndLine) {
     const char* says;
   } cases[] = {
       {"fc_threads = 1\nbogus = 1\n", "/etc/x.conf:2: unknown flag 'bogus'"},
-      {"fc_threads\n", "/etc/x.conf:1: expected NAME = VALUE"},
+      {"fc_threads\n", "/etc/x.conf:1: expected KEY = VALUE"},
       {"fc_threads = 1\nfc_threads = 2\n", "/etc/x.conf:2: fc_threads given twice"},
       {"fc_threads = many\n", "/etc/x.conf:1: fc_threads = many: "},
       {"flagfile = /etc/passwd\n", "'flagfile' cannot be set from a configuration file"},
