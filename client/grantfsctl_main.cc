@@ -23,7 +23,7 @@
 //                                   in DIR (default $GRANTFS_TLS_DIR, else
 //                                   /etc/grantfs; client/cluster_keys.h); again on
 //                                   the same DIR, adds what is missing
-//   grantfsctl [--server=...] fsck [--json]
+//   grantfsctl [--server=...] fsck [--json] [--progress]
 //                                   online, read-only: the primary checks a snapshot
 //                                   of its metadata and compares a digest of it
 //                                   with the in-sync replica's; exit 0 clean and
@@ -88,7 +88,8 @@ ABSL_FLAG(bool, repair, false,
           "fsck: fix what has one right answer (counters, link counts, allocated blocks, "
           "records of inodes that do not exist, chunk files without a record)");
 ABSL_FLAG(bool, progress, false,
-          "fsck --data_dir: show its progress on stderr (always on a terminal)");
+          "fsck: show its progress on stderr (always on a terminal): with --data_dir a line per "
+          "phase, online how long the primary's check has taken so far");
 ABSL_FLAG(bool, json, false,
           "status, df, clients, switchover, fsck, mounts, nodes, mount -g, umount -g: print "
           "one JSON object on one line (status: every server that answered, and the error of "
@@ -376,7 +377,17 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
     if (!rpc.ok()) break;
     grantfs::proto::CheckRequest req;
     grantfs::proto::CheckReply reply;
-    absl::Status s = (*rpc)->Call("Check", &grantfs::proto::GrantFs::Stub::Check, &req, &reply);
+    absl::Status s;
+    {
+      // One long call: how long it has waited, on stderr (asked for, or on
+      // a terminal), redrawn in place until the reply.
+      std::optional<grantfs::ElapsedLine> waiting;
+      if (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO)) {
+        waiting.emplace(stderr, absl::StrCat("fsck: ", server,
+                                             " checks its metadata and compares the replica's"));
+      }
+      s = (*rpc)->Call("Check", &grantfs::proto::GrantFs::Stub::Check, &req, &reply);
+    }
     if (!s.ok()) {
       fprintf(stderr, "grantfsctl fsck: %s: %s\n", server.c_str(), s.ToString().c_str());
       return 2;
