@@ -6,7 +6,7 @@
 //                                   (client/status_json.h names the fields)
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df [--json]   capacity, used, available
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] clients [--json]
-//                                   each mount: node, mount point, last heartbeat,
+//                                   each mount: node, address, mount point, last heartbeat,
 //                                   open and locked files, grant, dirty bytes, writes
 //                                   in flight, credit, lease (client/status_json.h
 //                                   SessionToStruct names the --json fields)
@@ -246,8 +246,9 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
 void PrintClients(const std::string& server, const grantfs::proto::StatusReply& st) {
   printf("%d mounts on %s (%s)\n", st.sessions_size(), server.c_str(), st.role().c_str());
   if (st.sessions_size() == 0) return;
-  printf("%-16s  %-14s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node", "mount",
-         "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit", "lease");
+  printf("%-16s  %-14s %-21s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node",
+         "address", "mount", "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit",
+         "lease");
   for (const auto& ses : st.sessions()) {
     const std::string beat = !ses.has_heartbeat_age_ms()
                                  ? "-"
@@ -256,9 +257,10 @@ void PrintClients(const std::string& server, const grantfs::proto::StatusReply& 
     const std::string dirty = ses.has_report() ? Human(ses.report().dirty_bytes()) : "-";
     const std::string in_flight =
         ses.has_report() ? absl::StrCat(ses.report().writes_in_flight()) : "-";
-    printf("%016llx  %-14s %-32s %9s %5llu %6llu %10s %10s %9s %10s %+6.1fs%s\n",
+    printf("%016llx  %-14s %-21s %-32s %9s %5llu %6llu %10s %10s %9s %10s %+6.1fs%s\n",
            (unsigned long long)ses.client_id(), ses.peer().empty() ? "-" : ses.peer().c_str(),
-           ses.client_name().c_str(), beat.c_str(), (unsigned long long)ses.open_files(),
+           ses.address().empty() ? "-" : ses.address().c_str(), ses.client_name().c_str(),
+           beat.c_str(), (unsigned long long)ses.open_files(),
            (unsigned long long)ses.locked_files(), Human(ses.grant_bytes()).c_str(), dirty.c_str(),
            in_flight.c_str(), Human(ses.credit_bytes()).c_str(), ses.lease_left_ms() / 1000.0,
            ses.reclaiming() ? " reclaiming" : "");

@@ -75,9 +75,9 @@ def test_status_json_names_the_servers_that_did_not_answer(cluster):
 
 def test_clients_lists_each_mount_with_what_it_holds(cluster):
     """`grantfsctl clients`: one line per mount (text) or object (--json)
-    with its node, mount point, last heartbeat, open and locked files and
-    what its last heartbeat reported; `df --json`; exit 1 naming the
-    addresses when no server answers."""
+    with its node, network address, mount point, last heartbeat, open and
+    locked files and what its last heartbeat reported; `df --json`; exit 1
+    naming the addresses when no server answers."""
     import fcntl
     import time
 
@@ -109,14 +109,18 @@ def test_clients_lists_each_mount_with_what_it_holds(cluster):
             assert isinstance(mine[key], int), (key, mine)
         assert re.fullmatch(r"[0-9a-f]{16}", mine["client_id"])
         assert mine["node"].startswith("node:")
+        # The mount's network address: loopback here, the port its channel's.
+        host, _, port = mine["address"].rpartition(":")
+        assert host == "127.0.0.1" and 0 < int(port) < 65536, mine["address"]
         assert c[cluster.n2]["locked_files"] == 0
         r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "clients"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
         assert lines[0].startswith("2 mounts on ") and "heartbeat" in lines[1]
-        row = next(line for line in lines if line.split()[2].endswith(cluster.n1))
+        row = next(line for line in lines if line.split()[3].endswith(cluster.n1))
         assert mine["client_id"] in row and " ago " in row
+        assert row.split()[2] == mine["address"], row
 
     r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "--json", "df"],
                        capture_output=True, text=True, timeout=60)
