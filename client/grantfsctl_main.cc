@@ -6,12 +6,14 @@
 //                                   (client/status_json.h names the fields)
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] df [--json]   capacity, used, available
 //   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] clients [--json]
-//                                   each mount: node, mount point, last heartbeat,
+//                                   each mount: node, address, mount point, last heartbeat,
 //                                   open and locked files, grant, dirty bytes, writes
 //                                   in flight, credit, lease (client/status_json.h
 //                                   SessionToStruct names the --json fields)
-//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover
-//                                   moves the primary role to the in-sync replica
+//   grantfsctl [--server=HOST:PORT[,HOST:PORT...]] switchover [--json]
+//                                   moves the primary role to the in-sync replica;
+//                                   with --json one line {"done", "server",
+//                                   "new_primary", "took_ms", "error", "tried"}
 //   grantfsctl fsck --data_dir=DIR [--repair] [--json] [--progress]
 //                                   checks a stopped server's data directory
 //                                   (server/fsck.h); exit 0 clean, 1 problems
@@ -21,7 +23,7 @@
 //                                   in DIR (default $GRANTFS_TLS_DIR, else
 //                                   /etc/grantfs; client/cluster_keys.h); again on
 //                                   the same DIR, adds what is missing
-//   grantfsctl [--server=...] fsck [--json]
+//   grantfsctl [--server=...] fsck [--json] [--progress]
 //                                   online, read-only: the primary checks a snapshot
 //                                   of its metadata and compares a digest of it
 //                                   with the in-sync replica's; exit 0 clean and
@@ -42,6 +44,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -55,6 +58,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cluster_config.h"
@@ -84,10 +88,13 @@ ABSL_FLAG(bool, repair, false,
           "fsck: fix what has one right answer (counters, link counts, allocated blocks, "
           "records of inodes that do not exist, chunk files without a record)");
 ABSL_FLAG(bool, progress, false,
-          "fsck --data_dir: show its progress on stderr (always on a terminal)");
+          "fsck: show its progress on stderr (always on a terminal): with --data_dir a line per "
+          "phase, online how long the primary's check has taken so far");
 ABSL_FLAG(bool, json, false,
-          "status, fsck: print one JSON object (status: every server that answered, and "
-          "the error of each that did not)");
+          "status, df, clients, switchover, fsck, mounts, nodes, mount -g, umount -g: print "
+          "one JSON object on one line (status: every server that answered, and the error of "
+          "each that did not; switchover: also when it was not done); docs/operations.md has "
+          "the shapes");
 
 namespace {
 
@@ -239,8 +246,9 @@ void PrintStatus(const std::string& server, const grantfs::proto::StatusReply& s
 void PrintClients(const std::string& server, const grantfs::proto::StatusReply& st) {
   printf("%d mounts on %s (%s)\n", st.sessions_size(), server.c_str(), st.role().c_str());
   if (st.sessions_size() == 0) return;
-  printf("%-16s  %-14s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node", "mount",
-         "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit", "lease");
+  printf("%-16s  %-14s %-21s %-32s %9s %5s %6s %10s %10s %9s %10s %7s\n", "client", "node",
+         "address", "mount", "heartbeat", "open", "locked", "grant", "dirty", "in flight", "credit",
+         "lease");
   for (const auto& ses : st.sessions()) {
     const std::string beat = !ses.has_heartbeat_age_ms()
                                  ? "-"
@@ -249,9 +257,10 @@ void PrintClients(const std::string& server, const grantfs::proto::StatusReply& 
     const std::string dirty = ses.has_report() ? Human(ses.report().dirty_bytes()) : "-";
     const std::string in_flight =
         ses.has_report() ? absl::StrCat(ses.report().writes_in_flight()) : "-";
-    printf("%016llx  %-14s %-32s %9s %5llu %6llu %10s %10s %9s %10s %+6.1fs%s\n",
+    printf("%016llx  %-14s %-21s %-32s %9s %5llu %6llu %10s %10s %9s %10s %+6.1fs%s\n",
            (unsigned long long)ses.client_id(), ses.peer().empty() ? "-" : ses.peer().c_str(),
-           ses.client_name().c_str(), beat.c_str(), (unsigned long long)ses.open_files(),
+           ses.address().empty() ? "-" : ses.address().c_str(), ses.client_name().c_str(),
+           beat.c_str(), (unsigned long long)ses.open_files(),
            (unsigned long long)ses.locked_files(), Human(ses.grant_bytes()).c_str(), dirty.c_str(),
            in_flight.c_str(), Human(ses.credit_bytes()).c_str(), ses.lease_left_ms() / 1000.0,
            ses.reclaiming() ? " reclaiming" : "");
@@ -370,7 +379,17 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
     if (!rpc.ok()) break;
     grantfs::proto::CheckRequest req;
     grantfs::proto::CheckReply reply;
-    absl::Status s = (*rpc)->Call("Check", &grantfs::proto::GrantFs::Stub::Check, &req, &reply);
+    absl::Status s;
+    {
+      // One long call: how long it has waited, on stderr (asked for, or on
+      // a terminal), redrawn in place until the reply.
+      std::optional<grantfs::ElapsedLine> waiting;
+      if (absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO)) {
+        waiting.emplace(stderr, absl::StrCat("fsck: ", server,
+                                             " checks its metadata and compares the replica's"));
+      }
+      s = (*rpc)->Call("Check", &grantfs::proto::GrantFs::Stub::Check, &req, &reply);
+    }
     if (!s.ok()) {
       fprintf(stderr, "grantfsctl fsck: %s: %s\n", server.c_str(), s.ToString().c_str());
       return 2;
@@ -413,6 +432,77 @@ int OnlineFsck(const std::vector<std::string>& servers, const grantfs::Transport
           "with --data_dir=DIR)\n",
           absl::GetFlag(FLAGS_server).c_str());
   return 2;
+}
+
+// `grantfsctl switchover`: asks the primary, wherever it is in the list,
+// to hand its role to its in-sync replica. Exit 0 done, 1 not done (no
+// primary answered, or it refused); each address tried is named with what
+// it said. --json: one object (docs/operations.md, "switchover --json"):
+// {"done", "server" (the primary asked, "" none), "new_primary", "took_ms",
+// "error" ("" when done), "tried": [{"server", "role" ("" no answer),
+// "error"}]}, whether it was done or not.
+int Switchover(const std::vector<std::string>& servers, const grantfs::Transport& transport) {
+  google::protobuf::Struct out;
+  auto& f = *out.mutable_fields();
+  auto* tried = f["tried"].mutable_list_value();
+  std::vector<std::string> why;  // "ADDRESS: what it said", in the order tried
+  auto note = [&](const std::string& server, const std::string& role, const std::string& error) {
+    auto& t = *tried->add_values()->mutable_struct_value()->mutable_fields();
+    t["server"].set_string_value(server);
+    t["role"].set_string_value(role);
+    t["error"].set_string_value(error);
+    why.push_back(absl::StrCat(server, ": ", error.empty() ? role : error));
+  };
+  std::string primary, new_primary, error;
+  double took_ms = 0;
+  for (const std::string& server : servers) {
+    absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, transport);
+    if (!st.ok()) {
+      note(server, "", st.status().ToString());
+      continue;
+    }
+    if (st->role() != "primary") {
+      note(server, st->role(), absl::StrCat(st->role(), ", not the primary"));
+      continue;
+    }
+    note(server, st->role(), "");
+    primary = server;
+    new_primary = st->peer();
+    absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
+        ClientOf(server, transport, absl::Seconds(30), absl::Seconds(1));
+    absl::Status s = rpc.status();
+    const absl::Time began = absl::Now();
+    if (rpc.ok()) {
+      grantfs::proto::SwitchoverRequest req;
+      grantfs::proto::ErrReply reply;
+      s = (*rpc)->Call("Switchover", &grantfs::proto::GrantFs::Stub::Switchover, &req, &reply);
+    }
+    took_ms = absl::ToDoubleMilliseconds(absl::Now() - began);
+    if (!s.ok()) error = absl::StrCat("switchover refused by ", server, ": ", s.ToString());
+    break;
+  }
+  if (primary.empty()) {
+    error = absl::StrCat("no primary among ", absl::GetFlag(FLAGS_server), " (",
+                         absl::StrJoin(why, "; "), ")");
+  }
+  const bool done = error.empty();
+  if (absl::GetFlag(FLAGS_json)) {
+    f["done"].set_bool_value(done);
+    f["server"].set_string_value(primary);
+    f["new_primary"].set_string_value(new_primary);
+    f["took_ms"].set_number_value(done ? std::round(took_ms) : 0);
+    f["error"].set_string_value(error);
+    printf("%s\n", grantfs::ToJsonLine(out).c_str());
+  }
+  if (!done) {
+    fprintf(stderr, "grantfsctl: %s\n", error.c_str());
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_json)) {
+    printf("switchover: %s handed the primary role to %s in %.0f ms\n", primary.c_str(),
+           new_primary.c_str(), took_ms);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -505,31 +595,7 @@ int main(int argc, char** argv) {
     return OnlineFsck(servers, *transport);
   }
 
-  if (cmd == "switchover") {
-    // Asked of the primary, wherever it is in the list.
-    for (const std::string& server : servers) {
-      absl::StatusOr<grantfs::proto::StatusReply> st = AskStatus(server, *transport);
-      if (!st.ok() || st->role() != "primary") continue;
-      absl::StatusOr<std::unique_ptr<grantfs::RpcClient>> rpc =
-          ClientOf(server, *transport, absl::Seconds(30), absl::Seconds(1));
-      if (!rpc.ok()) break;
-      grantfs::proto::SwitchoverRequest req;
-      grantfs::proto::ErrReply reply;
-      const absl::Time began = absl::Now();
-      absl::Status s =
-          (*rpc)->Call("Switchover", &grantfs::proto::GrantFs::Stub::Switchover, &req, &reply);
-      if (!s.ok()) {
-        fprintf(stderr, "grantfsctl: switchover refused by %s: %s\n", server.c_str(),
-                s.ToString().c_str());
-        return 1;
-      }
-      printf("switchover: %s handed the primary role to %s in %.0f ms\n", server.c_str(),
-             st->peer().c_str(), absl::ToDoubleMilliseconds(absl::Now() - began));
-      return 0;
-    }
-    fprintf(stderr, "grantfsctl: no primary among %s\n", absl::GetFlag(FLAGS_server).c_str());
-    return 1;
-  }
+  if (cmd == "switchover") return Switchover(servers, *transport);
 
   // df: the serving primary's view (a replica's may lag, and a fenced or
   // isolated server's is stale). The first server that answers as primary

@@ -23,6 +23,7 @@ google::protobuf::Struct SessionToStruct(const proto::SessionInfo& ses) {
   (*s.mutable_fields())["client_id"].set_string_value(absl::StrFormat("%016x", ses.client_id()));
   (*s.mutable_fields())["client_name"].set_string_value(ses.client_name());
   (*s.mutable_fields())["node"].set_string_value(ses.peer());
+  (*s.mutable_fields())["address"].set_string_value(ses.address());
   SetNumber(s, "open_files", ses.open_files());
   SetNumber(s, "locked_files", ses.locked_files());
   SetNumber(s, "grant_bytes", ses.grant_bytes());

@@ -26,11 +26,11 @@ google::protobuf::Struct StatusToStruct(const std::string& server, const proto::
 
 // One mount session (`grantfsctl clients --json`, and each of "sessions"
 // above): client_id (16 hex digits), client_name (host:mount point), node
-// (its certificate's common name), open_files, locked_files, grant_bytes,
-// credit_bytes, peak_writes, recalls, lease_left_ms, reclaiming,
-// heartbeat_age_ms (-1: no heartbeat yet, or a server from before it was
-// kept), and what its last heartbeat reported when it reported anything
-// (absent otherwise: a mount from before reports): dirty_bytes,
+// (its certificate's common name), address (HOST:PORT its latest session
+// call came from; "" not yet known, or a server from before), open_files, locked_files,
+// grant_bytes, credit_bytes, peak_writes, recalls, lease_left_ms, reclaiming, heartbeat_age_ms (-1:
+// no heartbeat yet, or a server from before it was kept), and what its last heartbeat reported when
+// it reported anything (absent otherwise: a mount from before reports): dirty_bytes,
 // dirty_limit_bytes, writes_in_flight, kernel_inodes.
 google::protobuf::Struct SessionToStruct(const proto::SessionInfo& ses);
 

@@ -37,6 +37,7 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   ses->set_client_name("node1");
   ses->set_reclaiming(true);
   ses->set_lease_left_ms(-250);
+  ses->set_address("10.0.0.5:41234");
   st.add_sessions()->set_client_name("node2");
 
   google::protobuf::Struct s = StatusToStruct("127.0.0.1:7420", st);
@@ -63,6 +64,7 @@ TEST(StatusJsonTest, APrimaryHasItsLedgerAndSessions) {
   EXPECT_EQ(Field(first, "client_id").string_value(), "abcdef0123456789");
   EXPECT_EQ(Field(first, "client_name").string_value(), "node1");
   EXPECT_EQ(Field(first, "lease_left_ms").number_value(), -250);
+  EXPECT_EQ(Field(first, "address").string_value(), "10.0.0.5:41234");
   EXPECT_TRUE(Field(first, "reclaiming").bool_value());
 
   const std::string line = ToJsonLine(s);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -139,10 +140,16 @@ void WriteProtoNumbers(MetricsText* out, const ProtoMetricsSpec& spec,
     auto h = spec.help.find(f->name());
     const std::string help =
         h != spec.help.end() ? h->second : absl::StrCat(d->name(), ".", f->name());
+    auto n = spec.names.find(f->name());
+    std::string name = n != spec.names.end() ? n->second : spec.prefix + f->name();
+    if (absl::EndsWith(name, "_ms")) {
+      name = absl::StrCat(name.substr(0, name.size() - 3), "_seconds");
+      v /= 1000;
+    }
     if (spec.counters.count(f->name())) {
-      out->Counter(absl::StrCat(spec.prefix, f->name(), "_total"), help, v, labels);
+      out->Counter(name + "_total", help, v, labels);
     } else {
-      out->Gauge(spec.prefix + f->name(), help, v, labels);
+      out->Gauge(name, help, v, labels);
     }
   }
 }

@@ -121,12 +121,16 @@ struct ProtoMetricsSpec {
   std::set<std::string> skip;      // these are left out
   // A field's help; one not here gets "Type.field".
   std::map<std::string, std::string> help;
+  // A field's whole metric name, instead of prefix + the field's name
+  // ("_total" is still added to a counter's).
+  std::map<std::string, std::string> names = {};
 };
 
 // Every number of `m` that is set or not optional (not repeated, not
 // messages), as a gauge named prefix + the field's name, or a counter
 // (prefix + name + "_total"). Booleans are 0 or 1; strings are left to the
-// caller.
+// caller. A field in milliseconds (its name ends in "_ms") is written in
+// seconds, "_ms" replaced with "_seconds" (Prometheus's base unit).
 void WriteProtoNumbers(MetricsText* out, const ProtoMetricsSpec& spec,
                        const google::protobuf::Message& m, const std::string& labels = "");
 

@@ -86,6 +86,15 @@ TEST(WriteProtoNumbers, NumbersAsGaugesOrCounters) {
       c.text(),
       "# HELP p_value_total the value\n# TYPE p_value_total counter\np_value_total{x=\"y\"} 42\n"))
       << c.text();
+  // A name of its own; milliseconds are written as seconds.
+  MetricsText ms;
+  spec.names = {{"value", "q_wait_ms"}};
+  spec.counters = {};
+  WriteProtoNumbers(&ms, spec, v);
+  EXPECT_TRUE(absl::StrContains(
+      ms.text(),
+      "# HELP q_wait_seconds the value\n# TYPE q_wait_seconds gauge\nq_wait_seconds 0.042"))
+      << ms.text();
   MetricsText none;
   spec.skip = {"value"};
   WriteProtoNumbers(&none, spec, v);

@@ -51,4 +51,31 @@ void ProgressLine::Draw() {
   fflush(out_);
 }
 
+ElapsedLine::ElapsedLine(FILE* out, const std::string& what, Clock* clock, absl::Duration every)
+    : out_(out), what_(what), clock_(clock), start_(clock->Now()) {
+  Draw();
+  thread_ = std::thread([this, every] {
+    while (!stop_.WaitForNotificationWithTimeout(every)) Draw();
+  });
+}
+
+std::string ElapsedLine::Format(const std::string& what, absl::Duration elapsed) {
+  return absl::StrFormat("%s: %.0f s elapsed", what, absl::ToDoubleSeconds(elapsed));
+}
+
+void ElapsedLine::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  stop_.Notify();
+  thread_.join();
+  Draw();
+  fputc('\n', out_);
+  fflush(out_);
+}
+
+void ElapsedLine::Draw() {
+  fprintf(out_, "\r%s\033[K", Format(what_, clock_->Now() - start_).c_str());
+  fflush(out_);
+}
+
 }  // namespace grantfs

@@ -45,5 +45,27 @@ TEST(ProgressLine, RedrawsAtMostFiveTimesASecondAndEndsWithANewline) {
   EXPECT_NE(text.find("x: 100 of 100 (100%, 100/s)"), std::string::npos) << text;
 }
 
+TEST(ElapsedLine, SaysHowLongItWaitedAndEndsWithANewline) {
+  EXPECT_EQ(ElapsedLine::Format("fsck", absl::Milliseconds(12400)), "fsck: 12 s elapsed");
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* out = open_memstream(&buf, &len);
+  FakeClock clock;
+  {
+    ElapsedLine e(out, "waiting", &clock, absl::Milliseconds(1));
+    clock.Advance(absl::Seconds(3));
+    e.Finish();
+    e.Finish();  // once
+    clock.Advance(absl::Seconds(3));
+  }  // and not again
+  fclose(out);
+  const std::string text(buf, len);
+  free(buf);
+  EXPECT_EQ(text.rfind("\rwaiting: 0 s elapsed", 0), 0u) << text;  // drawn at once
+  const std::string last = "\rwaiting: 3 s elapsed\033[K\n";
+  ASSERT_GE(text.size(), last.size());
+  EXPECT_EQ(text.substr(text.size() - last.size()), last) << text;
+}
+
 }  // namespace
 }  // namespace grantfs

@@ -6,7 +6,7 @@ PKGS=(build-essential cmake ninja-build pkg-config ccache clang-format clang
       libfuse3-dev fuse3 libmicrohttpd-dev
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev
       librocksdb-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
-      python3 python3-pytest sqlite3 rsync git tar attr acl psmisc procps iproute2
+      python3 python3-pytest sqlite3 rsync git tar attr acl psmisc procps iproute2 curl
       dbench gnuplot-nox util-linux dpkg-dev systemd debootstrap systemd-container)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -16,7 +16,7 @@ const ProtoMetricsSpec& StatusSpec() {
       "grantfs_server_",
       {"leases_granted", "lease_recalls", "lease_recall_waits", "lease_lapsed",
        "leases_refused_hot", "leases_evicted", "meta_changes", "meta_wal_syncs", "repl_records",
-       "repl_messages", "repl_round_trips", "calls_admitted", "calls_refused"},
+       "repl_messages", "repl_round_trips", "calls_admitted", "calls_refused", "grant_recalls"},
       {"err"},
       {{"capacity_bytes", "bytes of file data the volume holds at most"},
        {"used_bytes", "bytes of file data stored (4 KiB blocks)"},
@@ -58,7 +58,14 @@ const ProtoMetricsSpec& StatusSpec() {
        {"resync_active", "1 while a snapshot is being sent to the replica (a resync)"},
        {"resync_done_bytes", "bytes of the latest resync's files read so far"},
        {"resync_total_bytes", "bytes of the latest resync's files, as they were when it began"},
-       {"resync_elapsed_ms", "how long the latest resync ran (runs), in milliseconds"}}};
+       {"resync_elapsed_ms", "how long the latest resync ran (runs)"},
+       {"grants_outstanding", "mount sessions holding a space grant now"},
+       {"grant_recalls", "space grant recalls sent to mounts"}},
+      // The space ledger (docs/metrics.md): names of its own.
+      {{"capacity_bytes", "grantfs_ledger_capacity_bytes"},
+       {"used_bytes", "grantfs_ledger_used_bytes"},
+       {"granted_bytes", "grantfs_ledger_granted_bytes"},
+       {"reserved_bytes", "grantfs_ledger_reserved_bytes"}}};
   return *spec;
 }
 
@@ -73,7 +80,7 @@ const ProtoMetricsSpec& ReplicaStatusSpec() {
           "write_backlog_bytes", "write_budget_bytes", "leases_held",    "leases_granted",
           "lease_recalls",       "lease_recall_waits", "lease_lapsed",   "leases_refused_hot",
           "leases_evicted",      "meta_changes",       "meta_wal_syncs", "disk_room_bytes",
-          "hold_bytes"}) {
+          "hold_bytes",          "grants_outstanding", "grant_recalls"}) {
       s->skip.insert(f);
     }
     return s;
@@ -104,8 +111,8 @@ const ProtoMetricsSpec& SessionSpec() {
        {"peak_writes", "most writes it had in flight at once"},
        {"recalls", "grant recalls sent to it"},
        {"reclaiming", "1 while it has not reclaimed its open files after a restart or failover"},
-       {"lease_left_ms", "milliseconds until its session lease runs out"},
-       {"heartbeat_age_ms", "milliseconds since its last heartbeat"},
+       {"lease_left_ms", "seconds until its session lease runs out"},
+       {"heartbeat_age_ms", "seconds since its last heartbeat"},
        {"locked_files", "files it holds locks on"}}};
   return *spec;
 }
@@ -114,6 +121,12 @@ const ProtoMetricsSpec& SessionSpec() {
 
 void ServerMetrics::SetEndpoint(GrantFsEndpoint* endpoint, const std::string& role) {
   absl::MutexLock l(&mu_);
+  if (endpoint != nullptr) {
+    // A role starting; "primary" after another role of this process is a
+    // takeover (a promotion, or taking the role back).
+    if (role == "primary" && roles_started_ > 0) ++takeovers_;
+    ++roles_started_;
+  }
   endpoint_ = endpoint;
   role_ = role;
 }
@@ -123,10 +136,14 @@ std::string ServerMetrics::Render() {
   calls_.Write(&t);
   t.Counter("grantfs_server_read_bytes_total", "bytes of file data read by mounts",
             read_bytes_.load(std::memory_order_relaxed));
-  t.Counter("grantfs_server_written_bytes_total",
+  t.Counter("grantfs_server_write_bytes_total",
             "bytes of file data written by mounts (applied, retries counted once)",
             written_bytes_.load(std::memory_order_relaxed));
   absl::MutexLock l(&mu_);
+  t.Counter("grantfs_server_takeovers_total",
+            "times this process became the primary after another role (a failover, a "
+            "switchover, or taking the role back), not at its first start as primary",
+            static_cast<double>(takeovers_));
   proto::StatusReply s;
   if (endpoint_ != nullptr) endpoint_->FillStatus(&s);
   const std::string role = s.role().empty() ? role_ : s.role();

@@ -1,7 +1,8 @@
 // What a server serves on --metrics_addr (docs/metrics.md), over its whole
 // run whatever roles it takes: every call it served, by kind, and how long
-// it took; the bytes files read and written; and what Status says now of
-// the role it has (the role's endpoint registers while it serves).
+// it took; the bytes files read and written; how often it took the primary
+// role over; and what Status says now of the role it has (the role's
+// endpoint registers while it serves).
 #ifndef GRANTFS_SERVER_SERVER_METRICS_H_
 #define GRANTFS_SERVER_SERVER_METRICS_H_
 
@@ -43,6 +44,8 @@ class ServerMetrics {
   absl::Mutex mu_;
   GrantFsEndpoint* endpoint_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string role_ ABSL_GUARDED_BY(mu_) = "starting";
+  int roles_started_ ABSL_GUARDED_BY(mu_) = 0;   // SetEndpoint with an endpoint
+  uint64_t takeovers_ ABSL_GUARDED_BY(mu_) = 0;  // of them, "primary" after another
 };
 
 }  // namespace grantfs

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "checkpoint/meta_digest.h"
 #include "common/errno_status.h"
 #include "common/names.h"
@@ -22,6 +24,18 @@
 namespace grantfs {
 
 using service_call::ValidIno;
+
+namespace {
+
+// gRPC's peer URI ("ipv4:10.0.0.5:41234", "ipv6:%5B::1%5D:41234") as
+// HOST:PORT; another kind (a Unix socket) as gRPC says it.
+std::string CallAddress(const grpc::ServerContextBase& ctx) {
+  std::string peer = ctx.peer();
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) return peer;
+  return absl::StrReplaceAll(peer.substr(5), {{"%5B", "["}, {"%5D", "]"}});
+}
+
+}  // namespace
 
 GrantFsService::GrantFsService(Volume* volume, const ServiceOptions& options)
     : volume_(volume), options_(options) {}
@@ -41,6 +55,7 @@ grpc::Status GrantFsService::OpenSession(Ctx* ctx, const proto::OpenSessionReque
         volume_->OpenSession(req->client_name(), options_.transport.PeerName(*ctx));
     if (!id.ok()) return id.status();
     reply->set_client_id(*id);
+    volume_->sessions().CameFrom(*id, CallAddress(*ctx));
     reply->set_lease_ms(absl::ToInt64Milliseconds(volume_->sessions().lease()));
     reply->set_incarnation(volume_->incarnation());
     reply->set_max_file_size(kMaxFileSize);
@@ -63,6 +78,7 @@ grpc::Status GrantFsService::Heartbeat(Ctx* ctx, const proto::HeartbeatRequest* 
     }
     reply->set_leases_renewed(volume_->leases().Renew(rc.client_id));
     volume_->sessions().Reported(rc.client_id, req->report());
+    volume_->sessions().CameFrom(rc.client_id, CallAddress(*ctx));
     reply->set_meta_lease_ms(absl::ToInt64Milliseconds(volume_->meta_lease()));
     return absl::OkStatus();
   });
@@ -181,15 +197,19 @@ void GrantFsService::FillStatus(proto::StatusReply* reply) {
   const CommitStats commits = volume_->meta().store().Commits();
   reply->set_meta_changes(commits.changes);
   reply->set_meta_wal_syncs(commits.wal_syncs);
+  reply->set_grant_recalls(volume_->sessions().grant_recalls());
   const std::map<uint64_t, size_t> locked = volume_->LockedFiles();
+  uint64_t grants = 0;
   for (auto& info : volume_->sessions().List()) {
     info.set_grant_bytes(SpaceLedger::Bytes(volume_->meta().space().GrantOf(info.client_id())));
+    grants += info.grant_bytes() > 0 ? 1 : 0;
     info.set_credit_bytes(volume_->flow().Credit(info.client_id()));
     info.set_peak_writes(volume_->flow().PeakWrites(info.client_id()));
     auto l = locked.find(info.client_id());
     info.set_locked_files(l != locked.end() ? l->second : 0);
     *reply->add_sessions() = info;
   }
+  reply->set_grants_outstanding(grants);
 }
 
 grpc::Status GrantFsService::Switchover(Ctx* ctx, const proto::SwitchoverRequest* req,

@@ -301,6 +301,7 @@ bool SessionTable::Drain(uint64_t client_id, absl::Duration timeout, proto::Inva
     out->set_recall_bytes(it->second.recall_bytes);
     it->second.recall_bytes = 0;
     ++it->second.recalls;
+    grant_recalls_.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }
@@ -326,6 +327,12 @@ void SessionTable::Reported(uint64_t client_id, const proto::MountReport& report
   it->second.reported = clock_->Now();
 }
 
+void SessionTable::CameFrom(uint64_t client_id, const std::string& address) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(client_id);
+  if (it != sessions_.end()) it->second.address = address;
+}
+
 std::vector<proto::SessionInfo> SessionTable::List() {
   absl::MutexLock l(&mu_);
   std::vector<proto::SessionInfo> out;
@@ -334,6 +341,7 @@ std::vector<proto::SessionInfo> SessionTable::List() {
     info.set_client_id(id);
     info.set_client_name(s.name);
     info.set_peer(s.peer);
+    info.set_address(s.address);
     const absl::Duration left = s.expires - clock_->Now();
     info.set_lease_left_ms(absl::ToInt64Milliseconds(left));
     info.set_lease_expires_ms(absl::ToUnixMillis(absl::Now() + left));

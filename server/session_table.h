@@ -141,6 +141,11 @@ class SessionTable {
   std::vector<proto::SessionInfo> List();
   // A heartbeat of `client_id` came with `report` (shown by List).
   void Reported(uint64_t client_id, const proto::MountReport& report);
+  // A call of `client_id` came from `address` (HOST:PORT; shown by List).
+  void CameFrom(uint64_t client_id, const std::string& address);
+  // Grant recalls sent (Drain) since the table was made, over every
+  // session, ended ones too.
+  uint64_t grant_recalls() const { return grant_recalls_.load(std::memory_order_relaxed); }
 
   // Makes every Drain return false at once and from then on: the server is
   // stopping, so the Subscribe streams end.
@@ -159,6 +164,7 @@ class SessionTable {
     uint64_t recalls = 0;       // recalls sent so far
     bool reclaiming = false;    // StartGrace() .. Reclaimed()
     proto::MountReport report;  // with its last heartbeat (Reported)
+    std::string address;        // where its latest call came from (CameFrom)
     absl::Time reported = absl::InfinitePast();
     uint64_t lost = 0;  // re-created by Touch: token not yet acked
     // Its record is durable (MarkRecorded, or Restore from one): a server
@@ -181,6 +187,7 @@ class SessionTable {
   // Forgotten).
   std::set<uint64_t> forgetting_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> reclaiming_{0};  // sessions with `reclaiming`
+  std::atomic<uint64_t> grant_recalls_{0};
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

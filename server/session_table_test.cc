@@ -475,6 +475,27 @@ TEST(SessionTableQueueTest, DrainHandsOutAtMost1024AtATime) {
   EXPECT_EQ(second.items(475).ino(), 1500u);
 }
 
+TEST_F(SessionTableTest, ListShowsWhereTheLatestCallCameFromAndGrantRecallsAreCounted) {
+  const uint64_t a = table_.Open("a"), b = table_.Open("b");
+  table_.CameFrom(a, "10.0.0.5:41234");
+  table_.CameFrom(a, "10.0.0.5:41300");  // reconnected: the latest counts
+  table_.CameFrom(12345, "10.0.0.9:1");  // no such session: nothing
+  for (const proto::SessionInfo& info : table_.List()) {
+    EXPECT_EQ(info.address(), info.client_id() == a ? "10.0.0.5:41300" : "") << info.client_id();
+  }
+  EXPECT_EQ(table_.grant_recalls(), 0u);
+  proto::InvalidationBatch batch;
+  ASSERT_TRUE(table_.Recall(a, 4096));
+  ASSERT_TRUE(table_.Recall(a, 8192));  // one recall (the larger) until it is sent
+  ASSERT_TRUE(table_.Drain(a, absl::ZeroDuration(), &batch));
+  ASSERT_TRUE(table_.Recall(b, 4096));
+  ASSERT_TRUE(table_.Drain(b, absl::ZeroDuration(), &batch));
+  EXPECT_EQ(table_.grant_recalls(), 2u);
+  // An ended session's recalls stay counted.
+  table_.Close(b);
+  EXPECT_EQ(table_.grant_recalls(), 2u);
+}
+
 }  // namespace
 }  // namespace grantfs
 

@@ -8,6 +8,7 @@ Runs as root (FUSE and tmpfs mounts). The smoke run takes about 30 s.
 import csv
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,17 +49,18 @@ def test_summarize_median_min_max():
         stats.summarize([1, math.nan])
 
 
-def test_countdown_says_which_step_and_the_time_left():
+def test_countdown_says_which_step_the_rate_and_the_time_left():
     now = [100.0]
     c = context.Countdown(4, clock=lambda: now[0])
     assert c.next() == "1/4"
     now[0] += 30
     c.finished()
-    assert c.next() == "2/4, ETA ~1m30s"
+    assert c.next() == "2/4, 2.0/min, ETA ~1m30s"
     now[0] += 90
     c.finished()
-    assert c.next() == "3/4, ETA ~2m00s"
+    assert c.next() == "3/4, 1.0/min, ETA ~2m00s"
     assert context.format_seconds(7) == "7s" and context.format_seconds(7300) == "2h01m"
+    assert context.format_rate(3, 2) == "1.5/s" and context.format_rate(1, 7200) == "0.5/h"
 
 
 def test_formatting():
@@ -135,8 +137,10 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     assert took < 120, f"smoke run took {took:.0f} s"
     # Progress on stderr, one line per step; the tables on stdout.
     assert "§1 dd" in r.stderr and "§7 --threads=" in r.stderr
-    # Each section group counted, with the time left from the second on.
-    assert "section 1, 2 (1/9): " in r.stderr and "section 10 (9/9, ETA ~" in r.stderr
+    # Each section group counted, with the rate and the time left from the
+    # second on.
+    assert "section 1, 2 (1/9): " in r.stderr
+    assert re.search(r"section 10 \(9/9, [\d.]+/(s|min|h), ETA ~", r.stderr), r.stderr[-4000:]
     assert "| target |" in r.stdout
 
     with open(os.path.join(out, "benchmarks.md")) as f:

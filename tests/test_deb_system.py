@@ -233,7 +233,7 @@ def test_a_cluster_on_three_machines_as_operations_md_says(machines):
     # 8. Metrics, from the network.
     with urllib.request.urlopen(f"http://{lab.ip('a')}:9420/metrics", timeout=10) as r:
         metrics = r.read().decode()
-    assert re.search(r"^grantfs_server_capacity_bytes 1073741824$", metrics, re.M), metrics[:2000]
+    assert re.search(r"^grantfs_ledger_capacity_bytes 1073741824$", metrics, re.M), metrics[:2000]
     # 9. Switchover: b primary, a replica; the mounts go on.
     w.sh("grantfsctl switchover", timeout=60)
     wait_for(lambda: in_sync(w, "b", "a"), 90, "b primary and a in sync", interval=1)

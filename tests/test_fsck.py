@@ -10,6 +10,7 @@ every byte as before.
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -266,6 +267,15 @@ def test_online_check_of_a_standalone_server(tmp_base):
         assert r.returncode == 0, r.stdout + r.stderr
         assert "chunk files not read" in r.stdout and ": clean" in r.stdout, r.stdout
         assert "not compared (standalone server: no replica)" in r.stdout, r.stdout
+        # --progress: how long the primary's check took, on stderr; the
+        # report on stdout is the same.
+        p = subprocess.run([CTL_BIN, f"--server={c.server.addr}", "fsck", "--progress"],
+                           capture_output=True, timeout=300)  # bytes: "\r" kept
+        assert p.returncode == 0 and b": clean" in p.stdout, p
+        assert len(p.stdout.splitlines()) == len(r.stdout.splitlines()), (p.stdout, r.stdout)
+        assert re.search(rf"\rfsck: {re.escape(c.server.addr)} checks its metadata and compares "
+                         r"the replica's: \d+ s elapsed\x1b\[K\n$", p.stderr.decode()), p.stderr
+        assert online_fsck(c.server.addr).stderr == ""  # not a terminal, not asked
         report = json.loads(online_fsck(c.server.addr, "--json").stdout)
         assert report["clean"] and report["metadata_only"], report
         assert report["replica_compared"] is False and report["inodes"] > 40, report

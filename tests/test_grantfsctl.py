@@ -8,6 +8,7 @@ import subprocess
 
 from kit.build import CTL_BIN, MOUNT_BIN, NODE_AGENT_BIN, SERVER_BIN
 from kit.ports import free_port
+from kit.topology import Trio
 
 
 def numbers_in_text(text):
@@ -74,9 +75,9 @@ def test_status_json_names_the_servers_that_did_not_answer(cluster):
 
 def test_clients_lists_each_mount_with_what_it_holds(cluster):
     """`grantfsctl clients`: one line per mount (text) or object (--json)
-    with its node, mount point, last heartbeat, open and locked files and
-    what its last heartbeat reported; `df --json`; exit 1 naming the
-    addresses when no server answers."""
+    with its node, network address, mount point, last heartbeat, open and
+    locked files and what its last heartbeat reported; `df --json`; exit 1
+    naming the addresses when no server answers."""
     import fcntl
     import time
 
@@ -108,14 +109,18 @@ def test_clients_lists_each_mount_with_what_it_holds(cluster):
             assert isinstance(mine[key], int), (key, mine)
         assert re.fullmatch(r"[0-9a-f]{16}", mine["client_id"])
         assert mine["node"].startswith("node:")
+        # The mount's network address: loopback here, the port its channel's.
+        host, _, port = mine["address"].rpartition(":")
+        assert host == "127.0.0.1" and 0 < int(port) < 65536, mine["address"]
         assert c[cluster.n2]["locked_files"] == 0
         r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "clients"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
         assert lines[0].startswith("2 mounts on ") and "heartbeat" in lines[1]
-        row = next(line for line in lines if line.split()[2].endswith(cluster.n1))
+        row = next(line for line in lines if line.split()[3].endswith(cluster.n1))
         assert mine["client_id"] in row and " ago " in row
+        assert row.split()[2] == mine["address"], row
 
     r = subprocess.run([CTL_BIN, f"--server={cluster.server.addr}", "--json", "df"],
                        capture_output=True, text=True, timeout=60)
@@ -128,6 +133,47 @@ def test_clients_lists_each_mount_with_what_it_holds(cluster):
     r = subprocess.run([CTL_BIN, f"--server={gone}", "clients"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and gone in r.stderr, r.stderr
+
+
+def test_switchover_json_and_each_address_tried(tmp_base):
+    """`grantfsctl switchover`: when no primary is among the addresses, exit
+    1 naming each address and why (no answer: the error; the replica: its
+    role); --json says the same as one object, and when it is done, who
+    handed the role to whom."""
+    t = Trio(tmp_base)
+    try:
+        t.start()
+        a, b = t["A"].addr, t["B"].addr
+        gone = f"127.0.0.1:{free_port()}"
+
+        def ctl(*args):
+            return subprocess.run([CTL_BIN, *args], capture_output=True, text=True, timeout=120)
+
+        r = ctl(f"--server={gone},{b}", "switchover")
+        assert r.returncode == 1 and r.stdout == "", r
+        assert f"no primary among {gone},{b}" in r.stderr, r.stderr
+        assert re.search(re.escape(gone) + r": \w+", r.stderr), r.stderr
+        assert f"{b}: replica, not the primary" in r.stderr, r.stderr
+
+        r = ctl(f"--server={gone},{b}", "--json", "switchover")
+        assert r.returncode == 1 and r.stdout.count("\n") == 1, r
+        doc = json.loads(r.stdout)
+        assert doc["done"] is False and doc["server"] == "" and doc["new_primary"] == ""
+        assert doc["error"].startswith("no primary among"), doc
+        assert [x["server"] for x in doc["tried"]] == [gone, b]
+        assert doc["tried"][0]["role"] == "" and doc["tried"][0]["error"], doc
+        assert doc["tried"][1]["role"] == "replica", doc
+
+        r = ctl(f"--server={gone},{b},{a}", "--json", "switchover")
+        assert r.returncode == 0, r
+        doc = json.loads(r.stdout)
+        assert doc["done"] is True and doc["error"] == "", doc
+        assert doc["server"] == a and doc["new_primary"] == b, doc
+        assert isinstance(doc["took_ms"], int) and doc["took_ms"] >= 0, doc
+        assert [x["role"] for x in doc["tried"]] == ["", "replica", "primary"], doc
+        t.wait_role("B", "primary", 30)
+    finally:
+        t.stop()
 
 
 def test_every_program_lists_all_its_flags_in_help():

@@ -1,12 +1,11 @@
 """Prometheus metrics (docs/metrics.md): a server and a mount started with
 --metrics_addr serve the text format at /metrics; the numbers follow what
-the file system did."""
+the file system did. Scraped with curl, a real HTTP client."""
 
 import json
 import os
 import re
 import subprocess
-import urllib.request
 
 import pytest
 
@@ -18,11 +17,18 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
 
 
 def scrape(port):
-    """{(name, labels): value} of http://127.0.0.1:port/metrics, after
-    checking every line is a comment or a well-formed sample."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
+    """{(name, labels): value} of http://127.0.0.1:port/metrics (fetched
+    with curl), after checking every line is a comment or a well-formed
+    sample."""
+    r = subprocess.run(["curl", "--silent", "--show-error", "--fail", "--max-time", "10",
+                        "--include", f"http://127.0.0.1:{port}/metrics"],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0, f"curl: exit {r.returncode}: {r.stderr.decode()}"
+    head, sep, text = r.stdout.decode().partition("\r\n\r\n")
+    assert sep, r.stdout[:500]
+    headers = {k.strip().lower(): v.strip()
+               for k, _, v in (line.partition(":") for line in head.splitlines()[1:])}
+    assert headers["content-type"].startswith("text/plain; version=0.0.4"), head
     out = {}
     types = {}
     current = None  # the family whose lines these are: each family in one group
@@ -88,14 +94,25 @@ def test_server_and_mount_metrics_follow_the_work(metered):
     assert s[("grantfs_server_role", 'role="standalone"')] == 1
     assert s[("grantfs_server_serving", "")] == 1
     assert s[("grantfs_server_sessions", "")] == 2
-    assert s[("grantfs_server_capacity_bytes", "")] == 4 << 30
-    assert s[("grantfs_server_used_bytes", "")] >= 20 * 8192
+    assert s[("grantfs_ledger_capacity_bytes", "")] == 4 << 30
+    assert s[("grantfs_ledger_used_bytes", "")] >= 20 * 8192
+    assert (s[("grantfs_ledger_used_bytes", "")] + s[("grantfs_ledger_granted_bytes", "")] +
+            s[("grantfs_ledger_reserved_bytes", "")] <= s[("grantfs_ledger_capacity_bytes", "")])
     assert s[("grantfs_server_inodes", "")] >= 21
     assert types["grantfs_server_meta_changes_total"] == "counter"
-    assert types["grantfs_server_used_bytes"] == "gauge"
+    assert types["grantfs_ledger_used_bytes"] == "gauge"
+    # Durations in seconds (Prometheus's base unit), none in milliseconds.
+    assert not [n for n in types if n.endswith("_ms")], sorted(types)
+    assert types["grantfs_session_lease_left_seconds"] == "gauge"
+    assert all(0 < v <= 10 for (n, _), v in s.items() if n == "grantfs_session_lease_left_seconds")
+    # Space grants: the sessions holding one, and the recalls sent.
+    granted = [v for (n, _), v in s.items() if n == "grantfs_session_grant_bytes" and v > 0]
+    assert s[("grantfs_server_grants_outstanding", "")] == len(granted) >= 1
+    assert types["grantfs_server_grant_recalls_total"] == "counter"
+    assert s[("grantfs_server_takeovers_total", "")] == 0
     assert types["grantfs_server_call_seconds"] == "histogram"
-    written = s[("grantfs_server_written_bytes_total", "")]
-    assert written - before.get(("grantfs_server_written_bytes_total", ""), 0) >= 20 * 8192
+    written = s[("grantfs_server_write_bytes_total", "")]
+    assert written - before.get(("grantfs_server_write_bytes_total", ""), 0) >= 20 * 8192
     assert s[("grantfs_server_read_bytes_total", "")] >= 8192
     calls = check_histograms(s, "grantfs_server_call_seconds")
     assert calls.get("MkNod", 0) >= 20, calls
@@ -168,6 +185,8 @@ def test_a_server_shows_each_role_it_takes(tmp_base):
         # A's first act was a resync of the empty replica.
         assert a[("grantfs_server_resync_active", "")] == 0
         assert a[("grantfs_server_resync_total_bytes", "")] > 0
+        assert a[("grantfs_server_resync_elapsed_seconds", "")] >= 0
+        assert a[("grantfs_server_takeovers_total", "")] == 0
         r = subprocess.run(t["A"].ctl_argv("status"), capture_output=True, text=True, timeout=60)
         assert "resync:          last one sent" in r.stdout, r.stdout
         b, _ = scrape(ports["B"])
@@ -175,8 +194,9 @@ def test_a_server_shows_each_role_it_takes(tmp_base):
         assert b[("grantfs_server_serving", "")] == 0
         # A replica serves no volume: no ledger (it would read 0: "broken").
         assert ("grantfs_server_ledger_ok", "") not in b
-        assert ("grantfs_server_capacity_bytes", "") not in b
+        assert ("grantfs_ledger_capacity_bytes", "") not in b
         assert ("grantfs_server_acked_seq", "") in b
+        assert b[("grantfs_server_takeovers_total", "")] == 0
         w, _ = scrape(ports["W"])
         assert w[("grantfs_server_role", 'role="witness"')] == 1
         r = subprocess.run(t["A"].ctl_argv("switchover"), capture_output=True, text=True,
@@ -187,8 +207,12 @@ def test_a_server_shows_each_role_it_takes(tmp_base):
         b, _ = scrape(ports["B"])
         assert b[("grantfs_server_role", 'role="primary"')] == 1
         assert b[("grantfs_server_serving", "")] == 1
+        # B became the primary after being the replica: a takeover.
+        assert b[("grantfs_server_takeovers_total", "")] == 1
+        assert b[("grantfs_ledger_capacity_bytes", "")] > 0
         a, _ = scrape(ports["A"])
         assert a[("grantfs_server_role", 'role="replica"')] == 1
+        assert a[("grantfs_server_takeovers_total", "")] == 0
         # The calls A served as primary are still counted.
         assert check_histograms(a, "grantfs_server_call_seconds").get("MkNod", 0) >= 1
     finally:

@@ -43,7 +43,8 @@ class Progress:
 
 class Countdown:
     """How far a run of `total` like steps got: "i/N" and, once one step is
-    done, the time left at the average pace so far ("ETA ~2m10s")."""
+    done, the rate and the time left at the average pace so far
+    ("2.0/min, ETA ~2m10s")."""
 
     def __init__(self, total, clock=time.monotonic):
         self.total = total
@@ -55,12 +56,24 @@ class Countdown:
         """Text for the step about to start (call finished() after it)."""
         text = f"{self.done + 1}/{self.total}"
         if self.done > 0:
-            left = (self.clock() - self.t0) / self.done * (self.total - self.done)
-            text += f", ETA ~{format_seconds(left)}"
+            elapsed = self.clock() - self.t0
+            left = elapsed / self.done * (self.total - self.done)
+            text += f", {format_rate(self.done, elapsed)}, ETA ~{format_seconds(left)}"
         return text
 
     def finished(self):
         self.done += 1
+
+
+def format_rate(n, seconds):
+    """`n` steps in `seconds` as a rate with a unit that keeps it readable:
+    "1.5/s", "2.0/min", "0.5/h"."""
+    per_s = n / seconds if seconds > 0 else float("inf")
+    if per_s >= 1:
+        return f"{per_s:.1f}/s"
+    if per_s * 60 >= 1:
+        return f"{per_s * 60:.1f}/min"
+    return f"{per_s * 3600:.1f}/h"
 
 
 def format_seconds(s):
