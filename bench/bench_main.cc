@@ -52,6 +52,7 @@
 #include "bench/rpc_bench.h"
 #include "bench/stats.h"
 #include "client/rpc_client.h"
+#include "common/flag_help.h"
 #include "common/transport_flags.h"
 
 ABSL_FLAG(std::string, dir, "", "dd/meta/smallfiles: directory to measure");
@@ -306,7 +307,11 @@ int main(int argc, char** argv) {
       "grantfs-bench dd|meta|smallfiles --dir=DIR [options]\n"
       "       grantfs-bench rpc|load --server=HOST:PORT [options]\n"
       "       grantfs-bench suite [--quick|--smoke] [bench/suite.py options]\n"
-      "(see the comment at the top of bench/bench_main.cc, or --helpfull)");
+      "(see the comment at the top of bench/bench_main.cc)");
+  // --help lists every flag (the bench's and the TLS ones).
+  absl::FlagsUsageConfig usage;
+  grantfs::ListFlagsFrom({"bench/"}, &usage);
+  absl::SetFlagsUsageConfig(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) return Usage("expected exactly one command");
   const std::map<std::string, Command> commands = {

@@ -42,6 +42,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flag_help.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7421", "HOST:PORT to accept connections on");
@@ -379,6 +380,9 @@ int Listen(const std::string& spec) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "grantfs-latency-proxy --listen=HOST:PORT --target=HOST:PORT --delay_ms=N");
+  absl::FlagsUsageConfig usage;
+  grantfs::ListFlagsFrom({"bench/"}, &usage);
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 
-from kit.build import CTL_BIN, MOUNT_BIN, NODE_AGENT_BIN, SERVER_BIN
+from kit.build import CTL_BIN, MOUNT_BIN, NODE_AGENT_BIN, PROXY_BIN, SERVER_BIN
+from kit.build import binary as kit_binary
 from kit.ports import free_port
 from kit.topology import Trio
 
@@ -182,7 +183,9 @@ def test_every_program_lists_all_its_flags_in_help():
     for binary, flags in ((SERVER_BIN, ["--data_dir", "--role", "--metrics_addr", "--tls_dir"]),
                           (MOUNT_BIN, ["--leases", "--dirty_limit_mb", "--tls_dir"]),
                           (CTL_BIN, ["--data_dir", "--progress", "--json", "--tls_dir"]),
-                          (NODE_AGENT_BIN, ["--config", "--state_dir", "--tls_dir"])):
+                          (NODE_AGENT_BIN, ["--config", "--state_dir", "--tls_dir"]),
+                          (kit_binary("bench/grantfs-bench"), ["--dir", "--server", "--tls_dir"]),
+                          (PROXY_BIN, ["--listen", "--target", "--delay_ms"])):
         r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
         out = r.stdout + r.stderr
         assert "No flags matched" not in out, binary
