@@ -44,10 +44,7 @@ absl::StatusOr<uint64_t> NsLog::Append(proto::LogEntry entry) {
     }
   }
   if (!error_.ok()) return error_;
-  touched_of_.push_back(TouchedBy(entry));
-  CountTouched(touched_of_.back(), 1);
-  entries_.push_back(std::move(entry));
-  appended_at_.push_back(options_.clock->Now());
+  PushBack(std::move(entry), options_.clock->Now());
   return first_pos_ + entries_.size() - 1;
 }
 
@@ -103,6 +100,13 @@ void NsLog::CountTouched(const std::vector<uint64_t>& inos, int delta) {
   }
 }
 
+void NsLog::PushBack(proto::LogEntry entry, absl::Time now) {
+  touched_of_.push_back(TouchedBy(entry));
+  CountTouched(touched_of_.back(), 1);
+  entries_.push_back(std::move(entry));
+  appended_at_.push_back(now);
+}
+
 void NsLog::PopFront(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     CountTouched(touched_of_.front(), -1);
@@ -144,13 +148,7 @@ absl::StatusOr<uint64_t> NsLog::TryAppend(std::vector<proto::LogEntry> entries) 
         absl::StrCat("the namespace log is full (", entries_.size(), " entries)"));
   }
   const absl::Time now = options_.clock->Now();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    std::vector<uint64_t> touched = TouchedBy(entries[i]);
-    CountTouched(touched, 1);
-    touched_of_.push_back(std::move(touched));
-    entries_.push_back(std::move(entries[i]));
-    appended_at_.push_back(now);
-  }
+  for (proto::LogEntry& e : entries) PushBack(std::move(e), now);
   return first_pos_ + entries_.size() - 1;
 }
 

@@ -117,6 +117,8 @@ class NsLog {
   // Counts `ino` in (+1) or out (-1) of touched_.
   void CountTouched(const std::vector<uint64_t>& inos, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `entry`, appended at `now`, at the end (with what it touches).
+  void PushBack(proto::LogEntry entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the first `n` entries off the front (applied or dropped).
   void PopFront(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
