@@ -37,9 +37,14 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
                WriteCache::WriteTime time) -> absl::StatusOr<WriteCache::FlushResult> {
           // The data of a close that did not wait, in a granted directory.
           const bool granted = ns_ != nullptr && ns_->Owes(ino);
-          ASSIGN_OR_RETURN(
-              proto::WriteReply reply,
-              meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted));
+          absl::StatusOr<proto::WriteReply> sent =
+              meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted);
+          // The server keeps this mount's lease on what its own write
+          // changed: the leased attributes are dropped here, before the
+          // cache forgets the extent (CachedAttr patches them with it until
+          // then). Also after an error: the write may have landed.
+          if (leases_) leases_->AttrChanged(ino);
+          ASSIGN_OR_RETURN(proto::WriteReply reply, std::move(sent));
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();
           r.size = reply.attr().size();
@@ -165,14 +170,18 @@ std::optional<proto::Attr> FileSystem::CachedAttr(uint64_t ino) {
   if (ns_) {
     if (std::optional<proto::Attr> made = ns_->Attr(ino)) return made;
   }
-  // Cached writes change what the server says: a fetch patches them in.
-  if (cache_ && cache_->extent_count(ino) > 0) return std::nullopt;
-  return leases_->Attr(ino);
+  // Cached writes: the server's leased attributes, patched with them. A
+  // flush drops the lease before its extent leaves the cache, and one
+  // acknowledged after the fetch began is patched in from its reply.
+  WriteCache::AttrFetch fetch(cache_.get());
+  std::optional<proto::Attr> attr = leases_->Attr(ino);
+  if (attr) fetch.Patch(&*attr);
+  return attr;
 }
 
 void FileSystem::KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                           const proto::Attr& attr, bool own) {
-  if (leases_ && fetch.Clean(attr.ino())) leases_->PutAttr(t, attr, own);
+  if (leases_ && !fetch.Acked(attr.ino())) leases_->PutAttr(t, attr, own);
 }
 
 double FileSystem::AttrTimeout(const proto::Attr& attr) {
@@ -707,7 +716,9 @@ absl::StatusOr<size_t> FileSystem::Write(const Creds& c, uint64_t ino, uint64_t 
   if (cache_) {
     int64_t stamped = 0;
     if (cache_->Write(ino, offset, data, size, &stamped)) {
-      DataChanged(ino);
+      // The server's attributes did not change: a lease on them stays
+      // (CachedAttr patches them with the cache).
+      if (ra_) ra_->Invalidate(ino);
       if (ns_) ns_->Wrote(ino, offset, size, stamped);
       return size;
     }

@@ -214,10 +214,10 @@ class FileSystem {
   // The inode `name` in `parent` is, as far as this mount knows (0: not
   // known).
   uint64_t KnownIno(uint64_t parent, const std::string& name);
-  // Leased attributes of `ino` that need no patch from the write cache.
+  // Leased attributes of `ino`, patched with its cached writes.
   std::optional<proto::Attr> CachedAttr(uint64_t ino);
-  // Keeps the attributes a reply leased (LeaseCache::PutAttr) when no flush
-  // of the file was acknowledged while it was out (`fetch`).
+  // Keeps the attributes a reply leased (LeaseCache::PutAttr), unpatched,
+  // when no flush of the file was acknowledged while it was out (`fetch`).
   // Remembers what a reply said was not leased for being recalled too
   // often (LeaseCache::FallBack); 0: none.
   void NoteHot(const LeaseBits& bits, uint64_t parent, uint64_t ino);

@@ -397,6 +397,49 @@ TEST_F(NsGrantsMountTest, WithGrantsOffEveryChangeIsACall) {
   ASSERT_OK(b->Lookup(root_, d, "x").status());
 }
 
+// Leases without grants: a file with cached writes is stat'ed from its
+// leased attributes patched with the cache, exactly, with no call; a flush
+// drops the lease (the server's attributes changed), and after it the
+// server's answer is the same.
+TEST_F(NsGrantsMountTest, CachedWritesAreStatedFromTheLeaseWithoutACall) {
+  FileSystem* a = Mount(/*grants=*/false);
+  FileSystem* b = Mount(/*grants=*/false);
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                       a->Create(root_, kRoot, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
+  ASSERT_OK(a->GetAttr(root_, f.ino()).status());  // leased, if the create's reply was not
+  const std::string text(10000, 'x');
+  ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
+  ASSERT_OK(a->Write(root_, f.ino(), 20000, "tail", 4).status());
+  const LeaseCache::Stats before = a->leases()->stats();
+  ASSERT_OK_AND_ASSIGN(proto::Attr cached, a->GetAttr(root_, f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr again, a->GetAttr(root_, f.ino()));
+  const LeaseCache::Stats after = a->leases()->stats();
+  EXPECT_EQ(after.hits, before.hits + 2);
+  EXPECT_EQ(after.misses, before.misses);
+  EXPECT_EQ(cached.size(), 20004u);
+  EXPECT_GE(cached.mtime_ns(), f.mtime_ns());
+  EXPECT_EQ(again.SerializeAsString(), cached.SerializeAsString());
+  // Flushed: the server says the same size and times (the flush carries
+  // the time of the cached write), and the lease was dropped by it.
+  ASSERT_OK(a->Flush(f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr flushed, a->GetAttr(root_, f.ino()));
+  EXPECT_EQ(a->leases()->stats().misses, after.misses + 1);
+  EXPECT_EQ(flushed.size(), 20004u);
+  EXPECT_EQ(flushed.mtime_ns(), cached.mtime_ns());
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "f"));
+  EXPECT_EQ(seen.size(), 20004u);
+  EXPECT_EQ(seen.mtime_ns(), cached.mtime_ns());
+  // Written again past the end: patched on the lease taken after the flush.
+  ASSERT_OK(a->Write(root_, f.ino(), 30000, "more", 4).status());
+  ASSERT_OK_AND_ASSIGN(proto::Attr grown, a->GetAttr(root_, f.ino()));
+  EXPECT_EQ(grown.size(), 30004u);
+  ASSERT_OK(a->Close(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), h));
+  ASSERT_OK_AND_ASSIGN(proto::Attr last, b->GetAttr(root_, f.ino()));
+  EXPECT_EQ(last.size(), 30004u);
+}
+
 TEST_F(NsGrantsMountTest, AnotherOwnersCallerGoesTheSynchronousWay) {
   FileSystem* a = Mount();
   const uint64_t d = MkDir(a, kRoot, "d");

@@ -671,12 +671,11 @@ void WriteCache::AttrFetch::Patch(proto::Attr* attr) {
   cache_->PatchAttrLocked(attr);
 }
 
-bool WriteCache::AttrFetch::Clean(uint64_t ino) const {
-  if (cache_ == nullptr) return true;
+bool WriteCache::AttrFetch::Acked(uint64_t ino) const {
+  if (cache_ == nullptr) return false;
   absl::MutexLock l(&cache_->mu_);
   auto ack = cache_->acks_.find(ino);
-  if (ack != cache_->acks_.end() && ack->second.seq > since_) return false;
-  return cache_->inodes_.find(ino) == cache_->inodes_.end();
+  return ack != cache_->acks_.end() && ack->second.seq > since_;
 }
 
 uint64_t WriteCache::dirty_bytes() {

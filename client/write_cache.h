@@ -191,10 +191,9 @@ class WriteCache {
     AttrFetch(const AttrFetch&) = delete;
     AttrFetch& operator=(const AttrFetch&) = delete;
     void Patch(proto::Attr* attr);
-    // The server's attributes of `ino` need no patch: the mount caches no
-    // write of it and no flush of it was acknowledged since the fetch
-    // began. True without a cache.
-    bool Clean(uint64_t ino) const;
+    // A flush of `ino` was acknowledged since the fetch began (the server's
+    // attributes of it may be older than that flush). False without a cache.
+    bool Acked(uint64_t ino) const;
 
    private:
     WriteCache* const cache_;
