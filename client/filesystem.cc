@@ -43,7 +43,12 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
           // changed: the leased attributes are dropped here, before the
           // cache forgets the extent (CachedAttr patches them with it until
           // then). Also after an error: the write may have landed.
-          if (leases_) leases_->AttrChanged(ino);
+          // A failed one may leave the kernel's pages holding bytes the
+          // server will not have: not kept across opens (DataStamp).
+          if (leases_) {
+            leases_->AttrChanged(ino);
+            if (!sent.ok()) leases_->DataUnsure(ino);
+          }
           ASSIGN_OR_RETURN(proto::WriteReply reply, std::move(sent));
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();

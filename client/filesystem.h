@@ -257,7 +257,7 @@ class FileSystem {
   //   (an extent's buffer is taken or given back under it); write_cache.h.
   //   Both are leaves. They are in other objects, so no
   //   ABSL_ACQUIRED_BEFORE can name them: the order is written here.
-  //   FuseAdapter::mu_ before InodeTable's (FuseAdapter::ForgetListing
+  //   FuseAdapter::mu_ before InodeTable's (FuseAdapter::Forgotten
   //   counts the kernel's references under it).
   //   NsGrants::mu_ before WriteCache::mu_ (a deferred close counts and
   //   seals the file's cached bytes under it: NsGrants::DataHooks), and

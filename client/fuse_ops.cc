@@ -163,7 +163,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void Forget(FuseAdapter* a, uint64_t ino, uint64_t nlookup) {
-  if (a->fs()->Forget(ino, nlookup)) a->ForgetListing(ino);
+  if (a->fs()->Forget(ino, nlookup)) a->Forgotten(ino);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -354,11 +354,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   uint64_t handle = 0;
   auto r = Adapter(req)->fs()->Open(CredsOf(req), ino, fi->flags, &handle);
   if (!r.ok()) return ReplyError(req, r.status());
-  // Close-to-open: pages cached from an earlier open are dropped, and the
-  // kernel's attributes are marked stale (the server's push of a change made
-  // elsewhere may still be in flight), so size and data come fresh.
+  // Close-to-open: the kernel's attributes are marked stale (the server's
+  // push of a change made elsewhere may still be in flight), so the size
+  // comes fresh, and pages cached from an earlier open are dropped unless
+  // the mount held the file's lease all along since (KeepPages).
   Adapter(req)->InvalidateInode(ino, /*data=*/false);
-  fi->keep_cache = 0;
+  fi->keep_cache = Adapter(req)->KeepPages(ino, fi->flags) ? 1 : 0;
   fi->fh = handle;
   if (fuse_reply_open(req, fi) != 0) (void)Adapter(req)->fs()->Release(ino, handle);
 }
@@ -391,9 +392,15 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   OpTimer timer(Adapter(req)->Timing("read"));
   ino = ServerIno(req, ino);
-  auto r = Adapter(req)->fs()->Read(CredsOf(req, /*with_groups=*/false), ino, off, size);
-  if (!r.ok()) return ReplyError(req, r.status());
-  fuse_reply_buf(req, r->data(), r->size());
+  FuseAdapter* a = Adapter(req);
+  a->ReadBegins(ino);
+  auto r = a->fs()->Read(CredsOf(req, /*with_groups=*/false), ino, off, size);
+  if (!r.ok()) {
+    ReplyError(req, r.status());
+  } else {
+    fuse_reply_buf(req, r->data(), r->size());  // the kernel has the bytes when it returns
+  }
+  a->ReadEnds(ino);
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
@@ -779,11 +786,43 @@ void FuseAdapter::InvalidateListing(uint64_t dir) {
   if (se != nullptr) DropKernelListing(se, KernelNode(dir), dir);
 }
 
-void FuseAdapter::ForgetListing(uint64_t dir) {
+void FuseAdapter::Forgotten(uint64_t ino) {
   absl::MutexLock l(&mu_);
   // Checked again under mu_: a lookup since the forget made a new kernel
-  // inode, which an opendir (it takes mu_) may have let cache already.
-  if (fs_->inodes().Count(dir) == 0) listings_.erase(dir);
+  // inode, which an open (it takes mu_) may have let cache already.
+  if (fs_->inodes().Count(ino) != 0) return;
+  listings_.erase(ino);
+  pages_.erase(ino);
+}
+
+bool FuseAdapter::KeepPages(uint64_t ino, int flags) {
+  LeaseCache* leases = fs_->leases();
+  if (leases == nullptr) return false;
+  const uint64_t stamp = (flags & O_TRUNC) ? 0 : leases->DataStamp(ino);
+  absl::MutexLock l(&mu_);
+  if (stamp == 0) {
+    pages_.erase(ino);
+    return false;
+  }
+  auto [it, fresh] = pages_.try_emplace(ino, stamp);
+  if (!fresh && it->second == stamp) return true;
+  if (reading_.contains(ino)) {
+    pages_.erase(it);
+  } else {
+    it->second = stamp;
+  }
+  return false;
+}
+
+void FuseAdapter::ReadBegins(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  ++reading_[ino];
+}
+
+void FuseAdapter::ReadEnds(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = reading_.find(ino);
+  if (it != reading_.end() && --it->second <= 0) reading_.erase(it);
 }
 
 void FuseAdapter::NoteLockOwner(uint64_t ino, uint64_t owner) {

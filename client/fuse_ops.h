@@ -83,9 +83,25 @@ class FuseAdapter : public Invalidator {
   // leased directory are dropped then, discards a copy whose directory's
   // mtime changed when a rewound stream reads it again.)
   void InvalidateListing(uint64_t dir) override ABSL_LOCKS_EXCLUDED(mu_);
-  // The kernel may have forgotten `dir` (and its pages with it): its entry
-  // goes if the kernel holds no reference to it now.
-  void ForgetListing(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // The kernel may have forgotten `ino` (and its pages with it): its
+  // entries here go if the kernel holds no reference to it now.
+  void Forgotten(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The kernel's cache of file data across opens (FOPEN_KEEP_CACHE).
+  // Whether an open of `ino` with `flags` may keep the pages earlier opens
+  // cached: only while the mount holds the attribute lease of `ino`
+  // without a break since the open that last dropped them
+  // (LeaseCache::DataStamp: a change made on another node recalls the
+  // lease first, and the next open drops the pages), and not for O_TRUNC.
+  // An open that drops them starts a new stamp, unless a read of `ino` is
+  // in flight (it may carry data older than a change: the next open drops
+  // its pages again). The mount's own writes go through the kernel's
+  // pages, which stay what the server has plus them.
+  bool KeepPages(uint64_t ino, int flags) ABSL_LOCKS_EXCLUDED(mu_);
+  // A read of `ino` for the kernel starts, and ends once its reply was
+  // handed to the kernel.
+  void ReadBegins(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReadEnds(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   // POSIX locks taken through this mount, so close releases only when needed.
   void NoteLockOwner(uint64_t ino, uint64_t owner);
@@ -99,7 +115,7 @@ class FuseAdapter : public Invalidator {
   // KernelDropsAllNames: -1 not tried yet, 0 no, 1 yes.
   std::atomic<int> epochs_{-1};
 
-  // Lock order: mu_, then InodeTable's (ForgetListing); otherwise a leaf
+  // Lock order: mu_, then InodeTable's (Forgotten); otherwise a leaf
   // (filesystem.h).
   absl::Mutex mu_;
   std::set<std::pair<uint64_t, uint64_t>> lock_owners_ ABSL_GUARDED_BY(mu_);
@@ -108,6 +124,10 @@ class FuseAdapter : public Invalidator {
   // ends, so that the next opendir drops what the kernel kept; it goes
   // when the kernel forgets the directory.
   absl::flat_hash_map<uint64_t, uint64_t> listings_ ABSL_GUARDED_BY(mu_);
+  // Files whose pages the kernel may keep, and the DataStamp they were
+  // cached under (KeepPages); reads in flight per inode.
+  absl::flat_hash_map<uint64_t, uint64_t> pages_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, int> reading_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace grantfs

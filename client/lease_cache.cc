@@ -245,6 +245,24 @@ bool LeaseCache::HoldsAttrLease(uint64_t ino) {
   return Valid() && held_.contains(ino);
 }
 
+uint64_t LeaseCache::DataStamp(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  if (!Valid() || !held_.contains(ino)) return 0;
+  // The last recall (a key whose last recall was forgotten counts as
+  // recalled at floor_, which is past every number given before), or the
+  // last drop of everything, whichever came later: a change numbered
+  // mark_ came after the drop (Note gives seq_ as it is, a drop ++seq_).
+  auto it = recalled_.find(KeyId{ino, static_cast<uint8_t>(Kind::kAttr)});
+  const uint64_t recalled = it != recalled_.end() ? it->second : floor_;
+  return recalled >= mark_ ? 2 * recalled + 1 : 2 * mark_;
+}
+
+void LeaseCache::DataUnsure(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  Note(Kind::kAttr, ino, /*foreign=*/true);
+  attrs_.erase(ino);
+}
+
 void LeaseCache::PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name) {
   absl::MutexLock l(&mu_);
   // Any change of the inode since the ticket (an own write too) and the

@@ -107,6 +107,14 @@ class LeaseCache {
   // Whether the server lists this mount as holding the attribute lease of
   // `ino` (its attributes may have been dropped here by an own change).
   bool HoldsAttrLease(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // While this mount holds the attribute lease of `ino` (HoldsAttrLease):
+  // a number that changes when the lease is recalled (a change made on
+  // another node) or everything is dropped, so that two equal numbers
+  // mean no other node changed `ino` in between. 0 when not held.
+  uint64_t DataStamp(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes this mount wrote to `ino` may not have reached the server (a
+  // flush failed): DataStamp changes, as after a recall.
+  void DataUnsure(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // The server said `ino` has no xattr `name` to a request sent after `t`,
   // while HoldsAttrLease.
   void PutXattrAbsent(const Ticket& t, uint64_t ino, const std::string& name)

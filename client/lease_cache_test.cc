@@ -86,6 +86,51 @@ TEST_F(LeaseCacheTest, OwnChangesDoNotRefuseTheirOwnReply) {
   EXPECT_FALSE(cache_.Attr(5).has_value());
 }
 
+TEST_F(LeaseCacheTest, TheDataStampChangesOnlyWhenAnotherNodeMayHaveChangedTheFile) {
+  EXPECT_EQ(cache_.DataStamp(5), 0u) << "not held";
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  const uint64_t held = cache_.DataStamp(5);
+  EXPECT_NE(held, 0u);
+  // Own changes (its writes, their flushes) keep it.
+  cache_.AttrChanged(5);
+  cache_.Recall({LeaseCache::Kind::kAttr, 6});
+  EXPECT_EQ(cache_.DataStamp(5), held);
+  // A recall: not held until leased again, and then not the same.
+  cache_.Recall({LeaseCache::Kind::kAttr, 5});
+  EXPECT_EQ(cache_.DataStamp(5), 0u);
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  const uint64_t again = cache_.DataStamp(5);
+  EXPECT_NE(again, 0u);
+  EXPECT_NE(again, held);
+  // A flush that failed.
+  cache_.DataUnsure(5);
+  const uint64_t unsure = cache_.DataStamp(5);
+  EXPECT_NE(unsure, again);
+  // Everything dropped and leased again.
+  cache_.DropAll(/*stream_down=*/true);
+  cache_.Subscribed(clock_.Now());
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  EXPECT_NE(cache_.DataStamp(5), 0u);
+  EXPECT_NE(cache_.DataStamp(5), unsure);
+  // The lease ran out.
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_EQ(cache_.DataStamp(5), 0u);
+}
+
+TEST_F(LeaseCacheTest, TheDataStampChangesWhenTheRecallsItCountsAreForgotten) {
+  LeaseCache small(LeaseCacheOptions{.clock = &clock_, .max_changed = 4});
+  small.SetTerm(absl::Seconds(3));
+  small.Subscribed(clock_.Now());
+  small.PutAttr(small.Take(), AttrOf(5, 0100644));
+  const uint64_t held = small.DataStamp(5);
+  small.Recall({LeaseCache::Kind::kAttr, 5});
+  small.PutAttr(small.Take(), AttrOf(5, 0100644));
+  const uint64_t after = small.DataStamp(5);
+  EXPECT_NE(after, held);
+  for (uint64_t i = 100; i < 110; ++i) small.AttrChanged(i);  // 5's recall forgotten
+  EXPECT_NE(small.DataStamp(5), held);
+}
+
 TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {
   const LeaseCache::Ticket t = cache_.Take();
   proto::ReadDirReply page;

