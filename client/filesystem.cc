@@ -229,6 +229,46 @@ void FileSystem::KeepGrantedDir(const Creds& c, uint64_t dir) {
   if (ns_ && ns_->Holds(dir)) GetAttr(c, dir).IgnoreError();
 }
 
+void FileSystem::ChangedNamesIn(const Creds& c, uint64_t dir) {
+  KeepGrantedDir(c, dir);
+  if (ns_ == nullptr || ns_->Holds(dir)) return;
+  uint64_t ticket = 0;
+  if (!ns_->WantDirGrant(dir, &ticket)) return;
+  // Changes only the caller's own directory can take here (NsGrants): the
+  // grant is not asked for another owner's.
+  absl::StatusOr<proto::Attr> attr = GetAttr(c, dir);
+  if (!attr.ok() || attr->uid() != c.uid) {
+    ns_->Declined(dir);
+    return;
+  }
+  // The whole listing, read under the grant the first page asks for: from
+  // then on only this mount changes it, so the listing stays whole here.
+  constexpr uint32_t kPage = 1024;
+  const LeaseCache::Ticket t = leases_->Take();
+  WriteCache::AttrFetch fetch(cache_.get());
+  uint64_t cookie = 0;
+  for (;;) {
+    absl::StatusOr<proto::ReadDirReply> page =
+        meta_.ReadDir(c, dir, cookie, kPage, /*want_grant=*/cookie == 0);
+    if (!page.ok()) {
+      VLOG(1) << "grant of directory " << dir << ": " << page.status();
+      return;
+    }
+    if (cookie == 0 && !page->granted()) {
+      ns_->Declined(dir);
+      return;
+    }
+    leases_->PutPage(t, dir, cookie, *page);
+    for (const proto::DirEntry& e : page->entries()) {
+      if (e.leased()) KeepAttr(t, fetch, e.attr());
+    }
+    if (page->eof() || page->entries_size() == 0) break;
+    cookie = page->entries(page->entries_size() - 1).cookie();
+  }
+  ns_->Granted(dir, ticket);
+  KeepGrantedDir(c, dir);
+}
+
 absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
                                                const std::string& name) {
   LeaseCache::Ticket t;
@@ -366,7 +406,7 @@ absl::StatusOr<proto::Attr> FileSystem::MkNod(const Creds& c, uint64_t parent,
     if (reply.dir_leased()) leases_->PutEmptyDir(t, reply.attr().ino(), parent);
   }
   if (ns_ && reply.created() && reply.granted()) ns_->Granted(reply.attr().ino(), grant_ticket);
-  if (reply.created()) KeepGrantedDir(c, parent);
+  if (reply.created()) ChangedNamesIn(c, parent);
   return std::move(*reply.mutable_attr());
 }
 
@@ -391,7 +431,7 @@ absl::StatusOr<proto::Attr> FileSystem::Symlink(const Creds& c, uint64_t parent,
     leases_->NameAdded(parent, name, attr.ino());
     if (bits.attr) leases_->PutAttr(t, attr, /*own=*/true);
   }
-  KeepGrantedDir(c, parent);
+  ChangedNamesIn(c, parent);
   return attr;
 }
 
@@ -420,7 +460,7 @@ absl::StatusOr<proto::Attr> FileSystem::Link(const Creds& c, uint64_t ino, uint6
   }
   fetch.Patch(&attr);
   names_.Set(new_parent, new_name, attr.ino());
-  KeepGrantedDir(c, new_parent);
+  ChangedNamesIn(c, new_parent);
   return attr;
 }
 
@@ -471,7 +511,7 @@ absl::Status FileSystem::Remove(const Creds& c, uint64_t parent, const std::stri
   RETURN_IF_ERROR(s);
   if (ns_ && is_dir && ino != 0) ns_->DirRemoved(ino);  // (the reply's, if unknown before)
   names_.Erase(parent, name);
-  KeepGrantedDir(c, parent);
+  ChangedNamesIn(c, parent);
   return absl::OkStatus();
 }
 
@@ -529,8 +569,8 @@ absl::Status FileSystem::Rename(const Creds& c, uint64_t parent, const std::stri
   }
   RETURN_IF_ERROR(s);
   names_.Rename(parent, name, new_parent, new_name, exchange);
-  KeepGrantedDir(c, parent);
-  if (new_parent != parent) KeepGrantedDir(c, new_parent);
+  ChangedNamesIn(c, parent);
+  if (new_parent != parent) ChangedNamesIn(c, new_parent);
   return absl::OkStatus();
 }
 

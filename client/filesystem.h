@@ -225,6 +225,10 @@ class FileSystem {
   // are read again (NsGrants makes changes only in a directory whose
   // attributes are leased here).
   void KeepGrantedDir(const Creds& c, uint64_t dir);
+  // After a call changed the names of `dir`: KeepGrantedDir, and when the
+  // directory is the caller's and not granted here, its grant is asked
+  // for when NsGrants::WantDirGrant says so (with its whole listing).
+  void ChangedNamesIn(const Creds& c, uint64_t dir);
   void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                 const proto::Attr& attr, bool own = false);
   // `ino` lost its last name in the namespace log: data cached for a close

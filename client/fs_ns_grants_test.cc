@@ -155,6 +155,34 @@ TEST_F(NsGrantsMountTest, AnotherMountThatLooksRecallsTheGrantAndSeesEverything)
   ASSERT_OK(b->Lookup(root_, d, "z").status());
 }
 
+// An existing directory (made by another mount) is granted at the second
+// change this mount makes in it by a call, with its whole listing; the
+// changes after that are made here, and the other mount sees them all.
+TEST_F(NsGrantsMountTest, AnExistingDirectoryIsGrantedOnceUsedAndOthersStillSeeEverything) {
+  FileSystem* b = Mount(/*grants=*/false);
+  FileSystem* a = Mount();
+  const uint64_t e = MkDir(b, kRoot, "e");
+  ASSERT_OK(a->GetAttr(root_, e).status());
+  ASSERT_OK(MkFile(a, e, "x1").status());
+  EXPECT_FALSE(a->ns_grants()->Holds(e));
+  ASSERT_OK(MkFile(a, e, "x2").status());
+  ASSERT_TRUE(a->ns_grants()->Holds(e));
+  const NsGrants::Stats before = a->ns_grants()->stats();
+  ASSERT_OK(MkFile(a, e, "x3").status());
+  ASSERT_OK(a->Remove(root_, e, "x1", false));
+  EXPECT_EQ(ToErrno(MkFile(a, e, "x2").status()), EEXIST);  // the listing it read
+  EXPECT_EQ(a->ns_grants()->stats().local, before.local + 2);
+  EXPECT_GT(a->ns_grants()->stats().pending, 0u);
+  EXPECT_EQ(Names(b, e), (std::vector<std::string>{"x2", "x3"}));
+  EXPECT_FALSE(a->ns_grants()->Holds(e));
+  // b now holds leases on what is in it: not granted to a again.
+  ASSERT_OK(b->Lookup(root_, e, "x2").status());
+  ASSERT_OK(MkFile(a, e, "x4").status());
+  ASSERT_OK(MkFile(a, e, "x5").status());
+  EXPECT_FALSE(a->ns_grants()->Holds(e));
+  ASSERT_OK(b->Lookup(root_, e, "x5").status());
+}
+
 TEST_F(NsGrantsMountTest, TwoMountsCreatingOneNameGetOneSuccessAndOneEexist) {
   FileSystem* a = Mount();
   FileSystem* b = Mount();

@@ -272,13 +272,15 @@ absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
 }
 
 absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t ino,
-                                                        uint64_t cookie, uint32_t max_entries) {
+                                                        uint64_t cookie, uint32_t max_entries,
+                                                        bool want_grant) {
   RETURN_IF_ERROR(BarrierFor(ino));
   proto::ReadDirRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   req.set_cookie(cookie);
   req.set_max_entries(max_entries);
+  req.set_want_grant(want_grant);
   proto::ReadDirReply reply;
   const uint64_t mark = Mark();
   RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));

@@ -148,8 +148,10 @@ class MetaClient {
                                             const std::string& new_name, uint32_t flags,
                                             uint64_t expected_ino, uint64_t expected_new_ino);
   absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
+  // `want_grant` (cookie 0): the directory's grant is asked for too
+  // (ReadDirReply.granted).
   absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
-                                              uint32_t max_entries);
+                                              uint32_t max_entries, bool want_grant = false);
 
   // --- files ---------------------------------------------------------------
   // `handle`: this open's id in the mount (a resent Open counts once).

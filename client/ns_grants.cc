@@ -85,6 +85,31 @@ bool NsGrants::WantGrant(uint64_t* ticket) {
 void NsGrants::Granted(uint64_t dir, uint64_t ticket) {
   absl::MutexLock l(&mu_);
   if (!diverged_ && ticket == gen_) granted_.insert(dir);
+  use_.erase(dir);
+}
+
+bool NsGrants::WantDirGrant(uint64_t dir, uint64_t* ticket) {
+  {
+    absl::MutexLock l(&mu_);
+    if (diverged_ || granted_.contains(dir)) return false;
+    const absl::Time now = options_.clock->Now();
+    if (use_.size() >= kMaxUse && !use_.contains(dir)) use_.clear();
+    DirUse& u = use_[dir];
+    if (now < u.declined_until) return false;
+    if (u.changes == 0 || now - u.since > options_.use_window) {
+      u.changes = 0;
+      u.since = now;
+    }
+    if (++u.changes < options_.ask_after) return false;
+    u.changes = 0;
+  }
+  return WantGrant(ticket);
+}
+
+void NsGrants::Declined(uint64_t dir) {
+  absl::MutexLock l(&mu_);
+  auto it = use_.find(dir);
+  if (it != use_.end()) it->second.declined_until = options_.clock->Now() + options_.ask_again;
 }
 
 void NsGrants::DirRemoved(uint64_t dir) {
@@ -129,6 +154,15 @@ absl::Status NsGrants::Recall(uint64_t dir) {
     }
     // Files in it whose close did not wait: their data goes before the ack.
     data = DeferredIn(dir);
+    // What was made in it may change elsewhere from now on, before it is
+    // granted here again (MadeHere).
+    for (auto it = made_.begin(); it != made_.end();) {
+      if (it->second == dir) {
+        made_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
   }
   const absl::Status data_status = SendData(data);
   absl::Status s = log_->Flush(log_->last());
@@ -275,6 +309,7 @@ void NsGrants::DropAll() {
   absl::MutexLock l(&mu_);
   granted_.clear();
   tracked_.clear();
+  made_.clear();  // as in Recall
   ++gen_;
 }
 

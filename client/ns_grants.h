@@ -63,6 +63,13 @@ struct NsGrantsOptions {
   // The wall clock the entries' times come from (the times the mount
   // shows, and the server keeps). Not owned.
   Clock* wall = Clock::Real();
+  // Existing directories (WantDirGrant): a grant is asked for at the
+  // `ask_after`th change made by a call in a directory within `use_window`,
+  // and not again for `ask_again` after the server declined. Not owned.
+  int ask_after = 2;
+  absl::Duration use_window = absl::Seconds(1);
+  absl::Duration ask_again = absl::Seconds(5);
+  Clock* clock = Clock::Monotonic();
 };
 
 class NsGrants {
@@ -100,10 +107,20 @@ class NsGrants {
   // numbers are at hand; none: asks for some first). `*ticket` is taken
   // for Granted.
   bool WantGrant(uint64_t* ticket) ABSL_LOCKS_EXCLUDED(mu_);
-  // The server granted `dir` (the reply to a mkdir with want_grant, sent
-  // after `ticket` was taken). Not kept when a recall or a drop came since:
-  // it may have been this very grant's, handled before the reply.
+  // The server granted `dir` (the reply to a mkdir with want_grant, or to
+  // the first page of a readdir with it, sent after `ticket` was taken).
+  // Not kept when a recall or a drop came since: it may have been this very
+  // grant's, handled before the reply.
   void Granted(uint64_t dir, uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // Grants of existing directories (docs/namespace-grants.md): a change in
+  // `dir`, not granted here, was made by a call. True when the mount should
+  // ask for its grant now (a readdir of it from cookie 0 with want_grant):
+  // WantGrant's conditions hold, it is the options' ask_after'th such
+  // change within use_window, and the server did not decline it within
+  // ask_again. `*ticket` is taken for Granted.
+  bool WantDirGrant(uint64_t dir, uint64_t* ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // The server declined the grant WantDirGrant asked for.
+  void Declined(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   // `dir` was removed by a call, or a file opened in the log was renamed
   // or linked by one: what this mount remembers of it here is dropped (a
   // removed directory's grant, the file's opens: their closes go as
@@ -256,9 +273,10 @@ class NsGrants {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `ino` is a file (not a directory) this mount made in `dir`,
   // which has been granted here ever since: it has one name (a link of it
-  // is a call: FileMoved), whatever its attributes (writes drop them from
-  // the lease cache). Sound because a directory is granted only when it is
-  // made: once its grant is gone it never comes back.
+  // is a call: FileMoved), whatever its attributes (the lease cache may
+  // have none: an own change drops them). Sound because what was made in
+  // a directory is forgotten when its grant goes (Recall, DropAll): a grant
+  // of it that comes back later starts anew.
   bool MadeHere(uint64_t ino, uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next inode number (0: none left).
   uint64_t TakeIno() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +311,16 @@ class NsGrants {
 
   absl::Mutex mu_;
   absl::flat_hash_set<uint64_t> granted_ ABSL_GUARDED_BY(mu_);
+  // Changes made by calls in directories not granted here (WantDirGrant):
+  // how many since `since`, and until when the server's no stands. At most
+  // kMaxUse directories: past it, forgotten.
+  struct DirUse {
+    int changes = 0;
+    absl::Time since;
+    absl::Time declined_until = absl::InfinitePast();
+  };
+  static constexpr size_t kMaxUse = 4096;
+  absl::flat_hash_map<uint64_t, DirUse> use_ ABSL_GUARDED_BY(mu_);
   // Inode numbers at hand: [next, end) ranges, used in order.
   std::deque<std::pair<uint64_t, uint64_t>> ranges_ ABSL_GUARDED_BY(mu_);
   uint64_t numbers_left_ ABSL_GUARDED_BY(mu_) = 0;
@@ -304,7 +332,8 @@ class NsGrants {
   };
   absl::flat_hash_map<uint64_t, LoggedOpen> logged_opens_ ABSL_GUARDED_BY(mu_);
   // Files (not directories) made here, and the directory each is in now
-  // (MadeHere). At most kMaxMade: past it, forgotten.
+  // (MadeHere). At most kMaxMade: past it, forgotten. A directory's go
+  // when its grant does (it may be granted again: WantDirGrant).
   static constexpr size_t kMaxMade = 1 << 20;
   absl::flat_hash_map<uint64_t, uint64_t> made_ ABSL_GUARDED_BY(mu_);
   // Tracked attributes of regular files made here (SetAttr), at most

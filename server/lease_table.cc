@@ -229,8 +229,9 @@ bool LeaseTable::Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) 
   if (!h.up || h.until <= now) return false;
   if (options_.recorded && !options_.recorded(client_id)) return false;
   // Another session's namespace grant covers the directory: its holder
-  // changes it on its own, so nobody else caches it.
-  if (key.kind != LeaseKey::kNsGrant && grants_out_.load(std::memory_order_acquire) > 0 &&
+  // changes it on its own, so nobody else caches it, and nobody else is
+  // granted it (one holder at a time).
+  if (grants_out_.load(std::memory_order_acquire) > 0 &&
       HeldByOtherLocked(client_id, LeaseKey::NsGrant(key.ino))) {
     return false;
   }

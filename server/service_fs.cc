@@ -317,6 +317,17 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
     LeaseTable& leases = volume_->leases();
     uint64_t epoch = leases.Epoch();
     uint64_t cookie = req->cookie();
+    // Granted before the listing is read: from then on only the session
+    // changes it, so the listing it reads is what it will change.
+    if (req->want_grant() && cookie == 0 && rc.top == 0) {
+      std::string why;
+      reply->set_granted(volume_->GrantDir(rc, req->ino(), epoch, &why));
+      VLOG(1) << "grant of directory " << req->ino() << " to session " << rc.client_id << ": "
+              << (reply->granted() ? "granted" : why);
+      // Its recall of others' leases on the directory changed those keys:
+      // the listing below is read after it.
+      epoch = leases.Epoch();
+    }
     absl::Status s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), reply);
     // Subdirectories granted to other sessions: their attributes change at
     // their holders; recalled, then the page is read again.
@@ -329,7 +340,9 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
       }
       if (granted.empty() || !leases.HeldByOther(rc.client_id, granted)) break;
       leases.Recall(rc.client_id, granted);
+      const bool dir_granted = reply->granted();
       reply->Clear();
+      reply->set_granted(dir_granted);
       epoch = leases.Epoch();
       s = volume_->ReadDir(rc, req->ino(), cookie, req->max_entries(), reply);
     }
@@ -348,6 +361,8 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
     }
     if (!s.ok()) {
       reply->clear_entries();
+      if (reply->granted()) leases.Drop(rc.client_id, LeaseKey::NsGrant(req->ino()));
+      reply->set_granted(false);
       return s;
     }
     if (leases.Takes(rc.client_id)) {

@@ -190,6 +190,16 @@ class Volume {
   // takes no leases now, holds no inode range, or the directory is
   // recalled too often (hot) or was touched since `epoch`.
   bool GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch);
+  // Grants directory `dir`, which exists, to the session when no other
+  // session uses it: none holds the grant, nor the attributes of an inode
+  // in it (the holder's removes and renames change those), and it holds at
+  // most kMaxGrantedEntries names. Others' leases on the directory's names
+  // and attributes are recalled (as for a new one). False as GrantNewDir,
+  // or when it is in use or too large; `why` says which.
+  bool GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch, std::string* why);
+  static constexpr int kMaxGrantedEntries = 4096;
+  // The session takes leases now and its record holds inode numbers.
+  bool TakesGrants(const RequestContext& ctx);
   // Before the request of `ctx` reads or changes `inos` (and, with `name`,
   // the inode that name in the first of them names): the namespace grants
   // other sessions hold on them or on the directories holding them are

@@ -3,6 +3,8 @@
 // ordered log it applies later (GrantFsService::ApplyLog); the server keeps
 // who holds what in the lease table (LeaseKey::kNsGrant) and recalls a grant
 // before another session reads or changes what it covers.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -25,17 +27,65 @@ absl::StatusOr<proto::SessionRecord::InodeRange> Volume::InodeRange(const Reques
   return meta_->sessions().AddInodeRange(ctx.client_id, count, keep_from, ctx.tag);
 }
 
-bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch) {
+bool Volume::TakesGrants(const RequestContext& ctx) {
   if (!leases_.Takes(ctx.client_id)) return false;
   // Only a session whose record holds inode numbers takes grants: a server
   // that takes over knows from the record to wait for it (Recover).
   absl::StatusOr<std::optional<proto::SessionRecord>> rec =
       meta_->sessions().GetSession(ctx.client_id);
-  if (!rec.ok() || !*rec || (*rec)->ino_ranges_size() == 0) return false;
+  return rec.ok() && *rec && (*rec)->ino_ranges_size() > 0;
+}
+
+bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch) {
+  if (!TakesGrants(ctx)) return false;
   if (!leases_.Grant(ctx.client_id, LeaseKey::NsGrant(dir), epoch)) return false;
   // Registered first, then the others' leases on the directory recalled: a
   // read that comes after the registration recalls the grant itself
   // (BreakGrants), one before it is caught by this recall.
+  leases_.Recall(ctx.client_id, {LeaseKey::Dir(dir), LeaseKey::Attr(dir)});
+  return true;
+}
+
+bool Volume::GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch,
+                      std::string* why) {
+  if (!TakesGrants(ctx)) {
+    *why = "the session takes no grants now";
+    return false;
+  }
+  absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(dir);
+  if (!rec.ok() || !S_ISDIR(rec->mode())) {
+    *why = "not a directory";
+    return false;
+  }
+  // Registered first: a read or change by another session from now on
+  // recalls it (BreakGrants), so what is checked below stays true.
+  if (!leases_.Grant(ctx.client_id, LeaseKey::NsGrant(dir), epoch)) {
+    *why = "held or recalled elsewhere, changed since the read began, or recalled too often";
+    return false;
+  }
+  std::vector<LeaseKey> inside;
+  const std::string prefix = keys::Prefix('E', dir);
+  absl::Status scanned = meta_->store().Scan(
+      keys::DirCookie(dir, 3), prefix,
+      [&](absl::string_view, absl::string_view value) -> absl::StatusOr<bool> {
+        proto::DirentRecord d;
+        if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          return ErrnoStatus(EIO, "corrupt dirent record");
+        }
+        inside.push_back(LeaseKey::Attr(d.ino()));
+        return inside.size() <= static_cast<size_t>(kMaxGrantedEntries);
+      });
+  if (!scanned.ok() || inside.size() > static_cast<size_t>(kMaxGrantedEntries)) {
+    *why = scanned.ok() ? absl::StrCat("more than ", kMaxGrantedEntries, " names")
+                        : std::string(scanned.message());
+    leases_.Drop(ctx.client_id, LeaseKey::NsGrant(dir));
+    return false;
+  }
+  if (leases_.HeldByOther(ctx.client_id, inside)) {
+    *why = "another session holds the attributes of an inode in it";
+    leases_.Drop(ctx.client_id, LeaseKey::NsGrant(dir));
+    return false;
+  }
   leases_.Recall(ctx.client_id, {LeaseKey::Dir(dir), LeaseKey::Attr(dir)});
   return true;
 }
