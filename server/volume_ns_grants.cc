@@ -46,8 +46,7 @@ bool Volume::GrantNewDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch
   return true;
 }
 
-bool Volume::GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch,
-                      std::string* why) {
+bool Volume::GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch, std::string* why) {
   if (!TakesGrants(ctx)) {
     *why = "the session takes no grants now";
     return false;
@@ -65,16 +64,16 @@ bool Volume::GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch,
   }
   std::vector<LeaseKey> inside;
   const std::string prefix = keys::Prefix('E', dir);
-  absl::Status scanned = meta_->store().Scan(
-      keys::DirCookie(dir, 3), prefix,
-      [&](absl::string_view, absl::string_view value) -> absl::StatusOr<bool> {
-        proto::DirentRecord d;
-        if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          return ErrnoStatus(EIO, "corrupt dirent record");
-        }
-        inside.push_back(LeaseKey::Attr(d.ino()));
-        return inside.size() <= static_cast<size_t>(kMaxGrantedEntries);
-      });
+  absl::Status scanned =
+      meta_->store().Scan(keys::DirCookie(dir, 3), prefix,
+                          [&](absl::string_view, absl::string_view value) -> absl::StatusOr<bool> {
+                            proto::DirentRecord d;
+                            if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+                              return ErrnoStatus(EIO, "corrupt dirent record");
+                            }
+                            inside.push_back(LeaseKey::Attr(d.ino()));
+                            return inside.size() <= static_cast<size_t>(kMaxGrantedEntries);
+                          });
   if (!scanned.ok() || inside.size() > static_cast<size_t>(kMaxGrantedEntries)) {
     *why = scanned.ok() ? absl::StrCat("more than ", kMaxGrantedEntries, " names")
                         : std::string(scanned.message());
