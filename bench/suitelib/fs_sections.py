@@ -7,7 +7,7 @@ import os
 import re
 import time
 
-from . import ctree, meta_leases
+from . import ctree, meta_leases, tree_work
 from .context import Section
 from .harness import BenchError
 from .report import num, quote
@@ -431,6 +431,7 @@ def metadata_and_dbench(ctx):
             h.unmount(d)
     tree_targets = meta_leases.tree_walks(ctx, server)
     meta_leases.ping_pong(ctx, server)
+    tree_work.measure(ctx, server)
 
     sec = Section(ctx, 5, "metadata", "Metadata and dbench (Tux3 vs tmpfs vs ext4)")
     sec.text(f"""
@@ -482,5 +483,6 @@ run(s).
     sec.csv("dbench")
     meta_leases.tree_walk_text(sec, ctx, tree_targets)
     meta_leases.ping_pong_text(sec, ctx)
+    tree_work.text(sec, ctx)
     return [sec]
 
