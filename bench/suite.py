@@ -132,10 +132,12 @@ def check_prerequisites(a, cfg):
 
 def sizes_text(cfg, mode):
     return (f"mode {mode}: {cfg['runs']} run(s) per figure; dd {cfg['dd_mib']} MiB; sweep dd "
-            f"{cfg['sweep_mib']} MiB and {cfg['small_files']} small files; build "
+            f"{cfg['sweep_mib']} MiB and {cfg['small_files']} small files "
+            f"({cfg['sweep_ns_files']:,} with namespace grants); build "
             f"{cfg['build_files']} modules; metadata {cfg['meta_files']:,} files, tree walks "
             f"{cfg['tree_files']:,} files, {cfg['pingpong_rounds']:,} ping-pong rounds "
-            f"({cfg['lease_runs']} run(s)); dbench "
+            f"({cfg['lease_runs']} run(s)), tar x of {cfg['tar_files']:,} files, git clone of "
+            f"{cfg['git_files']:,}; dbench "
             f"{cfg['dbench_secs']} s; RPC {cfg['rpc_secs']} s per point; load "
             f"{cfg['load_secs']} s per step; failover {cfg['drill_runs']} drill(s) of "
             f"{cfg['drill_mib']} MiB; group commit {cfg['gc_ops']} mkdirs per point")

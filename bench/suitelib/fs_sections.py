@@ -418,8 +418,13 @@ def metadata_and_dbench(ctx):
             for name, d in dbench_targets:
                 ctx.progress.step(f"§5 dbench {clients} clients {secs} s on {name}, "
                                   f"run {run + 1}/{ctx.runs}")
-                out = h.run(["dbench", "-c", DBENCH_LOAD, "-D", d, "-t", str(secs), str(clients)],
-                            secs + 180, f"dbench on {name}")
+                # A directory of each target's own, made through its mount:
+                # the two GrantFS mounts show one namespace, and only what a
+                # mount made is granted to it.
+                dd = os.path.join(d, f"dbench-{os.path.basename(d)}-{run}")
+                os.mkdir(dd)
+                out = h.run(["dbench", "-c", DBENCH_LOAD, "-D", dd, "-t", str(secs),
+                             str(clients)], secs + 180, f"dbench on {name}")
                 m = DBENCH_RE.search(out)
                 if not m:
                     raise BenchError(f"dbench on {name}: no Throughput line: {out[-800:]}")
@@ -465,9 +470,10 @@ with leases, with and without namespace grants.
     sec.csv("metadata")
     sec.text(f"""
 `dbench -c {DBENCH_LOAD} -t {secs} {clients}` ({clients} clients replaying the NetBench client.txt
-load for {secs} s): throughput and the largest latency of any operation. dbench writes its own
-buffers (zeros); the non-zero workloads above stand beside it. Median (min–max) of {ctx.runs}
-run(s).
+load for {secs} s) in a new directory of each target made through its mount (on
+{GFS_NS}, granted to it): throughput and the largest latency of any operation. dbench writes its
+own buffers (zeros); the non-zero workloads above stand beside it. Median (min–max) of
+{ctx.runs} run(s).
 """)
     gt = res.get("dbench", (("target", GFS),), "throughput")
     gn = res.get("dbench", (("target", GFS_NS),), "throughput")
