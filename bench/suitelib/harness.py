@@ -204,7 +204,8 @@ class Harness:
                 lines = f.read().splitlines()
         except OSError:
             return
-        problems = [ln for ln in lines if LOG_PROBLEM.match(ln)]
+        problems = sorted((ln for ln in lines if LOG_PROBLEM.match(ln)),
+                          key=lambda ln: ln[0] == "W")  # errors first, each in log order
         for ln in problems[:limit]:
             self.progress.note(f"{proc.name} log: {ln}")
         if len(problems) > limit:

@@ -22,7 +22,8 @@ through mount 2, a mount of the same trio that had never looked into it
   metadata change), and the errors any of them got;
 - kill to the heir saying primary (kit RolePoller, every 100 ms);
 - files lost, wrong or unexpected, on each mount;
-- the warnings and errors mount 1 logged during the drill.
+- the warnings (the failover's retries) and errors mount 1 logged during
+  the drill; an error fails the run, as a lost file does.
 
 The drill process holds no file of a mount open while anything runs on it
 (tar and the probe are processes of their own): see failover.py on forks.
@@ -206,7 +207,9 @@ def one_untar(h, trio, run, tar, files, dirs, ns_mount, other_mount, kill_at=0.4
                probe_creates=len(ops), probe_errors=[f"{e} at +{b - t_kill['t']:.3f} s"
                                                      for _, b, e in ops if e],
                syncfs_ms=syncfs_s * 1000, fsync_dirs_ms=fsync_s * 1000,
-               here=here, there=there, log_problems=problems)
+               here=here, there=there,
+               log_errors=[ln for ln in problems if ln[0] != "W"],
+               log_warnings=[ln for ln in problems if ln[0] == "W"])
     t0 = time.monotonic()
     trio.restart(victim)
     trio.wait_in_sync(heir, victim, 600)
@@ -227,4 +230,6 @@ def untar_failed(r):
         why.append(f"probe errors: {r['probe_errors'][:3]}")
     if r["epoch_after"] != r["epoch_before"] + 1:
         why.append(f"epoch {r['epoch_before']} -> {r['epoch_after']}, expected +1")
+    if r["log_errors"]:
+        why.append(f"the mount logged errors: {r['log_errors'][:3]}")
     return "; ".join(why)
