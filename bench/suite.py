@@ -61,8 +61,8 @@ TITLES = {
 HOWTO = """\
 How to regenerate this file (as root, from the repository, after building):
 
-    bench/run.sh                  # full: about 40 minutes on 2 cores
-    bench/run.sh --quick          # small sizes, under 3 minutes (not for publishing)
+    bench/run.sh                  # full: about an hour on 2 cores
+    bench/run.sh --quick          # small sizes, about 5 minutes (not for publishing)
     bench/run.sh --build build --out docs --sections 1,3   # some sections only
 
 or `ninja -C build bench` (`bench-quick`), or `build/bench/grantfs-bench suite [--quick]`.
@@ -77,7 +77,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="small sizes, under 3 minutes")
+    g.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
     g.add_argument("--smoke", action="store_true", help="smallest sizes (the e2e test)")
     p.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory")
     p.add_argument("--out", default=os.path.join(REPO, "docs"),

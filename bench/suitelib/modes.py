@@ -15,8 +15,16 @@ full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       ~20 s, a leases-off meta run ~1 min); not yet measured in full mode.
       Section 10 (TLS on and off: 1 GiB dd and 2,000 creates on each, 3 runs)
       took 67 s in full mode.
-quick: the same sections, small sizes; about 4 minutes (section 5 took 128 s at
-       load 3-4 on 2 cores, ~75 s of it the lease measurements).
+      The namespace-grants targets (issue 17) add an estimated 15-20 minutes,
+      not yet measured in full mode: section 3's 5,000 small files at 0, 1
+      and 5 ms (~5 min: reads of files whose data has gone are a call each,
+      ~70/s at 5 ms in quick mode), section 4's builds on one more mount
+      (~2 min), section 5's tree work (tar x and rm -rf of 20,000 files and
+      a git clone of 3,000 on four targets, 3 runs: ~11 min, most of it
+      the GrantFS mount without grants, extrapolated from quick mode).
+quick: the same sections, small sizes; about 5 minutes (section 5 took 128 s at
+       load 3-4 on 2 cores, ~75 s of it the lease measurements; 215 s at load 5-6
+       with the tree work, ~50 s of it).
 smoke: the smallest run that still exercises every section (the e2e test).
 """
 
