@@ -2,7 +2,7 @@
 """The failover drill, repeatable: kill -9 the primary during a streaming
 write, N times, alternating roles; print the pauses and the bytes lost.
 
-    bench/drill.py [--build DIR] [--runs 10] [--size-mb 1024] [--mode drill|compare|both]
+    bench/drill.py [--build DIR] [--runs 10] [--size-mb 1024] [--mode drill|compare|both|untar]
 
 It starts a witness, a primary and a replica (grantfs-server --role=...) and
 two mounts that know both servers, under a scratch directory in --workdir.
@@ -26,6 +26,19 @@ grantfs-latency-proxy, D ms each way (a slower link between two machines;
 clients reach the servers direct): replication then adds 2 * D ms to every
 change a client waits for, and the dd row shows whether it caps throughput.
 
+--mode untar is the drill of namespace grants (issue 17): `tar x` of a
+tarball of --tar-files small files (made on the local disk) into mount 1, a
+`grantfs-mount --ns_grants=on`, while a probe process creates a file on the
+same mount every ~10 ms; when tar has read --kill-at of the tarball the
+primary gets SIGKILL, and tar goes on to the end. Then `sync -f` (syncfs) of
+the mount and an fsync of every directory tar made, and the tree is checked
+against the tarball's listing and bytes through mount 1 and through mount 2
+(a mount without grants that never saw it: another node). Per run: tar's
+time, the longest pause in tar's own progress (its --checkpoint lines; and
+before the kill, for scale), the longest probe create, kill to the heir
+saying primary, files lost or wrong on each mount, and the errors mount 1
+logged (any fails the run; suitelib/untar_drill.py).
+
 Exit status: 0 every run kept every byte with no error, 1 a run lost bytes,
 saw an error or did not recover (the logs are kept and their place printed),
 2 bad usage or this build cannot run a witness.
@@ -40,6 +53,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suitelib import failover as drill  # noqa: E402 (suitelib puts tests/ on the path)
+from suitelib import tarball, untar_drill  # noqa: E402
 from suitelib.context import Countdown, Progress  # noqa: E402
 from suitelib.harness import BenchError, Harness, install_signal_handlers  # noqa: E402
 from suitelib.stats import fmt, fmt_summary, summarize  # noqa: E402
@@ -90,6 +104,82 @@ def drills(h, progress, runs, size_mb, kill_at, capacity):
     return results, failures
 
 
+def untar_line(r):
+    pause = (f"{r['kill_to_primary_ms']:.0f} ms" if r["kill_to_primary_ms"] is not None
+             else "not seen")
+    line = (f"run {r['run']}: killed {r['killed']} (primary at epoch {r['epoch_before']}) "
+            f"{r['kill_at_s']:.1f} s into tar, {r['new_primary']} primary at epoch "
+            f"{r['epoch_after']} ({pause} after the kill); tar x of {r['files']:,} files "
+            f"{r['tar_s']:.1f} s, exit {r['tar_rc']}; longest pause in tar's progress "
+            f"{r['longest_tar_gap_ms']:.0f} ms (before the kill "
+            f"{r['longest_tar_gap_before_kill_ms']:.0f} ms); longest probe create "
+            f"{r['longest_create_ms']:.0f} ms of {r['probe_creates']}; sync -f "
+            f"{r['syncfs_ms']:.0f} ms, fsync of every directory {r['fsync_dirs_ms']:.0f} ms; "
+            f"on the mount: {r['here'].text()}; on another mount: {r['there'].text()}; "
+            f"{r['killed']} back in sync after {r['resync_s']:.1f} s; mount log: "
+            f"{len(r['log_errors'])} errors, {len(r['log_warnings'])} warnings (the failover's "
+            f"retries among them)")
+    return "\n    ".join([line] + r["log_errors"][:10])
+
+
+def untars(h, progress, runs, files, kill_at, capacity):
+    """Runs the untar drills; returns (results, failures)."""
+    progress.step(f"a tarball of {files:,} small files on the local disk")
+    tar = tarball.make_tarball(h.local_dir("untar-src"), files)
+    listing, dirs = tarball.contents(tar)
+    progress.done(f"{os.path.getsize(tar) >> 10} KiB")
+    progress.step("starting witness, primary and replica; waiting for in sync")
+    trio = drill.make_trio(h, "untar", capacity)
+    trio.start()
+    progress.done(f"A {trio['A'].addr}, B {trio['B'].addr}, witness {trio['W'].addr}")
+    m1 = h.mount_grantfs("untar-ns", trio.servers, ns_grants="on")
+    m2 = h.mount_grantfs("untar-other", trio.servers)
+    results, failures = [], []
+    countdown = Countdown(runs)
+    for run in range(1, runs + 1):
+        progress.step(f"untar drill {countdown.next()}: tar x of {files:,} files, kill -9 of "
+                      f"the primary at {kill_at:.0%}")
+        r = untar_drill.one_untar(h, trio, run, tar, listing, dirs, m1, m2, kill_at)
+        countdown.finished()
+        results.append(r)
+        why = untar_drill.untar_failed(r)
+        progress.done("FAILED" if why else "ok")
+        print(untar_line(r), flush=True)
+        if why:
+            failures.append(f"run {run}: {why}")
+            print(f"run {run} FAILED: {why}", flush=True)
+    h.unmount(m1)
+    h.unmount(m2)
+    return results, failures
+
+
+def untar_summary_lines(results):
+    out = []
+    for key, what in (("tar_s", "tar x (s)"),
+                      ("longest_tar_gap_ms", "longest pause in tar's progress"),
+                      ("longest_tar_gap_before_kill_ms", "the same before the kill"),
+                      ("longest_create_ms", "longest probe create on the same mount"),
+                      ("kill_to_primary_ms", "kill -> heir says primary"),
+                      ("fsync_dirs_ms", "fsync of every directory after tar"),
+                      ("resync_s", "restarted server back in sync (s)")):
+        vals = [r[key] for r in results if r[key] is not None]
+        if not vals:
+            out.append(f"{what}: not measured")
+            continue
+        s = summarize(vals)
+        unit = "" if key.endswith("_s") else " ms"
+        out.append(f"{what}: median {fmt(s.median)}{unit}, max {fmt(s.max)}{unit} "
+                   f"(min {fmt(s.min)}, {s.n} runs)")
+    for where, what in (("here", "the mount that ran tar"), ("there", "another mount")):
+        lost = sum(len(r[where].missing) for r in results)
+        wrong = sum(len(r[where].wrong) + len(r[where].extra) for r in results)
+        out.append(f"on {what}: {lost} files lost, {wrong} wrong or unexpected, in total over "
+                   f"{len(results)} runs")
+    out.append(f"mount log: {sum(len(r['log_errors']) for r in results)} errors and "
+               f"{sum(len(r['log_warnings']) for r in results)} warnings in total")
+    return out
+
+
 def summary_lines(results):
     out = []
     for key, what in (("kill_to_served_ms", "kill -> first served op"),
@@ -135,7 +225,9 @@ def main(argv):
     p.add_argument("--size-mb", type=int, default=1024, help="MiB written per drill")
     p.add_argument("--kill-at", type=float, default=0.4,
                    help="fraction of the file written when the primary is killed")
-    p.add_argument("--mode", choices=("drill", "compare", "both"), default="drill")
+    p.add_argument("--mode", choices=("drill", "compare", "both", "untar"), default="drill")
+    p.add_argument("--tar-files", type=int, default=20000,
+                   help="untar: small files in the tarball")
     p.add_argument("--compare-runs", type=int, default=3)
     p.add_argument("--creates", type=int, default=2000,
                    help="compare: files created (and lock + unlock pairs) per run")
@@ -146,8 +238,8 @@ def main(argv):
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the server and mount logs also when every run passed")
     a = p.parse_args(argv)
-    if a.runs < 1 or a.size_mb < 1 or not 0 < a.kill_at < 1:
-        p.error("--runs and --size-mb must be >= 1, --kill-at between 0 and 1")
+    if a.runs < 1 or a.size_mb < 1 or a.tar_files < 1 or not 0 < a.kill_at < 1:
+        p.error("--runs, --size-mb and --tar-files must be >= 1, --kill-at between 0 and 1")
     if os.geteuid() != 0:
         print("drill: must run as root (FUSE mounts)", file=sys.stderr)
         return 2
@@ -171,6 +263,15 @@ def main(argv):
             results, failures = drills(h, progress, a.runs, a.size_mb, a.kill_at, a.capacity)
             print(f"\n{a.runs} drill(s), {a.size_mb} MiB each, kill -9 at {a.kill_at:.0%}:")
             for line in summary_lines(results):
+                print("  " + line)
+            if failures:
+                failed = True
+                print("FAILED runs:\n  " + "\n  ".join(failures))
+        if a.mode == "untar":
+            results, failures = untars(h, progress, a.runs, a.tar_files, a.kill_at, a.capacity)
+            print(f"\n{a.runs} untar drill(s), {a.tar_files:,} files each, kill -9 at "
+                  f"{a.kill_at:.0%} of the tarball:")
+            for line in untar_summary_lines(results):
                 print("  " + line)
             if failures:
                 failed = True

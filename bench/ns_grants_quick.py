@@ -22,8 +22,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)  # suitelib, which puts tests/ (the kit) on the path
 os.environ.setdefault("GRANTFS_BUILD", os.path.join(HERE, "..", "build"))
+
+from suitelib.tarball import make_tarball  # noqa: E402 (first: it puts tests/ on the path)
 
 from kit.keys import use_cluster_keys  # noqa: E402
 from kit.mount import force_unmount, start_fuse  # noqa: E402
@@ -37,21 +39,6 @@ DB_SECS = int(os.environ.get("DB_SECS", "20"))
 DBENCH_RE = re.compile(r"Throughput ([\d.]+) MB/sec\s+(\d+) clients.*max_latency=([\d.]+) ms")
 META = ("create", "stat", "unlink", "rename")  # the order of grantfs-bench's CSV line
 TAR_FILES = int(os.environ.get("TAR_FILES", "20000"))
-
-
-def make_tarball(base):
-    """A tar of TAR_FILES small files (100 per directory, non-zero
-    contents), made on the local disk; returns its path."""
-    src = os.path.join(base, "tree")
-    for i in range(TAR_FILES):
-        d = os.path.join(src, f"d{i // 1000:02d}", f"s{i // 100:03d}")
-        if i % 100 == 0:
-            os.makedirs(d)
-        with open(os.path.join(d, f"f{i:06d}.c"), "w") as f:
-            f.write(f"int f{i}(void) {{ return {i}; }}\n" * (1 + i % 7))
-    tarball = os.path.join(base, "tree.tar")
-    subprocess.run(["tar", "cf", tarball, "-C", base, "tree"], check=True)
-    return tarball
 
 
 def timed(argv):
@@ -97,7 +84,7 @@ def main():
     only = os.environ.get("ONLY_DBENCH") or os.environ.get("ONLY_TAR")
     try:
         if not os.environ.get("ONLY_DBENCH"):
-            tarball = make_tarball(local)
+            tarball = make_tarball(local, TAR_FILES)
             for run in range(RUNS):
                 for name, d in targets:
                     dd = os.path.join(d, f"tar-{name.replace(' ', '-')}-{run}")

@@ -61,8 +61,8 @@ TITLES = {
 HOWTO = """\
 How to regenerate this file (as root, from the repository, after building):
 
-    bench/run.sh                  # full: about 40 minutes on 2 cores
-    bench/run.sh --quick          # small sizes, under 3 minutes (not for publishing)
+    bench/run.sh                  # full: about an hour on 2 cores
+    bench/run.sh --quick          # small sizes, about 5 minutes (not for publishing)
     bench/run.sh --build build --out docs --sections 1,3   # some sections only
 
 or `ninja -C build bench` (`bench-quick`), or `build/bench/grantfs-bench suite [--quick]`.
@@ -77,7 +77,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="small sizes, under 3 minutes")
+    g.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
     g.add_argument("--smoke", action="store_true", help="smallest sizes (the e2e test)")
     p.add_argument("--build", default=os.path.join(REPO, "build"), help="build directory")
     p.add_argument("--out", default=os.path.join(REPO, "docs"),
@@ -132,10 +132,12 @@ def check_prerequisites(a, cfg):
 
 def sizes_text(cfg, mode):
     return (f"mode {mode}: {cfg['runs']} run(s) per figure; dd {cfg['dd_mib']} MiB; sweep dd "
-            f"{cfg['sweep_mib']} MiB and {cfg['small_files']} small files; build "
+            f"{cfg['sweep_mib']} MiB and {cfg['small_files']} small files "
+            f"({cfg['sweep_ns_files']:,} with namespace grants); build "
             f"{cfg['build_files']} modules; metadata {cfg['meta_files']:,} files, tree walks "
             f"{cfg['tree_files']:,} files, {cfg['pingpong_rounds']:,} ping-pong rounds "
-            f"({cfg['lease_runs']} run(s)); dbench "
+            f"({cfg['lease_runs']} run(s)), tar x of {cfg['tar_files']:,} files, git clone of "
+            f"{cfg['git_files']:,}; dbench "
             f"{cfg['dbench_secs']} s; RPC {cfg['rpc_secs']} s per point; load "
             f"{cfg['load_secs']} s per step; failover {cfg['drill_runs']} drill(s) of "
             f"{cfg['drill_mib']} MiB; group commit {cfg['gc_ops']} mkdirs per point")

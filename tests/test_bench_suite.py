@@ -21,7 +21,7 @@ from kit.mount import mounts_under
 from kit.waits import wait_for
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from suitelib import context, stats  # noqa: E402
+from suitelib import context, stats, tarball  # noqa: E402
 from suitelib.report import PNG_MAGIC  # noqa: E402
 
 SUITE = os.path.join(REPO, "bench", "suite.py")
@@ -31,7 +31,7 @@ SECTIONS = {
     8: "Failover drill", 9: "Group commit", 10: "What TLS costs",
 }
 CSVS = ["mkfile_dd", "time_split", "latency_sweep", "parallel_build", "metadata", "dbench",
-        "tree_walk", "pingpong", "rpc", "rpc_rate", "thread_scaling", "group_commit", "tls_cost",
+        "tree_walk", "pingpong", "tree_work", "rpc", "rpc_rate", "thread_scaling", "group_commit", "tls_cost",
         "runs"]
 PNGS = ["time_split", "latency_sweep", "thread_scaling"]
 
@@ -98,6 +98,27 @@ def test_results_tables_come_from_the_samples():
         r.record("s", (("target", "a"),), "wall", "ms", 1)  # one unit per metric
 
 
+def test_tarball_and_the_check_of_an_extracted_tree(tmp_path):
+    tar = tarball.make_tarball(str(tmp_path / "src"), 250)
+    files, dirs = tarball.contents(tar)
+    assert len(files) == 250 and "tree/d00/s002" in dirs
+    assert all(b and b"\0" not in b for b in files.values())
+    dest = tmp_path / "x"
+    dest.mkdir()
+    subprocess.run(["tar", "xf", tar, "-C", str(dest)], check=True)
+    assert tarball.compare_tree(str(dest), files, dirs).ok()
+    os.unlink(dest / "tree/d00/s001/f000150.c")
+    (dest / "tree/d00/s000/f000001.c").write_bytes(files["tree/d00/s000/f000001.c"][:-1] + b"!")
+    (dest / "tree/d00/s002/stray").write_bytes(b"x")
+    by_size = tarball.compare_tree(str(dest), files, dirs, read=False)
+    assert by_size.missing == ["tree/d00/s001/f000150.c"] and not by_size.wrong
+    diff = tarball.compare_tree(str(dest), files, dirs)
+    assert diff.missing == ["tree/d00/s001/f000150.c"]
+    assert diff.wrong == ["tree/d00/s000/f000001.c (54 bytes, expected 54)"]
+    assert diff.extra == ["tree/d00/s002/stray"] and not diff.ok()
+    assert diff.text().startswith("1 missing: tree/d00/s001/f000150.c; 1 wrong: ")
+
+
 # --- the suite as a program -------------------------------------------------------------
 
 
@@ -153,6 +174,11 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     # Section 5: leases on and off side by side, and the tree walks and ping-pong tables.
     assert "| GrantFS (leases off) |" in md
     assert "### Tree walks" in md and "### Two nodes alternating" in md
+    # Namespace grants beside GrantFS: the sweep's small files, the build, the two nodes
+    # alternating and the tree work.
+    assert "| GrantFS fastwrite, ns grants | 5 ms |" in md
+    assert md.count("| GrantFS (ns grants) |") >= 5  # build, meta, dbench, ping-pong, tree work
+    assert "### Tree work" in md and "| GrantFS (ns grants) | the local disk's |" in md
     # Section 8: the failover drill ran against a real witness, primary and replica.
     assert "| kill to first served op |" in md
     bytes_lost = [line for line in md.splitlines() if line.startswith("| bytes lost |")]
@@ -174,7 +200,8 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     # The figures every comparison rests on are positive.
     for name, metric in (("mkfile_dd", "MB/s incl. fsync"), ("metadata", "create/s"),
                          ("group_commit", "mkdir"),
-                         ("tree_walk", "wall"), ("pingpong", "ops/s"),
+                         ("tree_walk", "wall"), ("pingpong", "ops/s"), ("tree_work", "tar x"),
+                         ("tree_work", "git clone"), ("latency_sweep", "small create/s"),
                          ("dbench", "throughput"), ("parallel_build", "wall"),
                          ("rpc", "median"), ("latency_sweep", "write() MB/s"),
                          ("tls_cost", "dd MB/s incl. fsync"), ("tls_cost", "creates/s")):

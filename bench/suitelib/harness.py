@@ -8,6 +8,7 @@ scratch directory (never while something is still mounted inside it).
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,11 @@ from kit.waits import listening, wait_for
 BenchError = HarnessError
 
 __all__ = ["BenchError", "Harness", "install_signal_handlers", "mounts_under"]
+
+# Lines of a grantfs-mount log shown after its unmount: its warnings and
+# errors (glog's W, E and F lines), and what its namespace grants did.
+LOG_PROBLEM = re.compile(r"^[WEF]\d{8} ")
+LOG_NS_SUMMARY = re.compile(r"^I\d{8} .*\] namespace grants: \d+ changes made here")
 
 
 class Server:
@@ -186,6 +192,28 @@ class Harness:
                 proc.popen.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.stop()
+            if os.path.basename(proc.argv[0]) == "grantfs-mount":
+                self._show_log(proc)
+
+    def _show_log(self, proc, limit=8):
+        """Notes a mount's warnings and errors, and what its namespace
+        grants did, from its log: what went wrong under a benchmark is
+        seen without opening the logs (gone with the scratch directory)."""
+        try:
+            with open(proc.log_path, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return
+        problems = sorted((ln for ln in lines if LOG_PROBLEM.match(ln)),
+                          key=lambda ln: ln[0] == "W")  # errors first, each in log order
+        for ln in problems[:limit]:
+            self.progress.note(f"{proc.name} log: {ln}")
+        if len(problems) > limit:
+            self.progress.note(f"{proc.name} log: {len(problems) - limit} more warnings and "
+                               f"errors")
+        for ln in lines:
+            if LOG_NS_SUMMARY.match(ln):
+                self.progress.note(f"{proc.name} log: {ln.split('] ', 1)[1]}")
 
     # --- teardown --------------------------------------------------------------
 

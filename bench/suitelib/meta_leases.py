@@ -12,9 +12,10 @@ import time
 from .harness import BenchError
 from .stats import fmt_ratio, fmt_summary
 
-# Target names; GFS and GFS_OFF are the same as in fs_sections.
+# Target names; GFS, GFS_OFF and GFS_NS are the same as in fs_sections.
 GFS = "GrantFS"
 GFS_OFF = "GrantFS (leases off)"
+GFS_NS = "GrantFS (ns grants)"
 PT = "FUSE passthrough"
 LOCAL = "local disk"
 
@@ -194,18 +195,20 @@ def ping_pong(ctx, server):
     """Records section "pingpong": two mounts of one server (nodes A and
     B) take turns in one directory, each creating a file and then stat'ing
     the file the other node made last; operations per second, for leases
-    on and off."""
+    on and off, and for both mounts with namespace grants."""
     cfg, h, res = ctx.cfg, ctx.h, ctx.results
     rounds, runs = cfg["pingpong_rounds"], cfg["lease_runs"]
-    pairs = [(name, leases, h.mount_grantfs(f"pp-a-{leases}", server.addr, leases=leases),
-              h.mount_grantfs(f"pp-b-{leases}", server.addr, leases=leases))
-             for name, leases in ((GFS, "on"), (GFS_OFF, "off"))]
+    pairs = [(name, tag, h.mount_grantfs(f"pp-a-{tag}", server.addr, leases=leases,
+                                         ns_grants=ns),
+              h.mount_grantfs(f"pp-b-{tag}", server.addr, leases=leases, ns_grants=ns))
+             for name, tag, leases, ns in ((GFS, "on", "on", "off"), (GFS_OFF, "off", "off", "off"),
+                                           (GFS_NS, "ns", "on", "on"))]
     try:
         for run in range(runs):
-            for name, leases, a, b in pairs:
+            for name, tag, a, b in pairs:
                 ctx.progress.step(f"§5 two nodes alternating, {rounds} rounds on {name}, "
                                   f"run {run + 1}/{runs}")
-                rel = f"pingpong-{leases}-{run}"  # one server: a directory per mode and run
+                rel = f"pingpong-{tag}-{run}"  # one server: a directory per mode and run
                 os.mkdir(os.path.join(a, rel))
                 nodes = (os.path.join(a, rel), os.path.join(b, rel))
                 os.listdir(nodes[1])  # B knows the directory before the rounds start
@@ -244,14 +247,19 @@ def ping_pong_text(sec, ctx):
 Two mounts of the same server (nodes A and B), one process driving both in turn, {rounds:,}
 rounds in a fresh directory: A creates a file (open O_CREAT|O_EXCL + close) and stats the file
 B made last, then B creates one and stats A's. With leases each step changes or reads what the
-other node holds, so the server recalls it first: the worst case for leases. Operations
-(creates + stats) per second and the mean time of one, median (min–max) of {runs} run(s).
+other node holds, so the server recalls it first: the worst case for leases. **{GFS_NS}**: both
+mounts with `--ns_grants=on`; A makes the directory, which is granted to it, and B's first
+look into it (before the rounds) recalls the grant: the rounds show what grants cost where two
+nodes share a directory. Operations (creates + stats) per second and the mean time of one,
+median (min–max) of {runs} run(s).
 """)
     on = res.get("pingpong", (("target", GFS),), "ops/s")
     off = res.get("pingpong", (("target", GFS_OFF),), "ops/s")
+    ns = res.get("pingpong", (("target", GFS_NS),), "ops/s")
     rows = [[name, fmt_summary(res.get("pingpong", (("target", name),), "ops/s")),
              fmt_summary(res.get("pingpong", (("target", name),), "us per op"))]
-            for name in (GFS, GFS_OFF)]
+            for name in (GFS, GFS_OFF, GFS_NS)]
     sec.table(["target", "ops/s", "us per op"], rows)
-    sec.text(f"Leases on vs off: {fmt_ratio(on, off)} the operations per second.")
+    sec.text(f"Leases on vs off: {fmt_ratio(on, off)} the operations per second; namespace grants "
+             f"on vs off (both with leases): {fmt_ratio(ns, on)}.")
     sec.csv("pingpong")

@@ -15,8 +15,16 @@ full: the report's numbers (2 GiB files, 10,000 files, 30 s of dbench,
       ~20 s, a leases-off meta run ~1 min); not yet measured in full mode.
       Section 10 (TLS on and off: 1 GiB dd and 2,000 creates on each, 3 runs)
       took 67 s in full mode.
-quick: the same sections, small sizes; about 4 minutes (section 5 took 128 s at
-       load 3-4 on 2 cores, ~75 s of it the lease measurements).
+      The namespace-grants targets (issue 17) add an estimated 15-20 minutes,
+      not yet measured in full mode: section 3's 5,000 small files at 0, 1
+      and 5 ms (~5 min: reads of files whose data has gone are a call each,
+      ~70/s at 5 ms in quick mode), section 4's builds on one more mount
+      (~2 min), section 5's tree work (tar x and rm -rf of 20,000 files and
+      a git clone of 3,000 on four targets, 3 runs: ~11 min, most of it
+      the GrantFS mount without grants, extrapolated from quick mode).
+quick: the same sections, small sizes; about 5 minutes (section 5 took 128 s at
+       load 3-4 on 2 cores, ~75 s of it the lease measurements; 215 s at load 5-6
+       with the tree work, ~50 s of it).
 smoke: the smallest run that still exercises every section (the e2e test).
 """
 
@@ -28,12 +36,16 @@ MODES = {
         sweep_delays_ms=(0, 1, 5),
         small_files=60,         # 3: small-file workload, 4 KiB each
         small_kib=4,
+        sweep_ns_files=5000,    # 3: the same with namespace grants (past the log's 4,096)
         build_files=200,        # 4: generated C tree
         build_jobs=(1, 4, 24),
         meta_files=10000,       # 5
         tree_files=20000,       # 5: find and ls -lR over a tree of this many files
         pingpong_rounds=2000,   # 5: two nodes alternating in one directory
         lease_runs=3,           # 5: runs of the tree walks and the ping-pong
+        tar_files=20000,        # 5: tar x and rm -rf of a tree of this many small files
+        git_files=3000,         # 5: git clone of a local repository of this many files
+        git_commits=20,         #    made in this many commits
         dbench_secs=30,
         dbench_clients=4,
         rpc_secs=1.0,           # 6: seconds per payload size and mode
@@ -59,12 +71,16 @@ MODES = {
         sweep_delays_ms=(0, 1, 5),
         small_files=30,
         small_kib=4,
+        sweep_ns_files=1000,
         build_files=40,
         build_jobs=(1, 4, 24),
         meta_files=1000,
         tree_files=2000,
         pingpong_rounds=300,
         lease_runs=3,           # cheap at these sizes: a median with min and max even here
+        tar_files=2000,
+        git_files=500,
+        git_commits=5,
         dbench_secs=8,
         dbench_clients=4,
         rpc_secs=0.3,
@@ -90,12 +106,16 @@ MODES = {
         sweep_delays_ms=(0, 1, 5),
         small_files=8,
         small_kib=4,
+        sweep_ns_files=8,
         build_files=6,
         build_jobs=(1, 4, 24),
         meta_files=100,
         tree_files=60,
         pingpong_rounds=10,
         lease_runs=1,
+        tar_files=100,
+        git_files=30,
+        git_commits=2,
         dbench_secs=2,
         dbench_clients=2,
         rpc_secs=0.05,
