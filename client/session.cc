@@ -186,6 +186,17 @@ void Session::HeartbeatLoop() {
 bool Session::Reclaim(uint64_t incarnation) {
   const bool new_server = incarnation != incarnation_ && incarnation != 0;
   if (!new_server && !handles_->NeedsReclaim()) return true;
+  // Opens of files made in granted directories may still be in the log:
+  // the server learns of those files from it, so it is applied first
+  // (else they are not there yet and count as freed). An open the old
+  // server applied is not made again by the log (each entry counts once):
+  // the reclaim names it then.
+  if (new_server && ns_ != nullptr) {
+    if (absl::Status applied = ns_->ApplyPending(); !applied.ok()) {
+      LOG(WARNING) << "reclaim of open files waits for the namespace log: " << applied;
+      return false;
+    }
+  }
   // A restarted server, or one that took over: it knows of this mount's
   // opens only those of unlinked files. Opens and releases go on meanwhile
   // (OpenHandleTable says how none is lost or brought back); an open that
