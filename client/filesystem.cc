@@ -601,6 +601,35 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
   return reply;
 }
 
+std::optional<proto::ReadDirReply> FileSystem::LocalListing(const Creds& c, uint64_t dir) {
+  if (!ns_ || !ns_->Holds(dir)) return std::nullopt;
+  std::optional<proto::Attr> attr = leases_->Attr(dir);
+  if (!attr || attr->uid() != c.uid || (attr->mode() & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR)) {
+    return std::nullopt;
+  }
+  std::vector<std::pair<std::string, uint64_t>> names;
+  uint64_t parent = 0;
+  if (!leases_->AllNames(dir, &names, &parent)) return std::nullopt;
+  proto::ReadDirReply out;
+  auto add = [&](const std::string& name, uint64_t ino, uint32_t mode) {
+    proto::DirEntry* e = out.add_entries();
+    e->set_name(name);
+    e->set_cookie(out.entries_size());
+    e->mutable_attr()->set_ino(ino);
+    e->mutable_attr()->set_mode(mode);
+  };
+  add(".", dir, S_IFDIR);
+  add("..", parent, S_IFDIR);
+  for (const auto& [name, ino] : names) {
+    uint32_t mode = ns_->Mode(ino);
+    if (mode == 0) mode = leases_->Type(ino);
+    if (mode == 0) return std::nullopt;
+    add(name, ino, mode);
+  }
+  out.set_eof(true);
+  return out;
+}
+
 // --- files -------------------------------------------------------------------------
 
 absl::StatusOr<proto::Attr> FileSystem::Create(const Creds& c, uint64_t parent,

@@ -106,6 +106,13 @@ class FileSystem {
   LeaseCache* leases() { return leases_.get(); }
   // Null when namespace grants are off.
   NsGrants* ns_grants() { return ns_.get(); }
+  // The whole listing of `dir` made by the mount alone, while it holds the
+  // directory's grant (nobody else changes it): "." and "..", then every
+  // name (the order is the mount's), cookies 1, 2, 3, ...; each entry's
+  // attributes hold only its inode number and mode. Only for a caller who
+  // owns the directory and may read it by the owner bits (the server's
+  // check, certain to pass). nullopt when any of that is not known here.
+  std::optional<proto::ReadDirReply> LocalListing(const Creds& c, uint64_t dir);
   // What the cache, the grant and the kernel hold now, as metrics
   // (client/mount_metrics.cc, docs/metrics.md).
   void WriteMetrics(MetricsText* out);

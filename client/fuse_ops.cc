@@ -7,9 +7,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "common/errno_status.h"
 #include "glog/logging.h"
@@ -284,18 +286,29 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 // Fills up to `size` bytes of entries after cookie `off`; with `plus`, each
 // entry (but "." and "..") hands the kernel a lookup reference.
-void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus,
+                   const fuse_file_info* fi) {
   ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
+  // A directory granted here: the mount's own listing, when it has one.
+  std::shared_ptr<const proto::ReadDirReply> own;
+  if (!plus && fi->fh != 0) own = a->OwnListing(CredsOf(req), ino, fi->fh, off);
   // An entry takes ~32 bytes (plain) or ~150 (plus) plus its name.
   const uint32_t max_entries = std::max<size_t>(1, size / (plus ? 160 : 40));
-  auto r = a->fs()->ReadDir(CredsOf(req), ino, off, max_entries);
-  if (!r.ok()) return ReplyError(req, r.status());
+  absl::StatusOr<proto::ReadDirReply> r;
+  if (own == nullptr) {
+    r = a->fs()->ReadDir(CredsOf(req), ino, off, max_entries);
+    if (!r.ok()) return ReplyError(req, r.status());
+  }
+  const auto& entries = own != nullptr ? own->entries() : r->entries();
   // Not zeroed: the kernel asks with up to 128 KiB, and every entry written
   // pads itself (zeroing the whole buffer was a sixth of a warm `find`).
   std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
-  for (const proto::DirEntry& e : r->entries()) {
+  // The own listing's cookies are 1, 2, 3, ...: the page starts at `off`.
+  const int first = own != nullptr ? static_cast<int>(std::min<off_t>(off, entries.size())) : 0;
+  for (int i = first; i < entries.size(); ++i) {
+    const proto::DirEntry& e = entries[i];
     struct stat st = ToStat(e.attr());
     size_t n;
     const bool dots = e.name() == "." || e.name() == "..";
@@ -326,18 +339,19 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
   fuse_reply_buf(req, buf.get(), used);
 }
 
-void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   OpTimer timer(Adapter(req)->Timing("readdir"));
-  ReadDirCommon(req, ino, size, off, false);
+  ReadDirCommon(req, ino, size, off, false, fi);
 }
 
-void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   OpTimer timer(Adapter(req)->Timing("readdirplus"));
-  ReadDirCommon(req, ino, size, off, true);
+  ReadDirCommon(req, ino, size, off, true, fi);
 }
 
-void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+void OpReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   OpTimer timer(Adapter(req)->Timing("releasedir"));
+  if (fi->fh != 0) Adapter(req)->ReleaseDir(fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -755,6 +769,12 @@ void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
   // directories drop the copy).
   fi->cache_readdir = 0;
   fi->keep_cache = 0;
+  if (NsGrants* ns = fs_->ns_grants(); ns != nullptr && ns->Holds(dir)) {
+    absl::MutexLock l(&mu_);
+    fi->fh = ++next_dir_handle_;
+    own_listings_[fi->fh] = nullptr;
+    return;
+  }
   LeaseCache* leases = fs_->leases();
   fuse_session* se = session_.load();
   if (leases == nullptr || se == nullptr) return;
@@ -775,6 +795,27 @@ void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
   }
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
+}
+
+std::shared_ptr<const proto::ReadDirReply> FuseAdapter::OwnListing(const Creds& c, uint64_t dir,
+                                                                    uint64_t handle,
+                                                                    uint64_t cookie) {
+  std::shared_ptr<const proto::ReadDirReply> listing;
+  if (cookie == 0) {  // a new pass (rewinddir too)
+    if (std::optional<proto::ReadDirReply> whole = fs_->LocalListing(c, dir)) {
+      listing = std::make_shared<const proto::ReadDirReply>(*std::move(whole));
+    }
+  }
+  absl::MutexLock l(&mu_);
+  auto it = own_listings_.find(handle);
+  if (it == own_listings_.end()) return nullptr;
+  if (cookie == 0) it->second = listing;
+  return it->second;
+}
+
+void FuseAdapter::ReleaseDir(uint64_t handle) {
+  absl::MutexLock l(&mu_);
+  own_listings_.erase(handle);
 }
 
 void FuseAdapter::InvalidateListing(uint64_t dir) {

@@ -77,6 +77,18 @@ class FuseAdapter : public Invalidator {
   // lease. A copy that may be older (made under an earlier lease: a late
   // readdir reply may have refilled it after a recall) is dropped first.
   void OpenDir(uint64_t dir, fuse_file_info* fi) ABSL_LOCKS_EXCLUDED(mu_);
+  // Listings of directories granted to this mount (docs/namespace-grants.md):
+  // an opendir of one gets a handle (fi->fh) and the kernel keeps no copy.
+  // A readdir of it from offset 0 takes the mount's own listing whole
+  // (FileSystem::LocalListing) and serves every later page of that pass
+  // from it, whatever happens to the grant meanwhile (a listing may be a
+  // snapshot: names added or removed during it may or may not show); when
+  // there is none, the pass goes to the server as for any directory.
+  // Returns the page after `cookie`, or nullptr when the server serves it.
+  std::shared_ptr<const proto::ReadDirReply> OwnListing(const Creds& c, uint64_t dir,
+                                                        uint64_t handle, uint64_t cookie)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseDir(uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
   // Invalidator: the kernel's copy goes, with its pages. (When every lease
   // is dropped nothing is done here: the next opendir of each directory
   // comes under a new epoch, and the kernel, whose attributes of every
@@ -124,6 +136,10 @@ class FuseAdapter : public Invalidator {
   // ends, so that the next opendir drops what the kernel kept; it goes
   // when the kernel forgets the directory.
   absl::flat_hash_map<uint64_t, uint64_t> listings_ ABSL_GUARDED_BY(mu_);
+  // OwnListing's passes by handle (null: the server serves this pass).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const proto::ReadDirReply>> own_listings_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_dir_handle_ ABSL_GUARDED_BY(mu_) = 0;
   // Files whose pages the kernel may keep, and the DataStamp they were
   // cached under (KeepPages); reads in flight per inode.
   absl::flat_hash_map<uint64_t, uint64_t> pages_ ABSL_GUARDED_BY(mu_);

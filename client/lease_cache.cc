@@ -1,5 +1,7 @@
 #include "client/lease_cache.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -208,12 +210,37 @@ bool LeaseCache::List(uint64_t dir, uint64_t cookie, size_t max, proto::ReadDirR
   return true;
 }
 
+uint32_t LeaseCache::Type(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  auto it = types_.find(ino);
+  return it == types_.end() ? 0 : it->second;
+}
+
+bool LeaseCache::AllNames(uint64_t dir, std::vector<std::pair<std::string, uint64_t>>* names,
+                          uint64_t* parent) {
+  absl::MutexLock l(&mu_);
+  auto it = dirs_.find(dir);
+  if (it == dirs_.end() || !it->second.all_names || !Valid()) return false;
+  // ".." as the server listed it (or as a new directory's was set).
+  auto up = it->second.order.find(2);
+  if (up == it->second.order.end() || up->second.first != "..") return false;
+  *parent = up->second.second;
+  names->clear();
+  names->reserve(it->second.names.size());
+  for (const auto& [name, e] : it->second.names) {
+    if (e.ino != 0) names->emplace_back(name, e.ino);
+  }
+  return true;
+}
+
 void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
   absl::MutexLock l(&mu_);
   if (!Keeps(t, Kind::kAttr, attr.ino(), own)) return;
   auto [it, added] = attrs_.insert_or_assign(attr.ino(), attr);
   if (added) attr_order_.push_back(attr.ino());
   held_.insert(attr.ino());
+  if (types_.size() >= options_.max_attrs + options_.max_names) types_.clear();
+  types_[attr.ino()] = attr.mode() & S_IFMT;
   Trim();
 }
 

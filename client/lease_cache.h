@@ -135,6 +135,15 @@ class LeaseCache {
   // are leased too (as List): a number given each time the listing is
   // leased anew, never reused; 0 otherwise.
   uint64_t ListingEpoch(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // The file type (S_IFMT bits) of `ino` as attributes leased here said
+  // (an inode's type never changes, and its number is never given to
+  // another: kept when the attributes are dropped); 0 when not known.
+  uint32_t Type(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every name of `dir` (with its inode) and the inode of its parent, while
+  // the mount holds all its names under a lease (in no particular order:
+  // the server's order of names added here is not known); false otherwise.
+  bool AllNames(uint64_t dir, std::vector<std::pair<std::string, uint64_t>>* names,
+                uint64_t* parent) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `dir`'s whole listing is leased (as ListingEpoch) and holds no
   // name: an rmdir of it would succeed on the server.
   bool KnownEmpty(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
@@ -247,6 +256,8 @@ class LeaseCache {
   absl::flat_hash_map<KeyId, uint64_t> recalled_ ABSL_GUARDED_BY(mu_);
   uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, proto::Attr> attrs_ ABSL_GUARDED_BY(mu_);
+  // Type(): at most max_attrs + max_names inodes; past it, forgotten.
+  absl::flat_hash_map<uint64_t, uint32_t> types_ ABSL_GUARDED_BY(mu_);
   // Inodes whose attribute lease the server lists this mount for (their
   // attributes may be dropped here by an own change; the lease is not).
   absl::flat_hash_set<uint64_t> held_ ABSL_GUARDED_BY(mu_);

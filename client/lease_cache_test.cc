@@ -1,5 +1,11 @@
 #include "client/lease_cache.h"
 
+#include <sys/stat.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -129,6 +135,29 @@ TEST_F(LeaseCacheTest, TheDataStampChangesWhenTheRecallsItCountsAreForgotten) {
   EXPECT_NE(after, held);
   for (uint64_t i = 100; i < 110; ++i) small.AttrChanged(i);  // 5's recall forgotten
   EXPECT_NE(small.DataStamp(5), held);
+}
+
+TEST_F(LeaseCacheTest, TypesOutliveAttributesAndAllNamesNeedTheWholeListing) {
+  cache_.PutAttr(cache_.Take(), AttrOf(5, 0100644));
+  cache_.PutAttr(cache_.Take(), AttrOf(6, 040755));
+  cache_.AttrChanged(5);
+  cache_.Recall({LeaseCache::Kind::kAttr, 6});
+  EXPECT_FALSE(cache_.Attr(5).has_value());
+  EXPECT_EQ(cache_.Type(5), static_cast<uint32_t>(S_IFREG));
+  EXPECT_EQ(cache_.Type(6), static_cast<uint32_t>(S_IFDIR));
+  EXPECT_EQ(cache_.Type(7), 0u);
+  std::vector<std::pair<std::string, uint64_t>> names;
+  uint64_t parent = 0;
+  EXPECT_FALSE(cache_.AllNames(10, &names, &parent));
+  cache_.PutEmptyDir(cache_.Take(), 10, 1);
+  cache_.NameAdded(10, "a", 5);
+  cache_.NameAdded(10, "b", 6);
+  cache_.NameRemoved(10, "b");
+  ASSERT_TRUE(cache_.AllNames(10, &names, &parent));
+  EXPECT_EQ(parent, 1u);
+  EXPECT_EQ(names, (std::vector<std::pair<std::string, uint64_t>>{{"a", 5}}));
+  cache_.DirChanged(10);
+  EXPECT_FALSE(cache_.AllNames(10, &names, &parent));
 }
 
 TEST_F(LeaseCacheTest, ACompleteListingAnswersAbsentNamesAndReaddir) {

@@ -906,6 +906,12 @@ std::optional<proto::Attr> NsGrants::Attr(uint64_t ino) {
   return WithBlocks(*tr);
 }
 
+uint32_t NsGrants::Mode(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  const Tracked* tr = OwnTracked(ino);
+  return tr == nullptr ? 0 : tr->attr.mode();
+}
+
 void NsGrants::Wrote(uint64_t ino, uint64_t offset, uint64_t size, int64_t time_ns) {
   absl::MutexLock l(&mu_);
   auto tr = tracked_.find(ino);

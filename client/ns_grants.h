@@ -227,6 +227,8 @@ class NsGrants {
   // its writes allocate are known: every block up to its size), exactly as
   // the server will give them; nullopt otherwise.
   std::optional<proto::Attr> Attr(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The file type and mode bits of a tracked file (0: not tracked).
+  uint32_t Mode(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // The size of a tracked file (exact: every write of it went through
   // this mount), or nullopt.
   std::optional<uint64_t> TrackedSize(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);

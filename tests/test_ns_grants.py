@@ -360,3 +360,59 @@ def test_files_open_in_the_log_are_reclaimed_after_a_failover(tmp_base):
         assert "freed before this mount could reclaim it" not in log, log[-3000:]
     finally:
         t.stop()
+
+
+def server_calls(port, op):
+    """How many calls `op` a server has served (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    want = f'grantfs_server_call_seconds_count{{op="{op}"}} '
+    for line in text.splitlines():
+        if line.startswith(want):
+            return float(line[len(want):])
+    return 0.0
+
+
+def test_a_granted_directory_is_listed_by_the_mount_alone(tmp_base):
+    """ls of a directory granted to the mount (made by it, and an existing
+    one it was granted once it used it) lists what the mount made, renamed
+    and removed there, each entry with its type, with no call to the
+    server; the other node then lists the same names."""
+    port = free_port()
+    c = Standalone(tmp_base, nodes=2, mount_extra=GRANTS,
+                   server_extra=[f"--metrics_addr=127.0.0.1:{port}"])
+    try:
+        c.start()
+        old = os.path.join(c.n2, "old")
+        os.mkdir(old)  # made by the other node: granted to node 1 once used
+        d = os.path.join(c.n1, "new")
+        os.mkdir(d)
+        for top in (d, os.path.join(c.n1, "old")):
+            for i in range(30):
+                with open(os.path.join(top, f"f{i}"), "w") as f:
+                    f.write("x")
+            os.mkdir(os.path.join(top, "sub"))
+            os.symlink("f0", os.path.join(top, "link"))
+            os.rename(os.path.join(top, "f1"), os.path.join(top, "g1"))
+            os.unlink(os.path.join(top, "f2"))
+        want = sorted([f"f{i}" for i in range(30) if i not in (1, 2)] + ["g1", "sub", "link"])
+        before = server_calls(port, "ReadDir")
+        for top in (d, os.path.join(c.n1, "old")):
+            with os.scandir(top) as it:
+                kinds = {e.name: (e.is_dir(follow_symlinks=False),
+                                  e.is_symlink()) for e in it}
+            assert sorted(kinds) == want
+            assert kinds["sub"] == (True, False)
+            assert kinds["link"] == (False, True)
+            assert kinds["f0"] == (False, False)
+            # A second pass (rewinddir), in pages of a few entries.
+            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                assert sorted(os.listdir(fd)) == want
+            finally:
+                os.close(fd)
+        assert server_calls(port, "ReadDir") == before
+        for name in ("new", "old"):
+            assert sorted(os.listdir(os.path.join(c.n2, name))) == want
+    finally:
+        c.stop()
