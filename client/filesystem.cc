@@ -604,7 +604,8 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
 std::optional<proto::ReadDirReply> FileSystem::LocalListing(const Creds& c, uint64_t dir) {
   if (!ns_ || !ns_->Holds(dir)) return std::nullopt;
   std::optional<proto::Attr> attr = leases_->Attr(dir);
-  if (!attr || attr->uid() != c.uid || (attr->mode() & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR)) {
+  if (!attr || attr->uid() != c.uid ||
+      (attr->mode() & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR)) {
     return std::nullopt;
   }
   std::vector<std::pair<std::string, uint64_t>> names;
