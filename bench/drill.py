@@ -85,22 +85,32 @@ def drills(h, progress, runs, size_mb, kill_at, capacity):
     progress.done(f"A {trio['A'].addr}, B {trio['B'].addr}, witness {trio['W'].addr}")
     m1 = h.mount_grantfs("mnt1", trio.servers)
     m2 = h.mount_grantfs("mnt2", trio.servers)
+    return repeat(h, progress, runs, (m1, m2),
+                  lambda n: f"drill {n}: {size_mb} MiB write, kill -9 of the primary at "
+                            f"{kill_at:.0%}",
+                  lambda run: drill.one_drill(trio, run, data, m1, m2, kill_at),
+                  run_line, drill.drill_failed)
+
+
+def repeat(h, progress, runs, mounts, step, one, line, failed):
+    """Runs `one(run)` for runs 1..runs with progress (`step(n)` says
+    which), prints `line(result)` and what `failed(result)` says is wrong,
+    then unmounts `mounts`; returns (results, failures)."""
     results, failures = [], []
     countdown = Countdown(runs)
     for run in range(1, runs + 1):
-        progress.step(f"drill {countdown.next()}: {size_mb} MiB write, kill -9 of the primary at "
-                      f"{kill_at:.0%}")
-        r = drill.one_drill(trio, run, data, m1, m2, kill_at)
+        progress.step(step(countdown.next()))
+        r = one(run)
         countdown.finished()
         results.append(r)
-        progress.done("ok" if not drill.drill_failed(r) else "FAILED")
-        print(run_line(r), flush=True)
-        why = drill.drill_failed(r)
+        why = failed(r)
+        progress.done("FAILED" if why else "ok")
+        print(line(r), flush=True)
         if why:
             failures.append(f"run {run}: {why}")
             print(f"run {run} FAILED: {why}", flush=True)
-    h.unmount(m1)
-    h.unmount(m2)
+    for m in mounts:
+        h.unmount(m)
     return results, failures
 
 
@@ -134,23 +144,12 @@ def untars(h, progress, runs, files, kill_at, capacity):
     progress.done(f"A {trio['A'].addr}, B {trio['B'].addr}, witness {trio['W'].addr}")
     m1 = h.mount_grantfs("untar-ns", trio.servers, ns_grants="on")
     m2 = h.mount_grantfs("untar-other", trio.servers)
-    results, failures = [], []
-    countdown = Countdown(runs)
-    for run in range(1, runs + 1):
-        progress.step(f"untar drill {countdown.next()}: tar x of {files:,} files, kill -9 of "
-                      f"the primary at {kill_at:.0%}")
-        r = untar_drill.one_untar(h, trio, run, tar, listing, dirs, m1, m2, kill_at)
-        countdown.finished()
-        results.append(r)
-        why = untar_drill.untar_failed(r)
-        progress.done("FAILED" if why else "ok")
-        print(untar_line(r), flush=True)
-        if why:
-            failures.append(f"run {run}: {why}")
-            print(f"run {run} FAILED: {why}", flush=True)
-    h.unmount(m1)
-    h.unmount(m2)
-    return results, failures
+    return repeat(h, progress, runs, (m1, m2),
+                  lambda n: f"untar drill {n}: tar x of {files:,} files, kill -9 of the primary "
+                            f"at {kill_at:.0%}",
+                  lambda run: untar_drill.one_untar(h, trio, run, tar, listing, dirs, m1, m2,
+                                                    kill_at),
+                  untar_line, untar_drill.untar_failed)
 
 
 def untar_summary_lines(results):

@@ -265,6 +265,17 @@ def test_a_log_not_applied_at_a_server_restart_is_applied_once(tmp_base):
     assert_offline_fsck_clean(c.server.data_dir)
 
 
+def start_trio_with_grants(t):
+    """Starts trio `t` with node1 (namespace grants on) and node2 mounted;
+    returns their paths and node1's new directory "work" (granted to it)."""
+    t.start()
+    n1 = t.mount("node1", extra=GRANTS)
+    n2 = t.mount("node2")
+    d = os.path.join(n1, "work")
+    os.mkdir(d)
+    return n1, n2, d
+
+
 def test_kill9_of_the_primary_loses_nothing_a_mount_answered(tmp_base):
     """A trio; a node with namespace grants makes files (answered by the
     mount, in its log) while the primary is killed with -9: the replica
@@ -273,11 +284,7 @@ def test_kill9_of_the_primary_loses_nothing_a_mount_answered(tmp_base):
     node too; the volume checks clean."""
     t = Trio(tmp_base)
     try:
-        t.start()
-        n1 = t.mount("node1", extra=GRANTS)
-        n2 = t.mount("node2")
-        d = os.path.join(n1, "work")
-        os.mkdir(d)
+        n1, n2, d = start_trio_with_grants(t)
         made = []
         stop = threading.Event()
         errors = []
@@ -330,11 +337,7 @@ def test_files_open_in_the_log_are_reclaimed_after_a_failover(tmp_base):
     read through its descriptor, and the other's writes land."""
     t = Trio(tmp_base)
     try:
-        t.start()
-        n1 = t.mount("node1", extra=GRANTS)
-        n2 = t.mount("node2")
-        d = os.path.join(n1, "work")
-        os.mkdir(d)
+        n1, n2, d = start_trio_with_grants(t)
         kept = open(os.path.join(d, "kept"), "w+b")
         gone = open(os.path.join(d, "gone"), "w+b")
         kept.write(b"before ")
