@@ -237,7 +237,8 @@ void FileSystem::ChangedNamesIn(const Creds& c, uint64_t dir) {
   // Changes only the caller's own directory can take here (NsGrants): the
   // grant is not asked for another owner's.
   absl::StatusOr<proto::Attr> attr = GetAttr(c, dir);
-  if (!attr.ok() || attr->uid() != c.uid) {
+  constexpr uint32_t kRwx = S_IRUSR | S_IWUSR | S_IXUSR;
+  if (!attr.ok() || attr->uid() != c.uid || (attr->mode() & kRwx) != kRwx) {
     ns_->Declined(dir);
     return;
   }
@@ -251,7 +252,10 @@ void FileSystem::ChangedNamesIn(const Creds& c, uint64_t dir) {
     absl::StatusOr<proto::ReadDirReply> page =
         meta_.ReadDir(c, dir, cookie, kPage, /*want_grant=*/cookie == 0);
     if (!page.ok()) {
+      // (The server drops a grant whose first page failed; a grant held
+      // there after a later page failed is recalled at the next look.)
       VLOG(1) << "grant of directory " << dir << ": " << page.status();
+      ns_->Declined(dir);
       return;
     }
     if (cookie == 0 && !page->granted()) {
@@ -265,7 +269,7 @@ void FileSystem::ChangedNamesIn(const Creds& c, uint64_t dir) {
     if (page->eof() || page->entries_size() == 0) break;
     cookie = page->entries(page->entries_size() - 1).cookie();
   }
-  ns_->Granted(dir, ticket);
+  ns_->Granted(dir, ticket, /*existing=*/true);
   KeepGrantedDir(c, dir);
 }
 

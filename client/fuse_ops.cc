@@ -798,8 +798,8 @@ void FuseAdapter::OpenDir(uint64_t dir, fuse_file_info* fi) {
 }
 
 std::shared_ptr<const proto::ReadDirReply> FuseAdapter::OwnListing(const Creds& c, uint64_t dir,
-                                                                    uint64_t handle,
-                                                                    uint64_t cookie) {
+                                                                   uint64_t handle,
+                                                                   uint64_t cookie) {
   std::shared_ptr<const proto::ReadDirReply> listing;
   if (cookie == 0) {  // a new pass (rewinddir too)
     if (std::optional<proto::ReadDirReply> whole = fs_->LocalListing(c, dir)) {

@@ -239,7 +239,7 @@ void LeaseCache::PutAttr(const Ticket& t, const proto::Attr& attr, bool own) {
   auto [it, added] = attrs_.insert_or_assign(attr.ino(), attr);
   if (added) attr_order_.push_back(attr.ino());
   held_.insert(attr.ino());
-  if (types_.size() >= options_.max_attrs + options_.max_names) types_.clear();
+  if (types_.size() >= options_.max_attrs) types_.clear();
   types_[attr.ino()] = attr.mode() & S_IFMT;
   Trim();
 }

@@ -256,7 +256,7 @@ class LeaseCache {
   absl::flat_hash_map<KeyId, uint64_t> recalled_ ABSL_GUARDED_BY(mu_);
   uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, proto::Attr> attrs_ ABSL_GUARDED_BY(mu_);
-  // Type(): at most max_attrs + max_names inodes; past it, forgotten.
+  // Type(): at most max_attrs inodes; past it, forgotten.
   absl::flat_hash_map<uint64_t, uint32_t> types_ ABSL_GUARDED_BY(mu_);
   // Inodes whose attribute lease the server lists this mount for (their
   // attributes may be dropped here by an own change; the lease is not).

@@ -82,10 +82,22 @@ bool NsGrants::WantGrant(uint64_t* ticket) {
   return !diverged_ && numbers_left_ > 0;
 }
 
-void NsGrants::Granted(uint64_t dir, uint64_t ticket) {
+void NsGrants::Granted(uint64_t dir, uint64_t ticket, bool existing) {
   absl::MutexLock l(&mu_);
-  if (!diverged_ && ticket == gen_) granted_.insert(dir);
   use_.erase(dir);
+  if (diverged_ || ticket != gen_) return;
+  if (existing) {
+    // Granted before and recalled since: what was made in it then may
+    // have changed elsewhere meanwhile (MadeHere).
+    for (auto it = made_.begin(); it != made_.end();) {
+      if (it->second == dir) {
+        made_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  granted_.insert(dir);
 }
 
 bool NsGrants::WantDirGrant(uint64_t dir, uint64_t* ticket) {
@@ -154,15 +166,6 @@ absl::Status NsGrants::Recall(uint64_t dir) {
     }
     // Files in it whose close did not wait: their data goes before the ack.
     data = DeferredIn(dir);
-    // What was made in it may change elsewhere from now on, before it is
-    // granted here again (MadeHere).
-    for (auto it = made_.begin(); it != made_.end();) {
-      if (it->second == dir) {
-        made_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
   }
   const absl::Status data_status = SendData(data);
   absl::Status s = log_->Flush(log_->last());

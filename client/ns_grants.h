@@ -111,7 +111,8 @@ class NsGrants {
   // the first page of a readdir with it, sent after `ticket` was taken).
   // Not kept when a recall or a drop came since: it may have been this very
   // grant's, handled before the reply.
-  void Granted(uint64_t dir, uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // `existing`: a directory that was there before (WantDirGrant).
+  void Granted(uint64_t dir, uint64_t ticket, bool existing = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Grants of existing directories (docs/namespace-grants.md): a change in
   // `dir`, not granted here, was made by a call. True when the mount should
   // ask for its grant now (a readdir of it from cookie 0 with want_grant):
@@ -152,6 +153,10 @@ class NsGrants {
   // after a crash of the mount, as it did when close sent them).
   absl::Status SyncDir(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
   bool Holds(uint64_t dir) ABSL_LOCKS_EXCLUDED(mu_);
+  // Position of the last entry appended to the log (0: none), and whether
+  // every entry up to position `pos` was applied (or dropped: refused).
+  uint64_t LogLast() { return log_->last(); }
+  bool LogAppliedThrough(uint64_t pos) { return log_->Mark() > pos; }
 
   // --- changes made here -------------------------------------------------
   // Each returns nullopt when the change cannot be made here for certain:
@@ -277,8 +282,8 @@ class NsGrants {
   // which has been granted here ever since: it has one name (a link of it
   // is a call: FileMoved), whatever its attributes (the lease cache may
   // have none: an own change drops them). Sound because what was made in
-  // a directory is forgotten when its grant goes (Recall, DropAll): a grant
-  // of it that comes back later starts anew.
+  // a directory is forgotten when it is granted again (Granted `existing`)
+  // or every grant is dropped: a grant that comes back starts anew.
   bool MadeHere(uint64_t ino, uint64_t dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next inode number (0: none left).
   uint64_t TakeIno() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -335,7 +340,7 @@ class NsGrants {
   absl::flat_hash_map<uint64_t, LoggedOpen> logged_opens_ ABSL_GUARDED_BY(mu_);
   // Files (not directories) made here, and the directory each is in now
   // (MadeHere). At most kMaxMade: past it, forgotten. A directory's go
-  // when its grant does (it may be granted again: WantDirGrant).
+  // when it is granted again (Granted `existing`).
   static constexpr size_t kMaxMade = 1 << 20;
   absl::flat_hash_map<uint64_t, uint64_t> made_ ABSL_GUARDED_BY(mu_);
   // Tracked attributes of regular files made here (SetAttr), at most

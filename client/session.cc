@@ -187,13 +187,19 @@ bool Session::Reclaim(uint64_t incarnation) {
   const bool new_server = incarnation != incarnation_ && incarnation != 0;
   if (!new_server && !handles_->NeedsReclaim()) return true;
   // Opens of files made in granted directories may still be in the log:
-  // the server learns of those files from it, so it is applied first
-  // (else they are not there yet and count as freed). An open the old
-  // server applied is not made again by the log (each entry counts once):
-  // the reclaim names it then.
+  // the server learns of those files from it, which the subscribe loop
+  // replays there first thing, so the reclaim waits until what the log
+  // held when this server was first seen is applied (else they are not
+  // there yet and count as freed). An open the old server applied is not
+  // made again by the log (each entry counts once): the reclaim names it
+  // then. Tried again at the next heartbeat; heartbeats never wait for it.
   if (new_server && ns_ != nullptr) {
-    if (absl::Status applied = ns_->ApplyPending(); !applied.ok()) {
-      LOG(WARNING) << "reclaim of open files waits for the namespace log: " << applied;
+    if (log_seen_incarnation_ != incarnation) {
+      log_seen_incarnation_ = incarnation;
+      log_upto_ = ns_->LogLast();
+    }
+    if (!ns_->LogAppliedThrough(log_upto_)) {
+      VLOG(1) << "reclaim of open files waits for the namespace log (to " << log_upto_ << ")";
       return false;
     }
   }

@@ -155,6 +155,10 @@ class Session {
   // The server incarnation this mount's open files are known to (0: none
   // yet). Set by Open(), then used by the heartbeat thread only.
   uint64_t incarnation_ = 0;
+  // Reclaim: the server incarnation the namespace log was last seen for,
+  // and the log's last position then (heartbeat thread only).
+  uint64_t log_seen_incarnation_ = 0;
+  uint64_t log_upto_ = 0;
   std::thread heartbeat_;
   std::thread subscriber_;
 };

@@ -306,6 +306,34 @@ uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& k
   return h.sent;
 }
 
+void LeaseTable::Touch(absl::Span<const LeaseKey> keys) {
+  absl::MutexLock l(&mu_);
+  const uint64_t epoch = epoch_++;
+  if (changed_.size() > (1u << 20)) {
+    changed_.clear();
+    floor_ = epoch;
+  }
+  for (const LeaseKey& key : keys) changed_[key] = epoch;
+}
+
+void LeaseTable::BeginChange(absl::Span<const uint64_t> inos) {
+  absl::MutexLock l(&mu_);
+  for (uint64_t ino : inos) ++changing_[ino];
+}
+
+void LeaseTable::EndChange(absl::Span<const uint64_t> inos) {
+  absl::MutexLock l(&mu_);
+  for (uint64_t ino : inos) {
+    auto it = changing_.find(ino);
+    if (it != changing_.end() && --it->second <= 0) changing_.erase(it);
+  }
+}
+
+bool LeaseTable::Changing(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return changing_.contains(ino);
+}
+
 bool LeaseTable::Hot(const LeaseKey& key) {
   absl::MutexLock l(&mu_);
   auto heat = heat_.find(key);

@@ -178,6 +178,19 @@ class LeaseTable {
   bool Grant(uint64_t client_id, const LeaseKey& key, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `key` is not leased now for being recalled too often.
   bool Hot(const LeaseKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // `keys` count as changed now: a Grant with an epoch from before is
+  // refused (a read already under way does not lease them). Nobody is
+  // recalled.
+  void Touch(absl::Span<const LeaseKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
+  // Changes in flight (namespace grants of existing directories): a change
+  // of the service counts its inodes from before it checks for grants to
+  // recall (Volume::BreakGrants) until it has recalled what it changed.
+  // Changing: whether a change of `ino` is in flight. Under one mutex with
+  // Grant, so a grant registered before a change begins is seen by the
+  // change's BreakGrants, and one registered after sees the change here.
+  void BeginChange(absl::Span<const uint64_t> inos) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndChange(absl::Span<const uint64_t> inos) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Changing(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // After a change to what `keys` cover was committed: recalls them from
   // every holder but `origin` and waits until each is gone (bounded:
   // `ack_wait` + `term`). The origin keeps its leases: it applies its own
@@ -265,6 +278,7 @@ class LeaseTable {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<LeaseKey, uint64_t> changed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, int> changing_ ABSL_GUARDED_BY(mu_);  // BeginChange
   size_t held_ ABSL_GUARDED_BY(mu_) = 0;
   LeaseStats stats_ ABSL_GUARDED_BY(mu_);
 };

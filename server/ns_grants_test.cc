@@ -468,6 +468,13 @@ TEST_F(NsGrantsTest, AnExistingDirectoryNoOtherSessionUsesIsGrantedWithItsListin
 }
 
 TEST_F(NsGrantsTest, ADirectoryInUseElsewhereOrTooLargeIsNotGranted) {
+  // A directory of more names than a grant covers (made first: the test's
+  // sessions send no heartbeats, so their leases last 3 s from now).
+  Session maker(stub_.get(), /*subscribe=*/false);  // takes no leases
+  const uint64_t big = maker.MkDir(1, "big", /*want_grant=*/false).attr().ino();
+  for (int i = 0; i <= Volume::kMaxGrantedEntries; ++i) {
+    ASSERT_EQ(maker.MkDir(big, "n" + std::to_string(i), false).err(), 0);
+  }
   Session b(stub_.get(), true);
   const uint64_t e = b.MkDir(1, "e", /*want_grant=*/false).attr().ino();
   // b made (and so leases the attributes of) an inode in it.
@@ -475,12 +482,6 @@ TEST_F(NsGrantsTest, ADirectoryInUseElsewhereOrTooLargeIsNotGranted) {
   Session a(stub_.get(), true);
   a.Range(64);
   EXPECT_FALSE(a.List(e, /*want_grant=*/true).granted());
-  // A directory of more names than a grant covers.
-  const uint64_t big = b.MkDir(1, "big", /*want_grant=*/false).attr().ino();
-  Session maker(stub_.get(), /*subscribe=*/false);  // takes no leases
-  for (int i = 0; i <= Volume::kMaxGrantedEntries; ++i) {
-    ASSERT_EQ(maker.MkDir(big, "n" + std::to_string(i), false).err(), 0);
-  }
   EXPECT_FALSE(a.List(big, /*want_grant=*/true).granted());
   // One name fewer: granted.
   proto::RemoveRequest rm;
@@ -491,7 +492,71 @@ TEST_F(NsGrantsTest, ADirectoryInUseElsewhereOrTooLargeIsNotGranted) {
   proto::RemoveReply removed;
   ASSERT_TRUE(stub_->Remove(Session::Ctx().get(), rm, &removed).ok());
   ASSERT_EQ(removed.err(), 0);
-  EXPECT_TRUE(a.List(big, /*want_grant=*/true).granted());
+  const proto::ReadDirReply last = a.List(big, /*want_grant=*/true);
+  EXPECT_EQ(last.err(), 0);
+  EXPECT_TRUE(last.granted());
+}
+
+// What a grant of an existing directory must not miss: a change of it
+// that checked for grants before the grant was there, and an inode in it
+// whose record names another directory (a look at it would recall that
+// directory's grant, not this one's).
+TEST_F(NsGrantsTest, AnExistingDirectoryIsNotGrantedUnderAChangeOrWithALinkFromElsewhere) {
+  Session maker(stub_.get(), /*subscribe=*/false);
+  const uint64_t e = maker.MkDir(1, "e", /*want_grant=*/false).attr().ino();
+  const uint64_t x = maker.MkDir(1, "x", /*want_grant=*/false).attr().ino();
+  Session a(stub_.get(), true);
+  a.Range(64);
+  volume_->leases().BeginChange({e});
+  EXPECT_FALSE(a.List(e, /*want_grant=*/true).granted());
+  volume_->leases().EndChange({e});
+  volume_->leases().BeginChange({1});  // a change of its name, in its parent
+  EXPECT_FALSE(a.List(e, /*want_grant=*/true).granted());
+  volume_->leases().EndChange({1});
+  // A file made in x, linked into e, its name in x removed: one name, in
+  // e, but its record names x.
+  proto::MkNodRequest mk;
+  maker.Tag(&mk);
+  mk.set_parent(x);
+  mk.set_name("f");
+  mk.set_mode(S_IFREG | 0644);
+  proto::AttrReply f;
+  ASSERT_TRUE(stub_->MkNod(Session::Ctx().get(), mk, &f).ok());
+  ASSERT_EQ(f.err(), 0);
+  proto::LinkRequest ln;
+  maker.Tag(&ln);
+  ln.set_ino(f.attr().ino());
+  ln.set_new_parent(e);
+  ln.set_new_name("f");
+  proto::AttrReply linked;
+  ASSERT_TRUE(stub_->Link(Session::Ctx().get(), ln, &linked).ok());
+  ASSERT_EQ(linked.err(), 0);
+  proto::RemoveRequest rm;
+  maker.Tag(&rm);
+  rm.set_parent(x);
+  rm.set_name("f");
+  proto::RemoveReply removed;
+  ASSERT_TRUE(stub_->Remove(Session::Ctx().get(), rm, &removed).ok());
+  ASSERT_EQ(removed.err(), 0);
+  EXPECT_FALSE(a.List(e, /*want_grant=*/true).granted());
+  // Moved into e by a rename instead: its record names e.
+  proto::RenameRequest mv;
+  maker.Tag(&mv);
+  mv.set_parent(e);
+  mv.set_name("f");
+  mv.set_new_parent(x);
+  mv.set_new_name("g");
+  proto::RenameReply moved;
+  ASSERT_TRUE(stub_->Rename(Session::Ctx().get(), mv, &moved).ok());
+  ASSERT_EQ(moved.err(), 0);
+  maker.Tag(&mv);
+  mv.set_parent(x);
+  mv.set_name("g");
+  mv.set_new_parent(e);
+  mv.set_new_name("f");
+  ASSERT_TRUE(stub_->Rename(Session::Ctx().get(), mv, &moved).ok());
+  ASSERT_EQ(moved.err(), 0);
+  EXPECT_TRUE(a.List(e, /*want_grant=*/true).granted());
 }
 
 TEST_F(NsGrantsTest, AnExistingDirectoryHasOneHolderAndOneRecalledTooOftenIsNotGranted) {

@@ -141,7 +141,9 @@ class GrantFsService final {
   // numbers that must not be 0 (EINVAL) and that the caller's node must
   // reach (Reaches: PERMISSION_DENIED), then `body(rc)`, whose status
   // becomes reply->err (Done in server/service_call.h).
-  template <typename Req, typename Reply, typename Body>
+  // kChange (ServeOnce): `inos` count as changing (LeaseTable::BeginChange)
+  // from before the grants check until the body returned.
+  template <bool kChange = false, typename Req, typename Reply, typename Body>
   grpc::Status Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
                      std::initializer_list<uint64_t> inos, Body body);
   // Serve for a call that changes something, exactly once (server/dedupe.h):

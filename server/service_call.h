@@ -156,7 +156,7 @@ class CreditOnReply {
   uint64_t client_id_ = 0;
 };
 
-template <typename Req, typename Reply, typename Body>
+template <bool kChange, typename Req, typename Reply, typename Body>
 grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
                                    std::initializer_list<uint64_t> inos, Body body) {
   OpTimer timer(options_.metrics != nullptr ? options_.metrics->calls().For(op) : nullptr);
@@ -172,9 +172,16 @@ grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Rep
       return service_call::Done(op, in, reply);
   }
   if constexpr (std::is_same_v<Req, proto::WriteRequest>) rc.log_entry = GrantedWrite(rc, *req);
+  const absl::Span<const uint64_t> named = absl::MakeConstSpan(inos.begin(), inos.size());
+  // A change is seen by a grant of an existing directory asked for while
+  // it is under way (Volume::GrantDir), which would miss it otherwise: it
+  // checked for grants before there was one.
+  if constexpr (kChange) volume_->leases().BeginChange(named);
   // Another session's namespace grant covering them is recalled first.
-  volume_->BreakGrants(rc, absl::MakeConstSpan(inos.begin(), inos.size()));
-  return service_call::Done(op, body(rc), reply);
+  volume_->BreakGrants(rc, named);
+  const absl::Status done = body(rc);
+  if constexpr (kChange) volume_->leases().EndChange(named);
+  return service_call::Done(op, done, reply);
 }
 
 template <typename Req, typename Reply, typename Prior, typename Body>
@@ -185,35 +192,37 @@ grpc::Status GrantFsService::ServeOnce(const char* op, Ctx* ctx, const Req* req,
   // and owns the tag that the change records.
   std::optional<service_call::Once> once;
   grpc::Status busy;
-  grpc::Status st = Serve(op, ctx, req, reply, inos, [&](const RequestContext& rc) -> absl::Status {
-    // A read-only node changes nothing; Open and SetLock change only what
-    // a reader may (Open checks its flags itself).
-    if (rc.read_only && std::string_view(op) != "Open" && std::string_view(op) != "SetLock") {
-      return ErrnoStatus(EROFS, "a read-only node");
-    }
-    once.emplace(volume_, req->header());
-    if (busy = once->busy(); !busy.ok()) return absl::OkStatus();
-    if (!once->error().ok()) return once->error();
-    RequestContext tagged = rc;
-    tagged.tag = once->tag();
-    const proto::DedupeRecord* record = once->prior() ? &*once->prior() : nullptr;
-    // A retry of a change that was applied (its first reply was lost, or
-    // its replication was not confirmed then): the other nodes' leases on
-    // what it changed are recalled before this answer, as the first attempt
-    // may not have got to it.
-    if (record != nullptr) volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
-    if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
-      if (record != nullptr) return prior(*record, tagged);
-    }
-    absl::Status done = body(tagged, record);
-    // Applied here, not known to be replicated: the change returned before
-    // its own recall, and the client retries (or gives up); other nodes'
-    // leases on it go now.
-    if (absl::IsUnavailable(done) && !HasErrno(done)) {
-      volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
-    }
-    return done;
-  });
+  grpc::Status st =
+      Serve<true>(op, ctx, req, reply, inos, [&](const RequestContext& rc) -> absl::Status {
+        // A read-only node changes nothing; Open and SetLock change only what
+        // a reader may (Open checks its flags itself).
+        if (rc.read_only && std::string_view(op) != "Open" && std::string_view(op) != "SetLock") {
+          return ErrnoStatus(EROFS, "a read-only node");
+        }
+        once.emplace(volume_, req->header());
+        if (busy = once->busy(); !busy.ok()) return absl::OkStatus();
+        if (!once->error().ok()) return once->error();
+        RequestContext tagged = rc;
+        tagged.tag = once->tag();
+        const proto::DedupeRecord* record = once->prior() ? &*once->prior() : nullptr;
+        // A retry of a change that was applied (its first reply was lost, or
+        // its replication was not confirmed then): the other nodes' leases on
+        // what it changed are recalled before this answer, as the first attempt
+        // may not have got to it.
+        if (record != nullptr)
+          volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
+        if constexpr (!std::is_same_v<Prior, std::nullptr_t>) {
+          if (record != nullptr) return prior(*record, tagged);
+        }
+        absl::Status done = body(tagged, record);
+        // Applied here, not known to be replicated: the change returned before
+        // its own recall, and the client retries (or gives up); other nodes'
+        // leases on it go now.
+        if (absl::IsUnavailable(done) && !HasErrno(done)) {
+          volume_->Recall(tagged, Reachable(rc, service_call::ChangedKeys(*req)));
+        }
+        return done;
+      });
   return busy.ok() ? st : busy;
 }
 

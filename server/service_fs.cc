@@ -320,8 +320,14 @@ grpc::Status GrantFsService::ReadDir(Ctx* ctx, const proto::ReadDirRequest* req,
     // Granted before the listing is read: from then on only the session
     // changes it, so the listing it reads is what it will change.
     if (req->want_grant() && cookie == 0 && rc.top == 0) {
-      std::string why;
-      reply->set_granted(volume_->GrantDir(rc, req->ino(), epoch, &why));
+      // Only for a caller whose ids the server keeps: the mount makes the
+      // changes with the ids it knows (a mapped root would be refused
+      // later what it answered).
+      const proto::Creds& asked = req->header().creds();
+      const bool ids_kept = rc.caller.uid == asked.uid() && rc.caller.gid == asked.gid() &&
+                            rc.caller.groups.size() == static_cast<size_t>(asked.groups_size());
+      std::string why = "the node's ids are mapped";
+      reply->set_granted(ids_kept && volume_->GrantDir(rc, req->ino(), epoch, &why));
       VLOG(1) << "grant of directory " << req->ino() << " to session " << rc.client_id << ": "
               << (reply->granted() ? "granted" : why);
       // Its recall of others' leases on the directory changed those keys:

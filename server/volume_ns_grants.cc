@@ -62,28 +62,44 @@ bool Volume::GrantDir(const RequestContext& ctx, uint64_t dir, uint64_t epoch, s
     *why = "held or recalled elsewhere, changed since the read began, or recalled too often";
     return false;
   }
-  std::vector<LeaseKey> inside;
-  const std::string prefix = keys::Prefix('E', dir);
-  absl::Status scanned =
-      meta_->store().Scan(keys::DirCookie(dir, 3), prefix,
-                          [&](absl::string_view, absl::string_view value) -> absl::StatusOr<bool> {
-                            proto::DirentRecord d;
-                            if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-                              return ErrnoStatus(EIO, "corrupt dirent record");
-                            }
-                            inside.push_back(LeaseKey::Attr(d.ino()));
-                            return inside.size() <= static_cast<size_t>(kMaxGrantedEntries);
-                          });
-  if (!scanned.ok() || inside.size() > static_cast<size_t>(kMaxGrantedEntries)) {
-    *why = scanned.ok() ? absl::StrCat("more than ", kMaxGrantedEntries, " names")
-                        : std::string(scanned.message());
+  auto decline = [&](std::string reason) {
+    *why = std::move(reason);
     leases_.Drop(ctx.client_id, LeaseKey::NsGrant(dir));
     return false;
+  };
+  // A change of its names (or of its own name) under way checked for
+  // grants before this one was registered: it may land after the listing
+  // the session is about to read.
+  if (leases_.Changing(dir) || leases_.Changing(rec->parent())) {
+    return decline("a change of it is under way");
   }
+  std::vector<LeaseKey> inside;
+  bool elsewhere = false;
+  const std::string prefix = keys::Prefix('E', dir);
+  absl::Status scanned = meta_->store().Scan(
+      keys::DirCookie(dir, 3), prefix,
+      [&](absl::string_view, absl::string_view value) -> absl::StatusOr<bool> {
+        proto::DirentRecord d;
+        if (!d.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          return ErrnoStatus(EIO, "corrupt dirent record");
+        }
+        inside.push_back(LeaseKey::Attr(d.ino()));
+        // A look at an inode recalls the grant of the
+        // directory its record names (BreakGrants).
+        absl::StatusOr<proto::InodeRecord> in = meta_->inodes().GetInode(d.ino());
+        elsewhere = !in.ok() || in->parent() != dir;
+        return !elsewhere && inside.size() <= static_cast<size_t>(kMaxGrantedEntries);
+      });
+  if (!scanned.ok()) return decline(std::string(scanned.message()));
+  if (elsewhere) return decline("an inode in it is recorded in another directory (a link)");
+  if (inside.size() > static_cast<size_t>(kMaxGrantedEntries)) {
+    return decline(absl::StrCat("more than ", kMaxGrantedEntries, " names"));
+  }
+  // Reads under way lease none of them from now on; a lease already given
+  // is seen here.
+  leases_.Touch(inside);
   if (leases_.HeldByOther(ctx.client_id, inside)) {
-    *why = "another session holds the attributes of an inode in it";
-    leases_.Drop(ctx.client_id, LeaseKey::NsGrant(dir));
-    return false;
+    return decline("another session holds the attributes of an inode in it");
   }
   leases_.Recall(ctx.client_id, {LeaseKey::Dir(dir), LeaseKey::Attr(dir)});
   return true;
