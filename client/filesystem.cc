@@ -175,9 +175,11 @@ std::optional<proto::Attr> FileSystem::CachedAttr(uint64_t ino) {
   if (ns_) {
     if (std::optional<proto::Attr> made = ns_->Attr(ino)) return made;
   }
-  // Cached writes: the server's leased attributes, patched with them. A
-  // flush drops the lease before its extent leaves the cache, and one
-  // acknowledged after the fetch began is patched in from its reply.
+  // Nothing cached or being flushed (looked at first: a flush drops the
+  // lease before its extent leaves the cache): the lease as it is.
+  if (!cache_ || cache_->extent_count(ino) == 0) return leases_->Attr(ino);
+  // Cached writes: the server's leased attributes, patched with them; a
+  // flush acknowledged after the fetch began is patched in from its reply.
   WriteCache::AttrFetch fetch(cache_.get());
   std::optional<proto::Attr> attr = leases_->Attr(ino);
   if (attr) fetch.Patch(&*attr);
