@@ -291,13 +291,14 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
   ino = ServerIno(req, ino);
   FuseAdapter* a = Adapter(req);
   // A directory granted here: the mount's own listing, when it has one.
+  const Creds c = CredsOf(req);
   std::shared_ptr<const proto::ReadDirReply> own;
-  if (!plus && fi->fh != 0) own = a->OwnListing(CredsOf(req), ino, fi->fh, off);
+  if (!plus && fi->fh != 0) own = a->OwnListing(c, ino, fi->fh, off);
   // An entry takes ~32 bytes (plain) or ~150 (plus) plus its name.
   const uint32_t max_entries = std::max<size_t>(1, size / (plus ? 160 : 40));
   absl::StatusOr<proto::ReadDirReply> r;
   if (own == nullptr) {
-    r = a->fs()->ReadDir(CredsOf(req), ino, off, max_entries);
+    r = a->fs()->ReadDir(c, ino, off, max_entries);
     if (!r.ok()) return ReplyError(req, r.status());
   }
   const auto& entries = own != nullptr ? own->entries() : r->entries();

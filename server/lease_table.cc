@@ -306,13 +306,18 @@ uint64_t LeaseTable::SendRecall(Holder& h, uint64_t client_id, const LeaseKey& k
   return h.sent;
 }
 
-void LeaseTable::Touch(absl::Span<const LeaseKey> keys) {
-  absl::MutexLock l(&mu_);
+uint64_t LeaseTable::ChangeEpochLocked() {
   const uint64_t epoch = epoch_++;
   if (changed_.size() > (1u << 20)) {
     changed_.clear();
     floor_ = epoch;
   }
+  return epoch;
+}
+
+void LeaseTable::Touch(absl::Span<const LeaseKey> keys) {
+  absl::MutexLock l(&mu_);
+  const uint64_t epoch = ChangeEpochLocked();
   for (const LeaseKey& key : keys) changed_[key] = epoch;
 }
 
@@ -375,11 +380,7 @@ void LeaseTable::Recall(uint64_t origin, absl::Span<const LeaseKey> keys, bool i
   if (keys.empty()) return;
   absl::MutexLock l(&mu_);
   const absl::Time now = options_.clock->Now();
-  const uint64_t epoch = epoch_++;
-  if (changed_.size() > (1u << 20)) {
-    changed_.clear();
-    floor_ = epoch;
-  }
+  const uint64_t epoch = ChangeEpochLocked();
   std::vector<Wait> waits;
   for (const LeaseKey& key : keys) {
     changed_[key] = epoch;

@@ -252,6 +252,9 @@ class LeaseTable {
   // Counts a recall of `key` (it may become hot).
   void CountRecall(const LeaseKey& key, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HeldByOtherLocked(uint64_t origin, const LeaseKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epoch of a change of keys (Recall, Touch), clearing changed_ when
+  // it grows large.
+  uint64_t ChangeEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps grants_out_ (namespace grants held or being recalled).
   void CountGrant(const LeaseKey& key, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
