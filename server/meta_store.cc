@@ -507,16 +507,26 @@ CommitStats MetaStore::Commits() const {
   return c;
 }
 
-SpaceInfo MetaStore::Space() {
-  absl::MutexLock l(&mu_);
+SpaceInfo MetaStore::SpaceCountsLocked() {
   SpaceInfo s;
   s.capacity_bytes = SpaceLedger::Bytes(ledger_.capacity());
   s.used_bytes = SpaceLedger::Bytes(ledger_.used());
   s.reserved_bytes = SpaceLedger::Bytes(ledger_.reserved());
   s.granted_bytes = SpaceLedger::Bytes(ledger_.granted());
-  s.ledger_ok = ledger_.Check();
   s.inodes = counters_.inodes();
   s.next_ino = counters_.next_ino();
+  return s;
+}
+
+SpaceInfo MetaStore::SpaceCounts() {
+  absl::MutexLock l(&mu_);
+  return SpaceCountsLocked();
+}
+
+SpaceInfo MetaStore::Space() {
+  absl::MutexLock l(&mu_);
+  SpaceInfo s = SpaceCountsLocked();
+  s.ledger_ok = ledger_.Check();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("G"); it->Valid() && it->key().starts_with("G"); it->Next()) {
     ++s.pending_deletes;

@@ -196,7 +196,12 @@ class MetaStore {
   // Constant after construction.
   uint64_t chunk_size() const { return options_.chunk_size; }
   Clock* clock() const { return options_.clock; }
-  SpaceInfo Space();
+  // The ledger's totals and the inode counters, under mu_: cheap enough for
+  // every statfs and grant.
+  SpaceInfo SpaceCounts() ABSL_LOCKS_EXCLUDED(mu_);
+  // SpaceCounts, plus the ledger's invariant check and a scan of the pending
+  // deletes (their tombstones make it slow after many unlinks): for Status.
+  SpaceInfo Space() ABSL_LOCKS_EXCLUDED(mu_);
   // Totals since Open; cheap (two atomic loads), no lock.
   CommitStats Commits() const;
   // Sends the promise (MetaStoreOptions::promise_reserve_bytes) to the
@@ -287,6 +292,7 @@ class MetaStore {
   // Sends the ledger's promise when it rose (or, `exact`, changed); returns
   // its record's seq, 0 when nothing was sent.
   uint64_t PromiseLocked(bool exact) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SpaceInfo SpaceCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const MetaStoreOptions options_;

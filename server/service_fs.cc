@@ -490,7 +490,7 @@ grpc::Status GrantFsService::Grant(Ctx* ctx, const proto::GrantRequest* req,
           reply->set_grant_bytes(*r);
           reply->set_granted_bytes(added);
         }
-        SpaceInfo s = volume_->Space();
+        SpaceInfo s = volume_->SpaceCounts();
         const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
         reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
         return r.status();
@@ -520,7 +520,7 @@ grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* 
 grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
                                     proto::StatFsReply* reply) {
   return Serve("StatFs", ctx, req, reply, {}, [&](const RequestContext&) {
-    SpaceInfo s = volume_->Space();
+    SpaceInfo s = volume_->SpaceCounts();
     reply->set_block_size(kBlockSize);
     reply->set_capacity_bytes(s.capacity_bytes);
     reply->set_used_bytes(s.used_bytes);

@@ -231,6 +231,7 @@ class Volume {
   absl::StatusOr<proto::Attr> Fallocate(const RequestContext& ctx, uint64_t ino, uint32_t mode,
                                         uint64_t offset, uint64_t length);
   SpaceInfo Space() { return meta_->store().Space(); }
+  SpaceInfo SpaceCounts() { return meta_->store().SpaceCounts(); }
   // The data disk now: room file data may take (free + held) and held.
   struct DiskSpace {
     uint64_t room_bytes = 0;
@@ -384,6 +385,9 @@ class Volume {
   absl::Mutex recall_mu_;
   absl::Time last_recall_ ABSL_GUARDED_BY(recall_mu_) = absl::InfinitePast();
 
+  // The background thread runs maintenance every second, and within this
+  // of a file being reaped (one round for all reaped meanwhile).
+  static constexpr absl::Duration kGarbageBatch = absl::Milliseconds(100);
   absl::Mutex bg_mu_;
   bool stopping_ ABSL_GUARDED_BY(bg_mu_) = false;
   bool garbage_waiting_ ABSL_GUARDED_BY(bg_mu_) = false;

@@ -188,6 +188,15 @@ void Volume::BackgroundLoop() {
                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(bg_mu_) { return stopping_ || garbage_waiting_; };
     bg_mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Seconds(1));
     if (stopping_) break;
+    if (garbage_waiting_) {
+      // One round for the files reaped within kGarbageBatch: each round
+      // scans the orphan and garbage records, and after many unlinks those
+      // scans walk their tombstones (a round per close of an unlinked file
+      // took a sixth of the server's CPU under dbench).
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bg_mu_) { return stopping_; };
+      bg_mu_.AwaitWithTimeout(absl::Condition(&stop), kGarbageBatch);
+      if (stopping_) break;
+    }
     garbage_waiting_ = false;
     bg_mu_.Unlock();
     absl::StatusOr<int> done = RunMaintenance();
