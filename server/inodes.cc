@@ -12,6 +12,7 @@
 #include "common/errno_status.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 #include "server/allocator.h"
 #include "server/keys.h"
 
@@ -190,7 +191,45 @@ absl::StatusOr<std::vector<std::string>> Inodes::ListXattr(const Caller& caller,
   return names;
 }
 
+Inodes::Inodes(MetaStore* store) : store_(store) {
+  absl::flat_hash_set<uint64_t> inos;
+  const std::string prefix(1, 'X');
+  absl::Status s = store_->Scan(
+      prefix, prefix, [&](absl::string_view key, absl::string_view) -> absl::StatusOr<bool> {
+        if (key.size() < 9) return true;  // fsck's to report
+        inos.insert(keys::GetBigEndian64(key.data() + 1));
+        return inos.size() <= kMaxXattrIndex;
+      });
+  absl::MutexLock l(&xattr_mu_);
+  if (!s.ok()) {
+    LOG(WARNING) << "reading the xattrs' keys: " << s << "; every listing will look for them";
+  } else if (inos.size() <= kMaxXattrIndex) {
+    may_have_xattrs_ = std::move(inos);
+    xattr_index_ok_ = true;
+  }
+}
+
+void Inodes::MayHaveXattrs(uint64_t ino) {
+  absl::MutexLock l(&xattr_mu_);
+  if (!xattr_index_ok_) return;
+  may_have_xattrs_.insert(ino);
+  if (may_have_xattrs_.size() > kMaxXattrIndex) {
+    xattr_index_ok_ = false;
+    may_have_xattrs_ = {};
+  }
+}
+
+std::optional<size_t> Inodes::XattrIndexSize() {
+  absl::MutexLock l(&xattr_mu_);
+  if (!xattr_index_ok_) return std::nullopt;
+  return may_have_xattrs_.size();
+}
+
 absl::StatusOr<bool> Inodes::HasXattrs(uint64_t ino) {
+  {
+    absl::MutexLock l(&xattr_mu_);
+    if (xattr_index_ok_ && !may_have_xattrs_.contains(ino)) return false;
+  }
   bool found = false;
   const std::string prefix = keys::Prefix('X', ino);
   RETURN_IF_ERROR(store_->Scan(prefix, prefix,
@@ -222,6 +261,7 @@ absl::Status Inodes::SetXattr(const Caller& caller, uint64_t ino, const std::str
     ASSIGN_OR_RETURN(auto existing, txn->Get(keys::Xattr(ino, name)));
     if ((flags & XATTR_CREATE) && existing) return ErrnoStatus(EEXIST, name);
     if ((flags & XATTR_REPLACE) && !existing) return ErrnoStatus(ENODATA, name);
+    MayHaveXattrs(ino);
     txn->Put(keys::Xattr(ino, name), value);
     rec.set_ctime_ns(txn->NowNanos());
     txn->PutInode(ino, rec);

@@ -69,6 +69,35 @@ TEST_F(MetaStoreTest, XattrSetGetListRemove) {
   EXPECT_EQ(names, std::vector<std::string>{"user.elsewhere"});
 }
 
+// HasXattrs answers from memory for an inode no xattr was set on; the
+// index of those that may have some is read again when the store opens.
+TEST_F(MetaStoreTest, HasXattrsKnowsWithoutAScanAndAfterAReopen) {
+  ASSERT_OK_AND_ASSIGN(proto::Attr a, Create(kRootIno, "a", 0666));
+  ASSERT_OK_AND_ASSIGN(proto::Attr b, Create(kRootIno, "b", 0666));
+  ASSERT_OK_AND_ASSIGN(proto::Attr c, Create(kRootIno, "c", 0666));
+  EXPECT_EQ(store_->inodes().XattrIndexSize(), std::optional<size_t>(0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, a.ino(), "user.x", "1", 0));
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, b.ino(), "trusted.t", "", 0));
+  ASSERT_OK(store_->inodes().RemoveXattr(kRoot, b.ino(), "trusted.t"));
+  // A refused set adds nothing that matters: the scan answers for it.
+  EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, c.ino(), "user.y", "1", XATTR_REPLACE)), ENODATA);
+  EXPECT_EQ(store_->inodes().XattrIndexSize(), std::optional<size_t>(2));
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_OK_AND_ASSIGN(bool has, store_->inodes().HasXattrs(a.ino()));
+    EXPECT_TRUE(has);
+    ASSERT_OK_AND_ASSIGN(has, store_->inodes().HasXattrs(b.ino()));
+    EXPECT_FALSE(has);
+    ASSERT_OK_AND_ASSIGN(has, store_->inodes().HasXattrs(c.ino()));
+    EXPECT_FALSE(has);
+    Reopen();  // read from the store's keys: only a has one now
+    EXPECT_EQ(store_->inodes().XattrIndexSize(), std::optional<size_t>(1));
+  }
+  ASSERT_OK(store_->inodes().SetXattr(kRoot, c.ino(), "user.z", "3", 0));
+  ASSERT_OK_AND_ASSIGN(bool has, store_->inodes().HasXattrs(c.ino()));
+  EXPECT_TRUE(has);
+}
+
 TEST_F(MetaStoreTest, XattrValidation) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, Create(kRootIno, "f"));
   EXPECT_EQ(Err(store_->inodes().SetXattr(kRoot, f.ino(), "system.posix_acl_access", "x", 0)),
