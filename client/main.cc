@@ -37,6 +37,7 @@
 #include "common/flag_help.h"
 #include "common/log_rotation.h"
 #include "common/metrics_http.h"
+#include "common/mutex_checks.h"
 #include "common/names.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "grantfs-mount: --log_max_mb must be >= 0\n");
     return 2;
   }
+  grantfs::ApplyMutexDeadlockCheck();
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   std::unique_ptr<grantfs::LogRotation> log_rotation;  // background mode: keeps the log bounded

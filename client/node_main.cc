@@ -36,6 +36,7 @@
 #include "client/rpc_client.h"
 #include "common/flag_help.h"
 #include "common/metrics_http.h"
+#include "common/mutex_checks.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  grantfs::ApplyMutexDeadlockCheck();
   if (args.size() != 1) {
     LOG(ERROR) << "grantfs-node takes no arguments, only flags (--help)";
     return 2;

@@ -28,6 +28,7 @@
 #include "common/flag_config.h"
 #include "common/flag_help.h"
 #include "common/metrics_http.h"
+#include "common/mutex_checks.h"
 #include "common/transport_flags.h"
 #include "glog/logging.h"
 #include "server/roles.h"
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::ParseCommandLine(argc, argv);
+  grantfs::ApplyMutexDeadlockCheck();
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   // SIGTERM/SIGINT are taken by one thread (below); block them everywhere

@@ -24,6 +24,9 @@ def pytest_configure(config):
     # Every server, mount and grantfsctl the tests start runs with TLS and
     # the certificates made here (tests/kit/keys.py).
     use_cluster_keys()
+    # ... and aborts on a lock-order cycle among its mutexes, which the
+    # daemons do not look for by default (common/mutex_checks.h).
+    os.environ.setdefault("GRANTFS_MUTEX_CHECK", "1")
 
 
 @pytest.fixture
