@@ -37,6 +37,11 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
                WriteCache::WriteTime time) -> absl::StatusOr<WriteCache::FlushResult> {
           // The data of a close that did not wait, in a granted directory.
           const bool granted = ns_ != nullptr && ns_->Owes(ino);
+          // Kept for re-reads once acknowledged, if the lease held before
+          // this was sent still holds then (client/clean_cache.h).
+          CleanCache::Token token;
+          if (clean_) token = clean_->Begin(leases_->DataStamp(ino));
+          std::shared_ptr<const std::string> kept = clean_ ? data : nullptr;
           absl::StatusOr<proto::WriteReply> sent =
               meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted);
           // The server keeps this mount's lease on what its own write
@@ -50,6 +55,9 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
             if (!sent.ok()) leases_->DataUnsure(ino);
           }
           ASSIGN_OR_RETURN(proto::WriteReply reply, std::move(sent));
+          // Before the cache forgets the extent: a read meanwhile finds the
+          // bytes in one or the other.
+          if (clean_) clean_->Put(ino, token, offset, std::move(kept), reply.attr().size());
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();
           r.size = reply.attr().size();
@@ -59,6 +67,9 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         });
   }
   if (options_.leases) leases_ = std::make_unique<LeaseCache>();
+  if (cache_ && leases_ && options_.clean_cache_bytes > 0) {
+    clean_ = std::make_unique<CleanCache>(options_.clean_cache_bytes);
+  }
   if (options_.leases && options_.ns_grants) {
     ns_ = std::make_unique<NsGrants>(options_.ns, &meta_, leases_.get());
     if (cache_) {
@@ -334,6 +345,8 @@ absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
 
 absl::StatusOr<proto::Attr> FileSystem::SetAttr(const Creds& c, proto::SetAttrRequest req) {
   using V = proto::SetAttrRequest;
+  // A size change, here or at the server: what was kept is not the file.
+  if (clean_ && (req.valid() & V::SIZE)) clean_->Drop(req.ino());
   if (ns_) {
     // A file made here: chmod, chown, utimes in the log. Its cached writes
     // were made before: their flushes keep the times it sets (TimesSet
@@ -691,6 +704,7 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   }
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));
+  if (clean_ && (flags & O_TRUNC)) clean_->Drop(ino);
   // A reclaim running meanwhile does not hold this open up, nor lose it
   // (OpenHandleTable).
   *handle = handles_.BeginOpen(ino);
@@ -730,15 +744,26 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
   // every byte asked for still cached, no call.
   std::optional<uint64_t> known;
   if (ns_ && cache_) known = ns_->TrackedSize(ino);
+  // Acknowledged bytes kept here, under the lease held since their flush
+  // (client/clean_cache.h): their file's size is the server's last answer,
+  // or the end of the cached writes. Taken before the cached writes, which
+  // hold whatever is newer (a flush moves bytes from those to these).
+  WriteCache::Overlay clean;
+  const bool kept = clean_ && clean_->Read(ino, leases_->DataStamp(ino), offset, size, &clean);
   WriteCache::Overlay cached;
   if (cache_) cached = cache_->Snapshot(ino, offset, size);
   std::string out;
+  if (kept && !known.has_value()) known = std::max(clean.end, cached.end);
   if (known.has_value()) {
     const uint64_t end = std::min<uint64_t>(offset + size, *known);
     if (end <= offset) return out;
-    if (WriteCache::Covers(cached, offset, end)) {
-      WriteCache::Apply(cached, offset, size, &out);
+    WriteCache::Overlay both = std::move(clean);  // oldest first: cached writes win
+    both.end = cached.end;
+    both.pieces.insert(both.pieces.end(), cached.pieces.begin(), cached.pieces.end());
+    if (WriteCache::Covers(both, offset, end)) {
+      WriteCache::Apply(both, offset, size, &out);
       out.resize(end - offset);
+      if (kept) reads_kept_.fetch_add(1, std::memory_order_relaxed);
       return out;
     }
   }

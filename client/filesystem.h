@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/clean_cache.h"
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
 #include "client/lease_cache.h"
@@ -73,6 +74,9 @@ struct FileSystemOptions {
   // the server as a log. Needs leases.
   bool ns_grants = false;
   NsGrantsOptions ns;
+  // Bytes of acknowledged small writes kept to answer re-reads
+  // (client/clean_cache.h); with fastwrite and leases only. 0: none.
+  uint64_t clean_cache_bytes = 16ull << 20;
 };
 
 class FileSystem {
@@ -102,6 +106,9 @@ class FileSystem {
   RpcClient& rpc() { return *rpc_; }
   // Null when read-ahead is off.
   ReadAhead* read_ahead() { return ra_.get(); }
+  CleanCache* clean_cache() { return clean_.get(); }
+  // Reads answered from kept acknowledged bytes, no call (CleanCache).
+  uint64_t reads_kept() const { return reads_kept_.load(std::memory_order_relaxed); }
   // Null when leases are off.
   LeaseCache* leases() { return leases_.get(); }
   // Null when namespace grants are off.
@@ -216,6 +223,7 @@ class FileSystem {
   // is served any more.
   void DataChanged(uint64_t ino) {
     if (ra_) ra_->Invalidate(ino);
+    if (clean_) clean_->Drop(ino);
     if (leases_) leases_->AttrChanged(ino);
   }
   // The inode `name` in `parent` is, as far as this mount knows (0: not
@@ -259,6 +267,8 @@ class FileSystem {
   OpenHandleTable handles_;
   std::unique_ptr<GrantPool> pool_;    // fastwrite only
   std::unique_ptr<WriteCache> cache_;  // fastwrite only
+  std::unique_ptr<CleanCache> clean_;  // fastwrite with leases only
+  std::atomic<uint64_t> reads_kept_{0};
 
   // Lock order of the mount. Every lock of the client is a leaf (nothing
   // else is taken while it is held; none is held across an RPC, a wait for

@@ -76,6 +76,9 @@ ABSL_FLAG(int, extent_kib, 4096, "fastwrite: extent size sent at once (1024..819
 ABSL_FLAG(double, flush_age_s, 5.0, "fastwrite: cached data older than this is sent");
 ABSL_FLAG(int, readahead_kib, 8192,
           "KiB fetched ahead of a sequential reader, in 1 MiB reads in parallel (0 = off)");
+ABSL_FLAG(int, clean_cache_mb, 16,
+          "MiB of acknowledged small writes kept to answer re-reads while the file's lease "
+          "holds (0 = off)");
 ABSL_FLAG(std::string, metrics_addr, "",
           "address:port to serve Prometheus metrics on, over plain HTTP with no authentication "
           "(docs/metrics.md); empty: none");
@@ -377,6 +380,8 @@ int main(int argc, char** argv) {
                                    << 20;
   fo.readahead.window_bytes = static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_readahead_kib)))
                               << 10;
+  fo.clean_cache_bytes = static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_clean_cache_mb)))
+                         << 20;
   grantfs::FileSystem fs(fo, *std::move(rpc));
   grantfs::FuseOptions fuse_options;
   fuse_options.attr_timeout_s = absl::GetFlag(FLAGS_attr_timeout);

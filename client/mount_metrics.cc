@@ -44,6 +44,13 @@ void FileSystem::WriteMetrics(MetricsText* out) {
     out->Gauge("grantfs_mount_ns_log_entries", "namespace log entries not yet applied",
                static_cast<double>(s.pending));
   }
+  if (clean_ != nullptr) {
+    out->Counter("grantfs_mount_kept_reads_total",
+                 "reads answered from acknowledged writes kept here (--clean_cache_mb), no call",
+                 static_cast<double>(reads_kept()));
+    out->Gauge("grantfs_mount_kept_bytes", "bytes of acknowledged writes kept for re-reads",
+               static_cast<double>(clean_->bytes()));
+  }
   if (cache_ == nullptr) return;
   const WriteCache::Counters wc = cache_->counters();
   out->Counter("grantfs_mount_flushed_bytes_total",

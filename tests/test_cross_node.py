@@ -9,6 +9,10 @@ import os
 import stat
 import subprocess
 import time
+import urllib.request
+
+from kit.ports import free_port
+from kit.topology import Standalone
 
 VISIBILITY_BOUND = 1.0  # seconds
 FLUSH_AGE = 5.0  # grantfs-mount --flush_age_s default
@@ -188,6 +192,81 @@ class TestPagesKeptAcrossOpens:
         assert read_file(p2) == data
         assert read_file(os.path.join(cluster.n1, "g")) == data
         assert read_file(p2) == data
+
+
+def scrape(port):
+    """{sample with its labels: value} of a /metrics page."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def read_uncached(path):
+    """The file's bytes, after the kernel dropped its pages of it: every
+    byte is asked of the mount."""
+    with open(path, "rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        return f.read()
+
+
+class TestKeptWrites:
+    """Bytes a node wrote and the server acknowledged are read back there
+    without a call while it holds the file's lease; another node's write
+    recalls the lease and the next read asks the server
+    (client/clean_cache.h)."""
+
+    def test_read_back_without_a_call_until_another_node_writes(self, tmp_base):
+        sport, mport = free_port(), free_port()
+        c = Standalone(tmp_base, server_extra=[f"--metrics_addr=127.0.0.1:{sport}"])
+        c.mounts[0].extra.append(f"--metrics_addr=127.0.0.1:{mport}")
+        c.start()
+        reads = 'grantfs_server_call_seconds_count{op="Read"}'
+        try:
+            p1 = os.path.join(c.n1, "f")
+            p2 = os.path.join(c.n2, "f")
+            data = os.urandom(10000)  # a partial last page: not kept by the kernel
+            with open(p1, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            before = scrape(sport).get(reads, 0)
+            kept = scrape(mport)["grantfs_mount_kept_reads_total"]
+            for _ in range(3):
+                assert read_uncached(p1) == data
+            assert scrape(sport).get(reads, 0) == before, "read back with a call"
+            assert scrape(mport)["grantfs_mount_kept_reads_total"] > kept
+            # Node2 overwrites it (same size): node1's lease is recalled
+            # before node2's write is acknowledged.
+            new = os.urandom(10000)
+            with open(p2, "r+b") as f:
+                f.write(new)
+                f.flush()
+                os.fsync(f.fileno())
+            assert read_uncached(p1) == new
+            assert scrape(sport).get(reads, 0) > before
+            # A truncate here drops what was kept; the bytes kept after it
+            # are the ones written after it.
+            with open(p1, "r+b") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                assert read_uncached(p1) == data
+                f.truncate(3000)
+                assert read_uncached(p1) == data[:3000]
+                f.seek(5000)
+                f.write(b"z" * 100)
+                f.flush()
+                os.fsync(f.fileno())
+            expected = data[:3000] + bytes(2000) + b"z" * 100
+            assert read_uncached(p1) == expected
+            assert read_uncached(p2) == expected
+        finally:
+            c.stop()
 
 
 class TestNamespaceVisibility:
