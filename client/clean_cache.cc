@@ -19,20 +19,22 @@ void CleanCache::Put(uint64_t ino, const Token& t, uint64_t offset,
   if (data->size() <= kMaxPiece && data->capacity() > 2 * data->size()) {
     data = std::make_shared<const std::string>(*data);
   }
+  Released released;
   absl::MutexLock l(&mu_);
-  // A drop of this inode after Begin (or one forgotten since): what this
-  // flush sent may no longer be the file's bytes.
-  if (t.gen < floor_) return DropLocked(ino);
-  if (auto d = drops_.find(ino); d != drops_.end() && d->second > t.gen) return;
-  // Not kept: what is kept of the file may be older than these bytes.
-  if (t.stamp == 0 || data->size() > kMaxPiece || max_bytes_ == 0) return DropLocked(ino);
-  File& f = files_[ino];  // no other reference into files_ is held here
-  if (f.stamp != t.stamp) {
-    // Kept under another stamp: not comparable with this one.
-    while (!f.pieces.empty()) ErasePieceLocked(&f, f.pieces.begin());
-    f.stamp = t.stamp;
-    f.size = 0;
+  auto d = drops_.find(ino);
+  const bool refused = t.gen < floor_ || (d != drops_.end() && d->second > t.gen);
+  auto fit = files_.find(ino);
+  const bool other_stamp = fit != files_.end() && fit->second.stamp != t.stamp;
+  if (refused || other_stamp || t.stamp == 0 || data->size() > kMaxPiece || max_bytes_ == 0) {
+    // Not kept: what is kept of the file may be older than these bytes,
+    // and its size smaller than the one they gave the file. Whatever is
+    // kept goes, and so does what flushes begun before would keep (their
+    // sizes are not comparable with the ones after).
+    DropLocked(ino, &released);
+    return;
   }
+  File& f = files_[ino];  // no other reference into files_ is held here
+  f.stamp = t.stamp;
   const uint64_t end = offset + data->size();
   // Older pieces this one overlaps are cut to what it leaves of them.
   auto it = f.pieces.lower_bound(offset);
@@ -43,7 +45,7 @@ void CleanCache::Put(uint64_t ino, const Token& t, uint64_t offset,
   std::vector<std::pair<uint64_t, Piece>> cut;
   while (it != f.pieces.end() && it->first < end) {
     cut.emplace_back(it->first, it->second);
-    it = ErasePieceLocked(&f, it);
+    it = ErasePieceLocked(&f, it, &released);
   }
   for (const auto& [lo, old] : cut) {
     const uint64_t hi = lo + old.len;
@@ -55,42 +57,44 @@ void CleanCache::Put(uint64_t ino, const Token& t, uint64_t offset,
   AddPieceLocked(ino, &f, offset, std::move(data), 0, n);
   while (bytes_ > max_bytes_ && !lru_.empty()) {
     const auto [old_ino, old_offset] = lru_.front();
-    auto fit = files_.find(old_ino);
-    ErasePieceLocked(&fit->second, fit->second.pieces.find(old_offset));
-    // Erasing another element leaves `f` where it is.
-    if (fit->second.pieces.empty() && old_ino != ino) files_.erase(fit);
+    auto oit = files_.find(old_ino);
+    ErasePieceLocked(&oit->second, oit->second.pieces.find(old_offset), &released);
+    // Erasing another element leaves `f` where it is. The file's size
+    // stays with its last pieces: an empty file of this stamp still
+    // answers the end of the file.
+    if (oit->second.pieces.empty() && old_ino != ino) files_.erase(oit);
   }
 }
 
 void CleanCache::AddPieceLocked(uint64_t ino, File* f, uint64_t offset,
                                 std::shared_ptr<const std::string> data, size_t skip, size_t len) {
-  if (len < data->size() / 2) {
+  if (len < data->capacity() / 2) {
     data = std::make_shared<const std::string>(*data, skip, len);
     skip = 0;
   }
   lru_.emplace_back(ino, offset);
-  bytes_ += len;
-  f->pieces.insert_or_assign(offset, Piece{std::move(data), skip, len, std::prev(lru_.end())});
+  // What it holds, not what it shows: the buffer stays until every piece
+  // of it goes (two pieces cut from one count it twice).
+  const size_t held = data->capacity();
+  bytes_ += held;
+  f->pieces.insert_or_assign(offset,
+                             Piece{std::move(data), skip, len, held, std::prev(lru_.end())});
 }
 
 std::map<uint64_t, CleanCache::Piece>::iterator CleanCache::ErasePieceLocked(
-    File* f, std::map<uint64_t, Piece>::iterator it) {
-  bytes_ -= it->second.len;
+    File* f, std::map<uint64_t, Piece>::iterator it, Released* released) {
+  bytes_ -= it->second.held;
   lru_.erase(it->second.lru);
+  released->push_back(std::move(it->second.data));
   return f->pieces.erase(it);
 }
 
-void CleanCache::DropLocked(uint64_t ino) {
-  auto it = files_.find(ino);
-  if (it == files_.end()) return;
-  File& f = it->second;
-  for (auto p = f.pieces.begin(); p != f.pieces.end();) p = ErasePieceLocked(&f, p);
-  files_.erase(it);
-}
-
-void CleanCache::Drop(uint64_t ino) {
-  absl::MutexLock l(&mu_);
-  DropLocked(ino);
+void CleanCache::DropLocked(uint64_t ino, Released* released) {
+  if (auto it = files_.find(ino); it != files_.end()) {
+    File& f = it->second;
+    for (auto p = f.pieces.begin(); p != f.pieces.end();) p = ErasePieceLocked(&f, p, released);
+    files_.erase(it);
+  }
   if (drops_.size() >= kMaxDrops) {
     drops_.clear();
     floor_ = gen_ + 1;
@@ -98,16 +102,23 @@ void CleanCache::Drop(uint64_t ino) {
   drops_[ino] = ++gen_;
 }
 
+void CleanCache::Drop(uint64_t ino) {
+  Released released;
+  absl::MutexLock l(&mu_);
+  DropLocked(ino, &released);
+}
+
 bool CleanCache::Read(uint64_t ino, uint64_t stamp, uint64_t offset, size_t size,
                       WriteCache::Overlay* out) {
   if (stamp == 0) return false;
+  Released released;
   absl::MutexLock l(&mu_);
   auto fit = files_.find(ino);
   if (fit == files_.end()) return false;
   File& f = fit->second;
   if (f.stamp != stamp) {
     // Another node changed the file since (or this mount lost track).
-    DropLocked(ino);
+    DropLocked(ino, &released);
     return false;
   }
   out->pieces.clear();

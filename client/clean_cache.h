@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -56,8 +57,12 @@ class CleanCache {
   };
   Token Begin(uint64_t stamp) ABSL_LOCKS_EXCLUDED(mu_);
   // The server acknowledged `data` at `offset` of `ino` and said the file's
-  // size is now `size`. Kept if the token still holds and the piece is
-  // small enough; older kept bytes it overlaps are dropped.
+  // size is now `size`. Kept if the token still holds (no Drop since
+  // Begin, the stamp non-zero and the one the file's kept bytes have) and
+  // the piece is small enough; it cuts older kept bytes it overlaps.
+  // Otherwise it is a Drop: the file's kept bytes go, and so does what any
+  // flush begun before would keep (the sizes those answered could be older
+  // than this one's).
   void Put(uint64_t ino, const Token& t, uint64_t offset, std::shared_ptr<const std::string> data,
            uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // The file's data changed here outside the write cache: nothing kept is
@@ -78,6 +83,7 @@ class CleanCache {
     std::shared_ptr<const std::string> data;
     size_t skip = 0;
     size_t len = 0;
+    size_t held = 0;  // counted in bytes_: the buffer's capacity
     std::list<std::pair<uint64_t, uint64_t>>::iterator lru;  // (ino, offset)
   };
   struct File {
@@ -85,17 +91,21 @@ class CleanCache {
     uint64_t size = 0;                 // the server's, at the last Put
     std::map<uint64_t, Piece> pieces;  // by offset, not overlapping
   };
+  // Buffers let go under mu_, freed after it is released (the last
+  // reference to a write cache extent takes the cache's spares lock).
+  using Released = std::vector<std::shared_ptr<const std::string>>;
   // Keeps [skip, skip + len) of `data` at `offset` (newest in the LRU
-  // order); copied out when it is under half of `data`, so a kept view
-  // never holds much more than it counts.
+  // order); copied out when it is under half of the buffer.
   void AddPieceLocked(uint64_t ino, File* f, uint64_t offset,
                       std::shared_ptr<const std::string> data, size_t skip, size_t len)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets one piece (the File stays, possibly empty); the next piece.
   std::map<uint64_t, Piece>::iterator ErasePieceLocked(File* f,
-                                                       std::map<uint64_t, Piece>::iterator it)
+                                                       std::map<uint64_t, Piece>::iterator it,
+                                                       Released* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropLocked(uint64_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the file and refuses the Puts of flushes begun before.
+  void DropLocked(uint64_t ino, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_bytes_;
   absl::Mutex mu_;

@@ -50,7 +50,6 @@ TEST(CleanCache, NewerBytesCutWhatTheyOverlapAndTheSizeOnlyGrows) {
   ASSERT_TRUE(c.Read(1, 3, 0, 10, &o));
   EXPECT_EQ(o.end, 8u);
   EXPECT_EQ(View(o, 0, 10), "aaBBBBBc");
-  EXPECT_EQ(c.bytes(), 8u);
   // One inside another splits it; one over several cuts each.
   c.Put(1, c.Begin(3), 3, Bytes("x"), 4);
   ASSERT_TRUE(c.Read(1, 3, 0, 10, &o));
@@ -58,13 +57,43 @@ TEST(CleanCache, NewerBytesCutWhatTheyOverlapAndTheSizeOnlyGrows) {
   c.Put(1, c.Begin(3), 1, Bytes("yyyyyy"), 4);
   ASSERT_TRUE(c.Read(1, 3, 0, 10, &o));
   EXPECT_EQ(View(o, 0, 10), "ayyyyyyc");
-  EXPECT_EQ(c.bytes(), 8u);
   ASSERT_TRUE(c.Read(1, 3, 5, 2, &o));
   EXPECT_EQ(View(o, 5, 2), "yy");
-  // Under a new stamp, what was kept under the old one is not comparable.
+  // Under a new stamp, what was kept under the old one is not comparable:
+  // the first flush after it keeps nothing, and neither does one begun
+  // before it; the next one is kept.
+  CleanCache::Token old_flush = c.Begin(3);
+  c.Put(1, c.Begin(4), 0, Bytes("z"), 1);
+  EXPECT_FALSE(c.Read(1, 4, 0, 10, &o));
+  EXPECT_FALSE(c.Read(1, 3, 0, 10, &o));
+  c.Put(1, old_flush, 0, Bytes("w"), 1);
+  EXPECT_FALSE(c.Read(1, 3, 0, 10, &o));
   c.Put(1, c.Begin(4), 0, Bytes("z"), 1);
   ASSERT_TRUE(c.Read(1, 4, 0, 10, &o));
   EXPECT_EQ(View(o, 0, 10), "z");
+}
+
+// A flush that is not kept takes the file's kept bytes with it, and what
+// the flushes begun before it would keep: their sizes may be older than
+// the one it gave the file.
+TEST(CleanCache, AFlushNotKeptIsADropOfTheFile) {
+  CleanCache c(4 << 20);
+  CleanCache::Token small = c.Begin(3);
+  CleanCache::Token large = c.Begin(3);
+  c.Put(1, large, 8192, Bytes(std::string(CleanCache::kMaxPiece + 1, 'L')),
+        8192 + CleanCache::kMaxPiece + 1);
+  c.Put(1, small, 0, Bytes("s"), 4096);  // the server may have applied it first
+  WriteCache::Overlay o;
+  EXPECT_FALSE(c.Read(1, 3, 0, 1, &o));
+  // The other order: the small one kept first, then the large one drops it.
+  small = c.Begin(3);
+  large = c.Begin(3);
+  c.Put(1, small, 0, Bytes("s"), 4096);
+  ASSERT_TRUE(c.Read(1, 3, 0, 1, &o));
+  c.Put(1, large, 8192, Bytes(std::string(CleanCache::kMaxPiece + 1, 'L')),
+        8192 + CleanCache::kMaxPiece + 1);
+  EXPECT_FALSE(c.Read(1, 3, 0, 1, &o));
+  EXPECT_EQ(c.bytes(), 0u);
 }
 
 TEST(CleanCache, ADropRefusesTheFlushesBegunBeforeIt) {
@@ -111,17 +140,25 @@ TEST(CleanCache, LargePiecesAreNotKeptAndDropWhatTheyOverlap) {
 }
 
 TEST(CleanCache, StaysWithinItsBytesOldestFirst) {
-  CleanCache c(10);
-  c.Put(1, c.Begin(3), 0, Bytes("aaaa"), 4);
-  c.Put(2, c.Begin(3), 0, Bytes("bbbb"), 4);
-  c.Put(3, c.Begin(3), 0, Bytes("cccc"), 4);  // 12 > 10: file 1's goes
-  EXPECT_EQ(c.bytes(), 8u);
+  const std::string a(1000, 'a'), b(1000, 'b'), cc(1000, 'c');
+  CleanCache c(2500);
+  c.Put(1, c.Begin(3), 0, Bytes(a), 1000);
+  c.Put(2, c.Begin(3), 0, Bytes(b), 1000);
+  c.Put(3, c.Begin(3), 0, Bytes(cc), 1000);  // past 2500: file 1's goes
+  EXPECT_LE(c.bytes(), 2500u);
+  EXPECT_GE(c.bytes(), 2000u);
   WriteCache::Overlay o;
   EXPECT_FALSE(c.Read(1, 3, 0, 4, &o));
-  ASSERT_TRUE(c.Read(2, 3, 0, 4, &o));
-  EXPECT_EQ(View(o, 0, 4), "bbbb");
-  ASSERT_TRUE(c.Read(3, 3, 0, 4, &o));
-  EXPECT_EQ(View(o, 0, 4), "cccc");
+  ASSERT_TRUE(c.Read(2, 3, 0, 1000, &o));
+  EXPECT_EQ(View(o, 0, 1000), b);
+  ASSERT_TRUE(c.Read(3, 3, 0, 1000, &o));
+  EXPECT_EQ(View(o, 0, 1000), cc);
+  // A piece is counted by the buffer it holds, not the bytes it shows.
+  auto big = std::make_shared<std::string>(4000, 'x');
+  big->resize(1500);  // capacity stays 4000: copied, not held
+  CleanCache d(1 << 20);
+  d.Put(1, d.Begin(3), 0, big, 1500);
+  EXPECT_LT(d.bytes(), 4000u);
   // Off: nothing kept.
   CleanCache off(0);
   off.Put(1, off.Begin(3), 0, Bytes("a"), 1);

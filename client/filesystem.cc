@@ -712,6 +712,9 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
   absl::StatusOr<proto::Attr> attr = meta_.Open(c, ino, flags, *handle, created);
   handles_.EndOpen(*handle, attr.ok());
   if (leases_ && (flags & O_TRUNC)) leases_->AttrChanged(ino);  // truncated at the server
+  // Also after: a write through another descriptor may have been flushed
+  // (and kept) between the drop above and the truncate.
+  if (clean_ && (flags & O_TRUNC)) clean_->Drop(ino);
   // Close-to-open (and O_TRUNC): an open drops what was fetched before it.
   if (ra_) {
     if (attr.ok()) {
@@ -744,14 +747,16 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
   // every byte asked for still cached, no call.
   std::optional<uint64_t> known;
   if (ns_ && cache_) known = ns_->TrackedSize(ino);
-  // Acknowledged bytes kept here, under the lease held since their flush
-  // (client/clean_cache.h): their file's size is the server's last answer,
-  // or the end of the cached writes. Taken before the cached writes, which
-  // hold whatever is newer (a flush moves bytes from those to these).
-  WriteCache::Overlay clean;
-  const bool kept = clean_ && clean_->Read(ino, leases_->DataStamp(ino), offset, size, &clean);
   WriteCache::Overlay cached;
   if (cache_) cached = cache_->Snapshot(ino, offset, size);
+  // Acknowledged bytes kept here, under the lease held since their flush
+  // (client/clean_cache.h): their file's size is the server's last answer,
+  // or the end of the cached writes. Taken after the cached writes: a
+  // flush moves bytes from those to these (kept before the cache forgets
+  // them), so a flush in between leaves them in both, never in neither;
+  // the cached ones are laid over the kept ones.
+  WriteCache::Overlay clean;
+  const bool kept = clean_ && clean_->Read(ino, leases_->DataStamp(ino), offset, size, &clean);
   std::string out;
   if (kept && !known.has_value()) known = std::max(clean.end, cached.end);
   if (known.has_value()) {
@@ -763,7 +768,9 @@ absl::StatusOr<std::string> FileSystem::Read(const Creds& c, uint64_t ino, uint6
     if (WriteCache::Covers(both, offset, end)) {
       WriteCache::Apply(both, offset, size, &out);
       out.resize(end - offset);
-      if (kept) reads_kept_.fetch_add(1, std::memory_order_relaxed);
+      if (kept && both.pieces.size() > cached.pieces.size()) {
+        reads_kept_.fetch_add(1, std::memory_order_relaxed);
+      }
       return out;
     }
   }
