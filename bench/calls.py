@@ -20,7 +20,7 @@ With several --builds, run i of each build is made before run i+1 of any, so
 a machine that slows down (builds, other tests) shows in every build alike;
 compare builds only within one invocation. --perf records the server's or
 the mount's CPU profile of the first run of the first build with
-`perf record -g` into /tmp/calls-perf.data.
+`perf record -g` into /tmp/calls-perf.data (coldfind: of the cold mount).
 
 The default build is $GRANTFS_BUILD or ./build.
 """
@@ -60,18 +60,14 @@ def server_calls(port):
     return out
 
 
-def cpu_seconds(name):
-    """utime + stime of every process called `name`."""
-    total = 0.0
-    pids = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+def cpu_seconds(proc):
+    """utime + stime of the process `proc` (a Popen)."""
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def diff_calls(before, after):
@@ -79,11 +75,10 @@ def diff_calls(before, after):
             for op in after if after[op][0] != before.get(op, (0, 0))[0]}
 
 
-def start_perf(what):
-    name = {"server": "grantfs-server", "mount": "grantfs-mount"}[what]
-    pid = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()[0]
+def start_perf(proc):
     p = subprocess.Popen(["perf", "record", "-g", "-F", "499", "-o", "/tmp/calls-perf.data",
-                          "-p", pid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          "-p", str(proc.pid)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     return p
 
@@ -95,11 +90,12 @@ def run_dbench(build, args, perf):
                    server_extra=[f"--metrics_addr=127.0.0.1:{sport}"], build=build)
     t.start()
     try:
-        p = start_perf(perf) if perf else None
-        c0, s0, m0 = server_calls(sport), cpu_seconds("grantfs-server"), cpu_seconds("grantfs-mount")
+        server, mount = t.server.proc, t.mounts[0].proc
+        p = start_perf(server if perf == "server" else mount) if perf else None
+        c0, s0, m0 = server_calls(sport), cpu_seconds(server), cpu_seconds(mount)
         r = subprocess.run(["dbench", "-D", t.n1, "-t", str(args.secs), "4"], capture_output=True,
                            text=True, timeout=args.secs + 300)
-        s1, m1, c1 = cpu_seconds("grantfs-server"), cpu_seconds("grantfs-mount"), server_calls(sport)
+        s1, m1, c1 = cpu_seconds(server), cpu_seconds(mount), server_calls(sport)
         if p:
             p.send_signal(2)
             p.wait(timeout=60)
@@ -132,13 +128,13 @@ def run_coldfind(build, args, perf):
         subprocess.run(["sync", "-f", t.n1], check=True)
         cold = Mount(t.server.addr, os.path.join(base, "cold"), args.mount_flag, build)
         cold.start()
-        p = start_perf(perf) if perf else None
-        c0, s0 = server_calls(sport), cpu_seconds("grantfs-server")
+        p = start_perf(t.server.proc if perf == "server" else cold.proc) if perf else None
+        c0, s0, m0 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
         w = time.monotonic()
         r = subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True,
                            text=True, check=True)
         elapsed = time.monotonic() - w
-        c1, s1 = server_calls(sport), cpu_seconds("grantfs-server")
+        c1, s1, m1 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
         if p:
             p.send_signal(2)
             p.wait(timeout=60)
@@ -148,7 +144,7 @@ def run_coldfind(build, args, perf):
         subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True, check=True)
         warm = time.monotonic() - w
         return {"value": elapsed, "unit": "s cold", "warm": warm, "calls": diff_calls(c0, c1),
-                "cpu": (s1 - s0, 0.0)}
+                "cpu": (s1 - s0, m1 - m0)}
     finally:
         if cold is not None:
             cold.unmount()

@@ -42,6 +42,13 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
           CleanCache::Token token;
           if (clean_) token = clean_->Begin(leases_->DataStamp(ino));
           std::shared_ptr<const std::string> kept = clean_ ? data : nullptr;
+          // The reply's attributes are kept under the file's lease (below).
+          LeaseCache::Ticket ticket;
+          std::optional<WriteCache::AttrFetch> fetch;
+          if (leases_) {
+            ticket = leases_->Take();
+            fetch.emplace(cache_.get());
+          }
           absl::StatusOr<proto::WriteReply> sent =
               meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted);
           // The server keeps this mount's lease on what its own write
@@ -58,6 +65,16 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
           // Before the cache forgets the extent: a read meanwhile finds the
           // bytes in one or the other.
           if (clean_) clean_->Put(ino, token, offset, std::move(kept), reply.attr().size());
+          // They are the file's as the server has it after this write: kept
+          // (no GetAttr at the next stat) unless the lease was recalled
+          // meanwhile, or another extent of the file is cached, on its way
+          // or was acknowledged meanwhile (its answer may be the newer one;
+          // checked after the keep, so one that starts in between finds
+          // them kept and drops them itself).
+          if (leases_ && leases_->HoldsAttrLease(ino)) {
+            KeepAttr(ticket, *fetch, reply.attr(), /*own=*/true);
+            if (cache_->extent_count(ino) != 1 || fetch->Acked(ino)) leases_->AttrChanged(ino);
+          }
           WriteCache::FlushResult r;
           r.grant_used = reply.grant_used_bytes();
           r.size = reply.attr().size();

@@ -449,7 +449,8 @@ TEST_F(NsGrantsMountTest, CachedWritesAreStatedFromTheLeaseWithoutACall) {
   EXPECT_GE(cached.mtime_ns(), f.mtime_ns());
   EXPECT_EQ(again.SerializeAsString(), cached.SerializeAsString());
   // Flushed: the server says the same size and times (the flush carries
-  // the time of the cached write), and the lease was dropped by it.
+  // the time of the cached write). Two extents flushed at once: each
+  // answer may be older than the other's, so the attributes are dropped.
   ASSERT_OK(a->Flush(f.ino()));
   ASSERT_OK_AND_ASSIGN(proto::Attr flushed, a->GetAttr(root_, f.ino()));
   EXPECT_EQ(a->leases()->stats().misses, after.misses + 1);
@@ -466,6 +467,44 @@ TEST_F(NsGrantsMountTest, CachedWritesAreStatedFromTheLeaseWithoutACall) {
   ASSERT_OK(a->Release(f.ino(), h));
   ASSERT_OK_AND_ASSIGN(proto::Attr last, b->GetAttr(root_, f.ino()));
   EXPECT_EQ(last.size(), 30004u);
+}
+
+// A flush's reply is the file's attributes after it, under the lease the
+// server keeps for the writer: the next stat needs no call. Another node's
+// write recalls them.
+TEST_F(NsGrantsMountTest, AFlushKeepsTheAttributesItsReplyCarries) {
+  FileSystem* a = Mount(/*grants=*/false);
+  FileSystem* b = Mount(/*grants=*/false);
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f,
+                       a->Create(root_, kRoot, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
+  ASSERT_OK(a->GetAttr(root_, f.ino()).status());  // leased, if the create's reply was not
+  ASSERT_TRUE(a->leases()->HoldsAttrLease(f.ino()));
+  const std::string text(10000, 'x');
+  ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
+  ASSERT_OK_AND_ASSIGN(proto::Attr cached, a->GetAttr(root_, f.ino()));
+  ASSERT_OK(a->Flush(f.ino()));
+  const LeaseCache::Stats before = a->leases()->stats();
+  ASSERT_OK_AND_ASSIGN(proto::Attr flushed, a->GetAttr(root_, f.ino()));
+  EXPECT_EQ(a->leases()->stats().misses, before.misses);
+  EXPECT_EQ(flushed.size(), 10000u);
+  EXPECT_EQ(flushed.mtime_ns(), cached.mtime_ns());
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "f"));
+  EXPECT_EQ(seen.size(), flushed.size());
+  EXPECT_EQ(seen.mtime_ns(), flushed.mtime_ns());
+  EXPECT_EQ(seen.blocks(), flushed.blocks());
+  // Node b writes past the end: a's lease is recalled before b's write is
+  // acknowledged, and a's next stat asks the server.
+  uint64_t hb = 0;
+  ASSERT_OK(b->Open(root_, f.ino(), O_WRONLY, &hb).status());
+  ASSERT_OK(b->Write(root_, f.ino(), 20000, "tail", 4).status());
+  ASSERT_OK(b->Flush(f.ino()));
+  ASSERT_OK_AND_ASSIGN(proto::Attr grown, a->GetAttr(root_, f.ino()));
+  EXPECT_EQ(grown.size(), 20004u);
+  ASSERT_OK(b->Close(f.ino()));
+  ASSERT_OK(b->Release(f.ino(), hb));
+  ASSERT_OK(a->Close(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), h));
 }
 
 TEST_F(NsGrantsMountTest, AnotherOwnersCallerGoesTheSynchronousWay) {
