@@ -26,6 +26,7 @@ The default build is $GRANTFS_BUILD or ./build.
 """
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -83,13 +84,24 @@ def start_perf(proc):
     return p
 
 
-def run_dbench(build, args, perf):
+@contextlib.contextmanager
+def standalone(build, args):
+    """A server serving its metrics on `sport` and one mount, under a
+    scratch directory removed afterwards: yields (topology, sport)."""
     base = tempfile.mkdtemp(prefix="calls-", dir="/var/tmp")
     sport = free_port()
     t = Standalone(base, nodes=1, mount_extra=args.mount_flag,
                    server_extra=[f"--metrics_addr=127.0.0.1:{sport}"], build=build)
-    t.start()
     try:
+        t.start()
+        yield t, sport
+    finally:
+        t.stop()
+        subprocess.run(["rm", "-rf", base])
+
+
+def run_dbench(build, args, perf):
+    with standalone(build, args) as (t, sport):
         server, mount = t.server.proc, t.mounts[0].proc
         p = start_perf(server if perf == "server" else mount) if perf else None
         c0, s0, m0 = server_calls(sport), cpu_seconds(server), cpu_seconds(mount)
@@ -104,52 +116,47 @@ def run_dbench(build, args, perf):
             raise RuntimeError(f"dbench: {r.stdout[-500:]} {r.stderr[-500:]}")
         return {"value": float(m.group(1)), "unit": "MB/s", "calls": diff_calls(c0, c1),
                 "cpu": (s1 - s0, m1 - m0)}
-    finally:
-        t.stop()
-        subprocess.run(["rm", "-rf", base])
 
 
 def run_coldfind(build, args, perf):
-    base = tempfile.mkdtemp(prefix="calls-", dir="/var/tmp")
-    sport = free_port()
-    t = Standalone(base, nodes=1, mount_extra=args.mount_flag,
-                   server_extra=[f"--metrics_addr=127.0.0.1:{sport}"], build=build)
-    t.start()
-    cold = None
-    try:
-        root = os.path.join(t.n1, "tree")
-        for a in range(20):
-            for b in range(10):
-                d = os.path.join(root, f"t{a}", f"d{b}")
-                os.makedirs(d)
-                for i in range(100):
-                    with open(os.path.join(d, f"f{i}"), "w") as f:
-                        f.write("x\n")
-        subprocess.run(["sync", "-f", t.n1], check=True)
-        cold = Mount(t.server.addr, os.path.join(base, "cold"), args.mount_flag, build)
-        cold.start()
-        p = start_perf(t.server.proc if perf == "server" else cold.proc) if perf else None
-        c0, s0, m0 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
-        w = time.monotonic()
-        r = subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True,
-                           text=True, check=True)
-        elapsed = time.monotonic() - w
-        c1, s1, m1 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
-        if p:
-            p.send_signal(2)
-            p.wait(timeout=60)
-        if len(r.stdout.splitlines()) != 1 + 20 + 200 + 20000:
-            raise RuntimeError(f"find listed {len(r.stdout.splitlines())} names")
-        w = time.monotonic()
-        subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True, check=True)
-        warm = time.monotonic() - w
-        return {"value": elapsed, "unit": "s cold", "warm": warm, "calls": diff_calls(c0, c1),
-                "cpu": (s1 - s0, m1 - m0)}
-    finally:
-        if cold is not None:
+    with standalone(build, args) as (t, sport):
+        cold = Mount(t.server.addr, os.path.join(t.base, "cold"), args.mount_flag, build)
+        try:
+            return coldfind(t, cold, sport, perf)
+        finally:
             cold.unmount()
-        t.stop()
-        subprocess.run(["rm", "-rf", base])
+
+
+def coldfind(t, cold, sport, perf):
+    """The tree made through `t`'s mount, then walked by `cold` (not yet
+    started: it must never have seen the tree)."""
+    root = os.path.join(t.n1, "tree")
+    for a in range(20):
+        for b in range(10):
+            d = os.path.join(root, f"t{a}", f"d{b}")
+            os.makedirs(d)
+            for i in range(100):
+                with open(os.path.join(d, f"f{i}"), "w") as f:
+                    f.write("x\n")
+    subprocess.run(["sync", "-f", t.n1], check=True)
+    cold.start()
+    p = start_perf(t.server.proc if perf == "server" else cold.proc) if perf else None
+    c0, s0, m0 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
+    w = time.monotonic()
+    r = subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True,
+                       text=True, check=True)
+    elapsed = time.monotonic() - w
+    c1, s1, m1 = server_calls(sport), cpu_seconds(t.server.proc), cpu_seconds(cold.proc)
+    if p:
+        p.send_signal(2)
+        p.wait(timeout=60)
+    if len(r.stdout.splitlines()) != 1 + 20 + 200 + 20000:
+        raise RuntimeError(f"find listed {len(r.stdout.splitlines())} names")
+    w = time.monotonic()
+    subprocess.run(["find", os.path.join(cold.path, "tree")], capture_output=True, check=True)
+    warm = time.monotonic() - w
+    return {"value": elapsed, "unit": "s cold", "warm": warm, "calls": diff_calls(c0, c1),
+            "cpu": (s1 - s0, m1 - m0)}
 
 
 def main():
