@@ -36,8 +36,9 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import suitelib  # noqa: E402,F401 (puts tests/ on the path)
 from kit.keys import use_cluster_keys  # noqa: E402
 from kit.mount import Mount  # noqa: E402
 from kit.ports import free_port  # noqa: E402
