@@ -200,7 +200,8 @@ class MetaStore {
   // every statfs and grant.
   SpaceInfo SpaceCounts() ABSL_LOCKS_EXCLUDED(mu_);
   // SpaceCounts, plus the ledger's invariant check and a scan of the pending
-  // deletes (their tombstones make it slow after many unlinks): for Status.
+  // deletes (outside mu_; their tombstones make it slow after many
+  // unlinks): for Status and the metrics.
   SpaceInfo Space() ABSL_LOCKS_EXCLUDED(mu_);
   // Totals since Open; cheap (two atomic loads), no lock.
   CommitStats Commits() const;
