@@ -7,8 +7,10 @@ what it cost in calls and CPU, for one or more builds alternated.
 
 dbench: `dbench -D MOUNT -t SECS 4` on a fresh mount (of a fresh server).
 Prints dbench's throughput, the server's calls by name (its
-grantfs_server_call_seconds_count and _sum) and the CPU seconds
-(utime + stime) the server and the mount used during the run.
+grantfs_server_call_seconds_count and _sum), the CPU seconds
+(utime + stime) the server and the mount used during the run, and the
+mount's FUSE operations by the time their handlers took
+(grantfs_mount_op_seconds: where dbench waited).
 
 coldfind: a tree of 20,000 files (20 x 10 directories of 100 one-line
 files) made on one mount, then `find` over it from a fresh mount of the
@@ -45,13 +47,15 @@ from kit.ports import free_port  # noqa: E402
 from kit.topology import Standalone  # noqa: E402
 
 
-def server_calls(port):
-    """{call: (count, seconds)} of the server's /metrics."""
+def server_calls(port, metric="grantfs_server_call_seconds"):
+    """{call: (count, seconds)} of the histogram `metric` (by op) at
+    127.0.0.1:`port`/metrics: the server's calls, or a mount's FUSE
+    operations with metric="grantfs_mount_op_seconds"."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
-        m = re.match(r'grantfs_server_call_seconds_(count|sum)\{op="(\w+)"\} (\S+)', line)
+        m = re.match(metric + r'_(count|sum)\{op="(\w+)"\} (\S+)', line)
         if m:
             count, secs = out.get(m.group(2), (0.0, 0.0))
             if m.group(1) == "count":
@@ -90,11 +94,12 @@ def standalone(build, args):
     """A server serving its metrics on `sport` and one mount, under a
     scratch directory removed afterwards: yields (topology, sport)."""
     base = tempfile.mkdtemp(prefix="calls-", dir="/var/tmp")
-    sport = free_port()
-    t = Standalone(base, nodes=1, mount_extra=args.mount_flag,
+    sport, mport = free_port(), free_port()
+    t = Standalone(base, nodes=1, mount_extra=args.mount_flag + [f"--metrics_addr=127.0.0.1:{mport}"],
                    server_extra=[f"--metrics_addr=127.0.0.1:{sport}"], build=build)
     try:
         t.start()
+        t.mount_metrics_port = mport
         yield t, sport
     finally:
         t.stop()
@@ -105,10 +110,13 @@ def run_dbench(build, args, perf):
     with standalone(build, args) as (t, sport):
         server, mount = t.server.proc, t.mounts[0].proc
         p = start_perf(server if perf == "server" else mount) if perf else None
+        ops = "grantfs_mount_op_seconds"
+        o0 = server_calls(t.mount_metrics_port, ops)
         c0, s0, m0 = server_calls(sport), cpu_seconds(server), cpu_seconds(mount)
         r = subprocess.run(["dbench", "-D", t.n1, "-t", str(args.secs), "4"], capture_output=True,
                            text=True, timeout=args.secs + 300)
         s1, m1, c1 = cpu_seconds(server), cpu_seconds(mount), server_calls(sport)
+        o1 = server_calls(t.mount_metrics_port, ops)
         if p:
             p.send_signal(2)
             p.wait(timeout=60)
@@ -116,7 +124,7 @@ def run_dbench(build, args, perf):
         if not m:
             raise RuntimeError(f"dbench: {r.stdout[-500:]} {r.stderr[-500:]}")
         return {"value": float(m.group(1)), "unit": "MB/s", "calls": diff_calls(c0, c1),
-                "cpu": (s1 - s0, m1 - m0)}
+                "ops": diff_calls(o0, o1), "cpu": (s1 - s0, m1 - m0)}
 
 
 def run_coldfind(build, args, perf):
@@ -183,6 +191,10 @@ def main():
             extra = f", warm {r['warm']:.3f} s" if "warm" in r else ""
             print(f"run {i + 1} {b}: {r['value']:.3f} {r['unit']}{extra}; cpu server "
                   f"{r['cpu'][0]:.1f} s, mount {r['cpu'][1]:.1f} s; calls: {calls}", flush=True)
+            if "ops" in r:
+                ops = ", ".join(f"{op} {int(n)} ({s:.2f} s)"
+                                for op, (n, s) in sorted(r["ops"].items(), key=lambda x: -x[1][1]))
+                print(f"  the mount's FUSE operations, by time: {ops}", flush=True)
     for b, rs in results.items():
         v = [r["value"] for r in rs]
         print(f"{b}: median {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}) "
