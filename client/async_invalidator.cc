@@ -29,7 +29,27 @@ void AsyncInvalidator::Push(Item item) {
     queue_.pop_front();
     ++dropped_;
   }
+  item.seq = ++pushed_;
   queue_.push_back(std::move(item));
+}
+
+bool AsyncInvalidator::AwaitEntries(uint64_t except, absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  const uint64_t upto = pushed_;
+  // An entry of another directory, pushed before the call, not yet handed
+  // over (waiting or being handed now).
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_) return true;
+    if (busy_seq_ != 0 && busy_seq_ <= upto && busy_entry_ && busy_parent_ != except) {
+      return false;
+    }
+    for (const Item& item : queue_) {
+      if (item.seq > upto) break;
+      if (item.entry && item.ino != except) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 
 uint64_t AsyncInvalidator::dropped() {
@@ -46,6 +66,9 @@ void AsyncInvalidator::Loop() {
     if (stopping_) return;
     Item item = std::move(queue_.front());
     queue_.pop_front();
+    busy_seq_ = item.seq;
+    busy_entry_ = item.entry;
+    busy_parent_ = item.ino;
     mu_.Unlock();
     if (item.entry) {
       target_->InvalidateEntry(item.ino, item.name);
@@ -53,6 +76,8 @@ void AsyncInvalidator::Loop() {
       target_->InvalidateInode(item.ino, item.data);
     }
     mu_.Lock();
+    busy_seq_ = 0;
+    busy_entry_ = false;
   }
 }
 

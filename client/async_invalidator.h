@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/session.h"
 
 namespace grantfs {
@@ -36,12 +37,25 @@ class AsyncInvalidator : public Invalidator {
 
   uint64_t dropped() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Waits at most `timeout` until every entry invalidation pushed before
+  // this call was handed to the target (or dropped), except those of
+  // directory `except`; true when none is left. A lookup of a directory
+  // the kernel holds under another name calls it before its reply: the
+  // kernel moves its old name to the new one only if it gets the old
+  // parent's lock at once (fs/dcache.c, __d_unalias), and fails the
+  // lookup with ESTALE otherwise, while the old name is still there
+  // (client/fuse_ops.cc, OpLookup). The lookup holds `except`'s lock, which
+  // the drops of its names wait for: bounded by `timeout`, not waited on
+  // when they are all that is left.
+  bool AwaitEntries(uint64_t except, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Item {
     uint64_t ino = 0;  // InvalidateInode, or the entry's parent
     bool data = false;
     bool entry = false;
     std::string name;
+    uint64_t seq = 0;  // the order pushed, from 1
   };
   void Push(Item item) ABSL_LOCKS_EXCLUDED(mu_);
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -50,6 +64,11 @@ class AsyncInvalidator : public Invalidator {
   const size_t max_queued_;
   absl::Mutex mu_;  // a leaf
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;  // the seq of the last item pushed
+  // The item handed to the target now (its parent, when an entry), if any.
+  uint64_t busy_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool busy_entry_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t busy_parent_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last: started once the rest is built

@@ -1,6 +1,7 @@
 #include "client/async_invalidator.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,35 @@ TEST(AsyncInvalidatorTest, TheOldestAreDroppedPastTheBound) {
     while (target.calls().size() < 3) absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(target.calls(), (std::vector<std::string>{"inode 1", "inode 4", "inode 5"}));
+}
+
+TEST(AsyncInvalidatorTest, AwaitEntriesWaitsForTheDropsPushedBeforeButThoseOfItsDirectory) {
+  BlockingTarget target;
+  AsyncInvalidator later(&target);
+  EXPECT_TRUE(later.AwaitEntries(1, absl::ZeroDuration()));  // nothing pushed
+  later.InvalidateEntry(2, "moved");
+  target.started.WaitForNotification();  // its drop waits for a kernel lock
+  // Not done: a lookup in directory 1 waits (bounded) for it.
+  EXPECT_FALSE(later.AwaitEntries(1, absl::Milliseconds(20)));
+  // A lookup in directory 2 holds the lock that drop waits for: not waited on.
+  EXPECT_TRUE(later.AwaitEntries(2, absl::ZeroDuration()));
+  later.InvalidateInode(9, false);  // attributes only: never waited on
+  later.InvalidateEntry(1, "own");
+  // Waiting in 1 for 2/moved; then 1/own, its own directory's, is left.
+  absl::Notification done;
+  bool awaited = false;
+  std::thread waiter([&] {
+    awaited = later.AwaitEntries(1, absl::Seconds(60));
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  target.release.Notify();
+  waiter.join();
+  EXPECT_TRUE(awaited);
+  // All handed over: nothing left to wait for.
+  while (target.calls().size() < 3) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(later.AwaitEntries(3, absl::ZeroDuration()));
+  EXPECT_EQ(target.calls(), (std::vector<std::string>{"entry 2/moved", "inode 9", "entry 1/own"}));
 }
 
 }  // namespace

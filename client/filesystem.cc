@@ -336,6 +336,10 @@ absl::StatusOr<proto::Attr> FileSystem::Lookup(const Creds& c, uint64_t parent,
   return attr;
 }
 
+bool FileSystem::AwaitKernelNameDrops(uint64_t parent, absl::Duration timeout) {
+  return session_ == nullptr || session_->AwaitEntryDrops(parent, timeout);
+}
+
 absl::StatusOr<proto::Attr> FileSystem::GetAttr(const Creds& c, uint64_t ino) {
   if (std::optional<proto::Attr> attr = CachedAttr(ino)) return *std::move(attr);
   LeaseCache::Ticket t;

@@ -138,6 +138,14 @@ class FileSystem {
   double NameLeaseLeft(uint64_t dir);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
+  // Before the reply to a lookup in `parent` that found a directory the
+  // kernel already holds: the kernel's names dropped by other nodes'
+  // changes so far are gone from it, waited for at most `timeout`
+  // (Session::AwaitEntryDrops). Else the kernel may still hold the
+  // directory under the name it was moved from, and fail the lookup with
+  // ESTALE when that name's directory is busy (client/fuse_ops.cc,
+  // OpLookup). True when they are.
+  bool AwaitKernelNameDrops(uint64_t parent, absl::Duration timeout);
   absl::StatusOr<proto::Attr> GetAttr(const Creds& c, uint64_t ino);
   // `req.ino` and `req.valid` say what to change.
   absl::StatusOr<proto::Attr> SetAttr(const Creds& c, proto::SetAttrRequest req);

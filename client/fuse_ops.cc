@@ -21,6 +21,11 @@ namespace {
 
 FuseAdapter* Adapter(fuse_req_t req) { return static_cast<FuseAdapter*>(fuse_req_userdata(req)); }
 
+// How long a lookup of a directory the kernel holds waits for the kernel's
+// older names to be dropped (OpLookup): one change's round trip under load,
+// several times over.
+constexpr absl::Duration kNameDropWait = absl::Milliseconds(250);
+
 // The server's inode of a node id the kernel sent (FuseAdapter::ServerIno);
 // every op converts its node ids first.
 uint64_t ServerIno(fuse_req_t req, fuse_ino_t node) { return Adapter(req)->ServerIno(node); }
@@ -160,6 +165,18 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     e.entry_timeout = EntryTimeout(Adapter(req), parent);
     fuse_reply_entry(req, &e);
     return;
+  }
+  // A directory has one name in the kernel: given one it holds under
+  // another name, the kernel moves that name here (d_splice_alias), but
+  // only if it gets the old parent's lock at once, and fails the lookup
+  // with ESTALE when it cannot (a create there in flight). Another node
+  // moved it, so the old name's drop was pushed: waited for (bounded: the
+  // drop may wait for a lock the kernel holds while this lookup runs).
+  if (r.ok() && S_ISDIR(r->mode()) && Adapter(req)->fs()->inodes().Count(r->ino()) > 0 &&
+      !Adapter(req)->fs()->AwaitKernelNameDrops(parent, kNameDropWait)) {
+    LOG_EVERY_N(WARNING, 100) << "lookup of directory " << r->ino() << " in " << parent
+                              << ": the kernel's older names are not all dropped after "
+                              << kNameDropWait << " (it may fail the lookup with ESTALE)";
   }
   ReplyEntryOr(req, parent, r);
 }

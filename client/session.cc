@@ -57,10 +57,19 @@ void Session::Start(Invalidator* invalidator) {
     started_ = true;
   }
   invalidator_ = invalidator;
+  if (invalidator != nullptr && leases_ != nullptr) {
+    slow_ = std::make_unique<AsyncInvalidator>(invalidator);
+    slow_ptr_.store(slow_.get());
+  }
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (invalidator != nullptr) {
     subscriber_ = std::thread([this, invalidator] { SubscribeLoop(invalidator); });
   }
+}
+
+bool Session::AwaitEntryDrops(uint64_t except, absl::Duration timeout) {
+  AsyncInvalidator* slow = slow_ptr_.load();
+  return slow == nullptr || slow->AwaitEntries(except, timeout);
 }
 
 void Session::BeginStop() {
@@ -73,6 +82,10 @@ void Session::Close() {
   BeginStop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (subscriber_.joinable()) subscriber_.join();
+  // After the stream's thread, its only pusher; the kernel's requests
+  // (AwaitEntryDrops) ended before the mount stops.
+  slow_ptr_.store(nullptr);
+  slow_.reset();
   {
     absl::MutexLock l(&mu_);
     if (!started_) return;
@@ -244,8 +257,6 @@ bool Session::Reclaim(uint64_t incarnation) {
 }
 
 void Session::SubscribeLoop(Invalidator* invalidator) {
-  std::unique_ptr<AsyncInvalidator> later;
-  if (leases_ != nullptr) later = std::make_unique<AsyncInvalidator>(invalidator);
   RpcClient& rpc = meta_->rpc();
   // With several servers the stream follows a failover: the new primary is
   // found within a few short waits, while invalidations may be missed.
@@ -300,7 +311,7 @@ void Session::SubscribeLoop(Invalidator* invalidator) {
       // (With leases the kernel is told no name for longer than a request,
       // but its stale entries of a moved directory would still make a
       // lookup under rename fail with ESTALE: they are dropped too.)
-      Invalidator* slow = later != nullptr ? later.get() : invalidator;
+      Invalidator* slow = slow_ != nullptr ? slow_.get() : invalidator;
       for (const proto::Invalidation& inv : batch.items()) {
         if (inv.recall() != 0) continue;
         if (inv.parent() != 0) slow->InvalidateEntry(inv.parent(), inv.name());

@@ -8,8 +8,10 @@
 #ifndef GRANTFS_CLIENT_SESSION_H_
 #define GRANTFS_CLIENT_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -63,6 +65,8 @@ struct SessionOptions {
   Clock* clock = Clock::Monotonic();
 };
 
+class AsyncInvalidator;  // client/async_invalidator.h
+
 class Session {
  public:
   // Not owned, and must outlive it: `meta`, `handles`; `pool` (null without
@@ -105,6 +109,11 @@ class Session {
   // Waits for the threads (BeginStop first), then ends the session on the
   // server. Idempotent.
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
+  // With leases, the kernel's names are dropped on a thread of their own
+  // (SubscribeLoop): waits at most `timeout` for the drops pushed so far,
+  // but those in directory `except` (AsyncInvalidator::AwaitEntries). True
+  // when none is left (or there is no such thread).
+  bool AwaitEntryDrops(uint64_t except, absl::Duration timeout);
 
  private:
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -145,6 +154,11 @@ class Session {
   uint64_t meta_lease_ms_ ABSL_GUARDED_BY(mu_) = 3000;
   // Set by Start, before the threads: the heartbeat drops leases in it.
   Invalidator* invalidator_ = nullptr;
+  // With leases, made by Start before the threads: the stream's drops that
+  // may wait for kernel locks go through it. `slow_ptr_` is it, for any
+  // thread.
+  std::unique_ptr<AsyncInvalidator> slow_;
+  std::atomic<AsyncInvalidator*> slow_ptr_{nullptr};
   // A call moved to another server: the next heartbeat goes at once (it
   // finds out whether the server is a new incarnation).
   bool kick_ ABSL_GUARDED_BY(mu_) = false;
