@@ -13,7 +13,7 @@
 namespace grantfs {
 
 FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClient> rpc)
-    : options_(options), rpc_(std::move(rpc)), meta_(rpc_.get()) {
+    : options_(options), rpc_(std::move(rpc)), meta_(rpc_.get(), options.statfs_max_age) {
   if (options_.readahead.window_bytes > 0) {
     ReadAheadOptions ro = options_.readahead;
     ro.extent_bytes = options_.max_io_bytes;

@@ -77,6 +77,9 @@ struct FileSystemOptions {
   // Bytes of acknowledged small writes kept to answer re-reads
   // (client/clean_cache.h); with fastwrite and leases only. 0: none.
   uint64_t clean_cache_bytes = 16ull << 20;
+  // How long statfs's counts are answered without a call
+  // (client/statfs_cache.h). Zero: every statfs is a call.
+  absl::Duration statfs_max_age = absl::ZeroDuration();
 };
 
 class FileSystem {

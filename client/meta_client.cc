@@ -1,5 +1,7 @@
 #include "client/meta_client.h"
 
+#include <fcntl.h>
+
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
@@ -105,7 +107,9 @@ absl::StatusOr<uint64_t> MetaClient::Grant(uint64_t wanted, uint64_t back) {
   req.set_wanted_bytes(wanted);
   req.set_return_bytes(back);
   proto::GrantReply reply;
-  RETURN_IF_ERROR(rpc_->Call("Grant", &proto::GrantFs::Stub::Grant, &req, &reply));
+  absl::Status s = rpc_->Call("Grant", &proto::GrantFs::Stub::Grant, &req, &reply);
+  statfs_.Changed();  // what is available to others moved
+  RETURN_IF_ERROR(s);
   return reply.granted_bytes();
 }
 
@@ -120,13 +124,32 @@ absl::StatusOr<proto::InodeRangeReply> MetaClient::InodeRange(uint32_t count, ui
 
 absl::StatusOr<proto::ApplyLogReply> MetaClient::ApplyLog(proto::ApplyLogRequest* req) {
   proto::ApplyLogReply reply;
-  RETURN_IF_ERROR(rpc_->Call("ApplyLog", &proto::GrantFs::Stub::ApplyLog, req, &reply));
+  const absl::Time sent = statfs_.Now();
+  absl::Status s = rpc_->Call("ApplyLog", &proto::GrantFs::Stub::ApplyLog, req, &reply);
+  NoteCounts(sent, s, reply.has_space() ? &reply.space() : nullptr);
+  RETURN_IF_ERROR(s);
   return reply;
 }
 
 // --- the namespace ----------------------------------------------------------
 
 namespace {
+// At the end of a call that may change statfs's counts, and whose reply
+// does not carry them: the mount's kept counts are stale from then on
+// (client/statfs_cache.h). Also when it failed: it may have been applied.
+class CountsChange {
+ public:
+  explicit CountsChange(StatFsCache* cache) : cache_(cache) {}
+  CountsChange(const CountsChange&) = delete;
+  CountsChange& operator=(const CountsChange&) = delete;
+  ~CountsChange() {
+    if (cache_ != nullptr) cache_->Changed();
+  }
+
+ private:
+  StatFsCache* const cache_;
+};
+
 void TakeLeaseBits(const proto::AttrReply& reply, LeaseBits* leases) {
   if (leases == nullptr) return;
   leases->attr = reply.err() == 0 && reply.leased();
@@ -170,6 +193,7 @@ absl::StatusOr<proto::Attr> MetaClient::GetAttr(const Creds& c, uint64_t ino, Le
 
 absl::StatusOr<proto::Attr> MetaClient::SetAttr(const Creds& c, proto::SetAttrRequest req,
                                                 LeaseBits* leases) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   Stamp(c, &req);
   proto::AttrReply reply;
@@ -182,6 +206,7 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
                                                    const std::string& name, uint32_t mode,
                                                    uint64_t rdev, uint32_t umask, bool exclusive,
                                                    bool want_grant) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::MkNodRequest req;
   req.set_want_grant(want_grant);
@@ -200,6 +225,7 @@ absl::StatusOr<proto::AttrReply> MetaClient::MkNod(const Creds& c, uint64_t pare
 absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
                                                 const std::string& name, const std::string& target,
                                                 LeaseBits* leases) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::SymlinkRequest req;
   Stamp(c, &req);
@@ -214,6 +240,7 @@ absl::StatusOr<proto::Attr> MetaClient::Symlink(const Creds& c, uint64_t parent,
 
 absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint64_t new_parent,
                                              const std::string& new_name, LeaseBits* leases) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::LinkRequest req;
   Stamp(c, &req);
@@ -229,6 +256,7 @@ absl::StatusOr<proto::Attr> MetaClient::Link(const Creds& c, uint64_t ino, uint6
 absl::StatusOr<proto::RemoveReply> MetaClient::Remove(const Creds& c, uint64_t parent,
                                                       const std::string& name, bool is_dir,
                                                       uint64_t expected_ino) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::RemoveRequest req;
   Stamp(c, &req);
@@ -246,6 +274,7 @@ absl::StatusOr<proto::RenameReply> MetaClient::Rename(const Creds& c, uint64_t p
                                                       const std::string& new_name, uint32_t flags,
                                                       uint64_t expected_ino,
                                                       uint64_t expected_new_ino) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::RenameRequest req;
   Stamp(c, &req);
@@ -308,6 +337,7 @@ absl::StatusOr<proto::Attr> MetaClient::Open(const Creds& c, uint64_t ino, uint3
   req.set_created(created);
   req.set_handle(handle);
   proto::OpenReply reply;
+  CountsChange change((flags & O_TRUNC) ? &statfs_ : nullptr);  // frees space
   RETURN_IF_ERROR(rpc_->Call("Open", &proto::GrantFs::Stub::Open, &req, &reply));
   return std::move(*reply.mutable_attr());
 }
@@ -357,7 +387,12 @@ absl::Status MetaClient::Write(const Creds& c, uint64_t ino, uint64_t offset, co
   req.set_offset(offset);
   req.set_data(std::string(data, size));
   proto::WriteReply reply;
-  return rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply);
+  const absl::Time sent = statfs_.Now();
+  absl::Status s = rpc_->Call("Write", &proto::GrantFs::Stub::Write, &req, &reply);
+  NoteCounts(sent, s, reply.has_space() ? &reply.space() : nullptr);
+  RETURN_IF_ERROR(s);
+  NoteWritten(ino, &reply);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
@@ -372,17 +407,52 @@ absl::StatusOr<proto::WriteReply> MetaClient::WriteFromGrant(
   req.set_keep_times(keep_times);
   req.set_granted(granted);
   proto::WriteReply reply;
-  RETURN_IF_ERROR(rpc_->Write(&req, std::move(data), &reply));
+  const absl::Time sent = statfs_.Now();
+  absl::Status s = rpc_->Write(&req, std::move(data), &reply);
+  NoteCounts(sent, s, reply.has_space() ? &reply.space() : nullptr);
+  RETURN_IF_ERROR(s);
+  NoteWritten(ino, &reply);
   return reply;
 }
 
+void MetaClient::NoteCounts(absl::Time sent, const absl::Status& status,
+                            const proto::StatFsReply* counts) {
+  if (status.ok() && counts != nullptr) {
+    statfs_.Note(sent, *counts);
+  } else {
+    statfs_.Changed();  // a failure may have been applied; an older server says nothing
+  }
+}
+
+void MetaClient::NoteWritten(uint64_t ino, const proto::WriteReply* reply) {
+  absl::MutexLock l(&unsynced_mu_);
+  if (reply != nullptr) synced_always_ = reply->synced_always();
+  if (reply != nullptr && reply->synced_always()) return;
+  if (unsynced_.size() >= kMaxUnsynced) {
+    all_unsynced_ = true;
+    unsynced_.clear();
+  }
+  if (!all_unsynced_) unsynced_[ino] = ++unsynced_seq_;
+}
+
 absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
+  uint64_t seq = 0;  // of the last unsynced write of `ino`, if any
+  {
+    absl::MutexLock l(&unsynced_mu_);
+    auto it = unsynced_.find(ino);
+    if (it != unsynced_.end()) seq = it->second;
+    if (synced_always_ && !all_unsynced_ && seq == 0) return absl::OkStatus();
+  }
   RETURN_IF_ERROR(Barrier());
   proto::FsyncRequest req;
   Stamp(c, &req);
   req.set_ino(ino);
   proto::ErrReply reply;
-  return rpc_->Call("Fsync", &proto::GrantFs::Stub::Fsync, &req, &reply);
+  RETURN_IF_ERROR(rpc_->Call("Fsync", &proto::GrantFs::Stub::Fsync, &req, &reply));
+  absl::MutexLock l(&unsynced_mu_);
+  auto it = unsynced_.find(ino);
+  if (it != unsynced_.end() && it->second == seq) unsynced_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
@@ -395,17 +465,24 @@ absl::Status MetaClient::Fallocate(const Creds& c, uint64_t ino, uint32_t mode, 
   req.set_offset(offset);
   req.set_length(length);
   proto::AttrReply reply;
-  return rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+  absl::Status s = rpc_->Call("Fallocate", &proto::GrantFs::Stub::Fallocate, &req, &reply);
+  // Even a failed one may have allocated some.
+  NoteWritten(ino, nullptr);
+  statfs_.Changed();
+  return s;
 }
 
 absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
   // No barrier: statfs's counts are a moment's anyway; the log's changes
   // show in them once sent (within its age bound of 1 s while the server
   // answers).
+  if (std::optional<proto::StatFsReply> kept = statfs_.Get()) return *std::move(kept);
   proto::StatFsRequest req;
   Stamp(c, &req);
   proto::StatFsReply reply;
+  const absl::Time sent = statfs_.Now();
   RETURN_IF_ERROR(rpc_->Call("StatFs", &proto::GrantFs::Stub::StatFs, &req, &reply));
+  statfs_.Note(sent, reply);
   return reply;
 }
 
@@ -413,6 +490,7 @@ absl::StatusOr<proto::StatFsReply> MetaClient::StatFs(const Creds& c) {
 
 absl::Status MetaClient::SetXattr(const Creds& c, uint64_t ino, const std::string& name,
                                   const std::string& value, uint32_t flags) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::SetXattrRequest req;
   Stamp(c, &req);
@@ -447,6 +525,7 @@ absl::StatusOr<std::vector<std::string>> MetaClient::ListXattr(const Creds& c, u
 }
 
 absl::Status MetaClient::RemoveXattr(const Creds& c, uint64_t ino, const std::string& name) {
+  CountsChange change(&statfs_);
   RETURN_IF_ERROR(Barrier());
   proto::RemoveXattrRequest req;
   Stamp(c, &req);

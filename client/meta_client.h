@@ -17,9 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/rpc_client.h"
+#include "client/statfs_cache.h"
 #include "proto/grantfs.pb.h"
 
 namespace grantfs {
@@ -51,7 +55,10 @@ struct LeaseBits {
 
 class MetaClient {
  public:
-  explicit MetaClient(RpcClient* rpc) : rpc_(rpc) {}
+  // `statfs_max_age`: how long statfs's counts are answered without a call
+  // (client/statfs_cache.h; zero: never).
+  explicit MetaClient(RpcClient* rpc, absl::Duration statfs_max_age = absl::ZeroDuration())
+      : rpc_(rpc), statfs_(statfs_max_age) {}
   MetaClient(const MetaClient&) = delete;
   MetaClient& operator=(const MetaClient&) = delete;
 
@@ -173,9 +180,21 @@ class MetaClient {
                                                    std::shared_ptr<const std::string> data,
                                                    int64_t time_ns = 0, bool keep_times = false,
                                                    bool granted = false);
-  absl::Status Fsync(const Creds& c, uint64_t ino);
+  // Makes what was written to `ino` durable. No call when the server
+  // fdatasyncs every write before it answers (WriteReply.synced_always, in
+  // the last Write reply) and no write of `ino` was acknowledged here
+  // without that, nor space allocated (Fallocate): there is nothing left
+  // to sync. (A server in the mode that does not, --sync_data=false, says
+  // so in every Write reply: then every fsync is a call.)
+  absl::Status Fsync(const Creds& c, uint64_t ino) ABSL_LOCKS_EXCLUDED(unsynced_mu_);
   absl::Status Fallocate(const Creds& c, uint64_t ino, uint32_t mode, uint64_t offset,
                          uint64_t length);
+  // Answered from the counts kept (client/statfs_cache.h) while they are
+  // younger than the max age and no call since changed them without
+  // saying. Every call below that changes them says so: those whose reply
+  // carries them (Write, WriteFromGrant, ApplyLog) keep them, the others
+  // (creates, removes, renames, setattr, an open with O_TRUNC, fallocate,
+  // xattrs, grants) make the kept ones stale.
   absl::StatusOr<proto::StatFsReply> StatFs(const Creds& c);
 
   // --- xattrs --------------------------------------------------------------
@@ -204,7 +223,25 @@ class MetaClient {
     return TouchedSince(Mark(), ino) ? Barrier() : absl::OkStatus();
   }
 
+  // A call sent at `sent` ended with `status`, and `counts` (null: none)
+  // in its reply.
+  void NoteCounts(absl::Time sent, const absl::Status& status, const proto::StatFsReply* counts);
+  // After a write or allocation of `ino` was acknowledged (`reply`: its
+  // Write reply; none: an allocation, never synced at the ack).
+  void NoteWritten(uint64_t ino, const proto::WriteReply* reply) ABSL_LOCKS_EXCLUDED(unsynced_mu_);
+
   RpcClient* const rpc_;
+  StatFsCache statfs_;
+  // Fsync's state: the last Write reply's synced_always, and the inodes
+  // with acknowledged writes not on disk at the ack (each with a number
+  // that grows with every such write: an Fsync forgets the inode only if
+  // none came while it was out). Past kMaxUnsynced inodes, all are.
+  static constexpr size_t kMaxUnsynced = 65536;
+  absl::Mutex unsynced_mu_;  // a leaf
+  bool synced_always_ ABSL_GUARDED_BY(unsynced_mu_) = false;
+  bool all_unsynced_ ABSL_GUARDED_BY(unsynced_mu_) = false;
+  uint64_t unsynced_seq_ ABSL_GUARDED_BY(unsynced_mu_) = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> unsynced_ ABSL_GUARDED_BY(unsynced_mu_);
   std::function<absl::Status()> barrier_;
   std::function<uint64_t()> mark_;
   std::function<bool(uint64_t, uint64_t)> touched_;

@@ -102,6 +102,9 @@ class GrantFsService final {
   // when it is not restricted to a subtree). Otherwise PERMISSION_DENIED,
   // logged with `op`, or the errno of the walk (ENOENT: no such inode).
   absl::Status Reaches(Ctx* ctx, const RequestContext& rc, const char* op, uint64_t ino);
+  // The volume's counts as statfs answers them (StatFs, and the replies
+  // that carry them: WriteReply.space, ApplyLogReply.space).
+  void FillStatFs(proto::StatFsReply* reply);
   // A time a mount stamped (a write, a log entry), at most 1 s ahead of
   // this server's clock.
   int64_t ClampMountTime(int64_t time_ns) const;

@@ -446,6 +446,8 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
     if (r.ok()) {
       if (options_.metrics != nullptr) options_.metrics->AddWritten(req->data().size());
       *reply->mutable_attr() = *r;
+      reply->set_synced_always(volume_->syncs_data());
+      FillStatFs(reply->mutable_space());
     }
     reply->set_grant_used_bytes(grant_used);
     grant_now(rc);
@@ -517,19 +519,23 @@ grpc::Status GrantFsService::Fallocate(Ctx* ctx, const proto::FallocateRequest* 
       });
 }
 
+void GrantFsService::FillStatFs(proto::StatFsReply* reply) {
+  SpaceInfo s = volume_->SpaceCounts();
+  reply->set_block_size(kBlockSize);
+  reply->set_capacity_bytes(s.capacity_bytes);
+  reply->set_used_bytes(s.used_bytes);
+  // Available = what a new grant could get: nothing granted to any session
+  // or held by a write in progress counts as free.
+  const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
+  reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
+  reply->set_inodes(s.inodes);
+  reply->set_name_max(255);
+}
+
 grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
                                     proto::StatFsReply* reply) {
   return Serve("StatFs", ctx, req, reply, {}, [&](const RequestContext&) {
-    SpaceInfo s = volume_->SpaceCounts();
-    reply->set_block_size(kBlockSize);
-    reply->set_capacity_bytes(s.capacity_bytes);
-    reply->set_used_bytes(s.used_bytes);
-    // Available = what a new grant could get: nothing granted to any session
-    // or held by a write in progress counts as free.
-    const uint64_t taken = s.used_bytes + s.granted_bytes + s.reserved_bytes;
-    reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
-    reply->set_inodes(s.inodes);
-    reply->set_name_max(255);
+    FillStatFs(reply);
     return absl::OkStatus();
   });
 }

@@ -131,7 +131,9 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
       if (!s.ok()) break;
     }
     // One WAL sync and one replica round trip for the whole batch.
-    return volume_->meta().store().WaitDurable(durable);
+    RETURN_IF_ERROR(volume_->meta().store().WaitDurable(durable));
+    FillStatFs(reply->mutable_space());
+    return absl::OkStatus();
   });
 }
 

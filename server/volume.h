@@ -146,6 +146,9 @@ class Volume {
   // (LeaseTable::Recall; keys of inode 0 are skipped).
   void Recall(const RequestContext& ctx, absl::Span<const LeaseKey> keys);
   absl::Duration meta_lease() const { return options_.meta_lease; }
+  // VolumeOptions::sync_data: every acknowledged write is on disk here and
+  // on the replica.
+  bool syncs_data() const { return options_.sync_data; }
   const ChunkStore& chunks() const { return *chunks_; }
   FlowControl& flow() { return flow_; }
   InFlightRequests& in_flight() { return in_flight_; }

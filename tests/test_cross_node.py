@@ -500,3 +500,96 @@ class TestRacingNames:
             os.symlink("tgt", p)
 
         self._race(cluster, replace)
+
+
+class TestFsyncCalls:
+    """fsync after writes a server acknowledged only once they were on disk
+    (its default, --sync_data) needs no call; after a fallocate, or with a
+    server that does not sync each write, it is a call
+    (client/meta_client.h, MetaClient::Fsync)."""
+
+    FSYNCS = 'grantfs_server_call_seconds_count{op="Fsync"}'
+
+    def _fsync_calls(self, tmp_base, server_extra, steps):
+        sport = free_port()
+        c = Standalone(tmp_base, server_extra=[f"--metrics_addr=127.0.0.1:{sport}", *server_extra])
+        c.start()
+        try:
+            p = os.path.join(c.n1, "f")
+            data = os.urandom(100_000)
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)  # the first write's reply says how the server syncs
+                counts = []
+                for step in steps:
+                    before = scrape(sport).get(self.FSYNCS, 0)
+                    step(fd)
+                    os.fsync(fd)
+                    counts.append(scrape(sport).get(self.FSYNCS, 0) - before)
+            finally:
+                os.close(fd)
+            got = read_file(os.path.join(c.n2, "f"))
+            assert got[:10] == data[:10] and got[100_004:] == b"\0" * (len(got) - 100_004)
+            assert got[10:15] == b"again" and got[100_000:100_004] == b"more"
+            return counts
+        finally:
+            c.stop()
+
+    def test_no_call_after_synced_writes_one_after_an_allocation(self, tmp_base):
+        counts = self._fsync_calls(tmp_base, [], [
+            lambda fd: os.pwrite(fd, b"more", 100_000),
+            lambda fd: os.posix_fallocate(fd, 0, 1 << 20),
+            lambda fd: os.pwrite(fd, b"again", 10),
+        ])
+        assert counts == [0, 1, 0], counts
+
+    def test_a_call_each_time_when_the_server_does_not_sync_each_write(self, tmp_base):
+        counts = self._fsync_calls(tmp_base, ["--sync_data=false"], [
+            lambda fd: os.pwrite(fd, b"more", 100_000),
+            lambda fd: os.pwrite(fd, b"again", 10),
+        ])
+        assert counts == [1, 1], counts
+
+
+def inodes(st):
+    """The inodes in use, by a statvfs result."""
+    return st.f_files - st.f_ffree
+
+
+class TestStatFsCounts:
+    """statfs answers with the counts the server sent with this node's last
+    write or statfs, for at most 1 s (--statfs_max_age_ms), and asks again
+    at once after a call of this node that changed them without saying (a
+    create, a remove): a node sees its own changes at once, another node's
+    within 1 s (client/statfs_cache.h)."""
+
+    STATFS = 'grantfs_server_call_seconds_count{op="StatFs"}'
+
+    def test_own_changes_at_once_others_within_the_max_age(self, tmp_base):
+        sport = free_port()
+        c = Standalone(tmp_base, server_extra=[f"--metrics_addr=127.0.0.1:{sport}"])
+        c.start()
+        try:
+            s1, s2 = os.statvfs(c.n1), os.statvfs(c.n2)
+            before = scrape(sport).get(self.STATFS, 0)
+            for _ in range(200):
+                assert os.statvfs(c.n1).f_bfree == s1.f_bfree
+            calls = scrape(sport).get(self.STATFS, 0) - before
+            assert calls <= 3, f"{calls} StatFs calls for 200 statfs in well under 3 s"
+            # A write here: its reply brings the counts.
+            write_file(os.path.join(c.n1, "f"), b"w" * (4 << 20))
+            after = os.statvfs(c.n1)
+            assert after.f_bfree <= s1.f_bfree - (4 << 20) // 4096
+            assert inodes(after) == inodes(s1) + 1  # its create was a call
+            # A create here, by a call: at once.
+            os.mkdir(os.path.join(c.n1, "d"))
+            assert inodes(os.statvfs(c.n1)) == inodes(s1) + 2
+            # Node 2 kept its counts from before; it sees node 1's within 1 s.
+            start = time.monotonic()
+            while inodes(os.statvfs(c.n2)) != inodes(s2) + 2:
+                assert time.monotonic() - start < 1.5, "node 2 did not see the changes in 1 s"
+                time.sleep(0.02)
+            assert os.statvfs(c.n2).f_bfree == os.statvfs(c.n1).f_bfree < s2.f_bfree
+        finally:
+            c.stop()

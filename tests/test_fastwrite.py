@@ -210,8 +210,16 @@ def test_mount_memory_stays_under_the_dirty_limit_plus_overhead(tmp_base):
         c.stop()
 
 
-def test_statfs_available_is_what_a_new_grant_could_get(small_cluster):
-    c = small_cluster
+@pytest.fixture
+def small_cluster_asking_statfs(tmp_base):
+    """small_cluster whose mounts ask the server at every statfs (they keep
+    the counts 1 s by default: client/statfs_cache.h)."""
+    yield from running_standalone(tmp_base, capacity="256M", lease_ms=2000,
+                                  mount_extra=["--statfs_max_age_ms=0"])
+
+
+def test_statfs_available_is_what_a_new_grant_could_get(small_cluster_asking_statfs):
+    c = small_cluster_asking_statfs
     with open(os.path.join(c.n1, "f"), "wb") as f:
         f.write(pattern(2, 4 * MiB))
         f.flush()

@@ -1,0 +1,67 @@
+#include "client/statfs_cache.h"
+
+#include "gtest/gtest.h"
+
+namespace grantfs {
+namespace {
+
+proto::StatFsReply Counts(uint64_t used) {
+  proto::StatFsReply r;
+  r.set_capacity_bytes(1 << 30);
+  r.set_used_bytes(used);
+  return r;
+}
+
+TEST(StatFsCacheTest, KeptUntilTheyAreMaxAgeOld) {
+  FakeClock clock;
+  StatFsCache cache(absl::Seconds(1), &clock);
+  EXPECT_FALSE(cache.Get().has_value());
+  const absl::Time sent = cache.Now();
+  clock.Advance(absl::Milliseconds(5));
+  cache.Note(sent, Counts(10));
+  ASSERT_TRUE(cache.Get().has_value());
+  EXPECT_EQ(cache.Get()->used_bytes(), 10u);
+  clock.Advance(absl::Milliseconds(994));  // 999 ms after the request was sent
+  EXPECT_TRUE(cache.Get().has_value());
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_FALSE(cache.Get().has_value());
+}
+
+TEST(StatFsCacheTest, AChangeWithoutCountsDropsThemAndRefusesRepliesSentBeforeIt) {
+  FakeClock clock;
+  StatFsCache cache(absl::Seconds(1), &clock);
+  const absl::Time before = cache.Now();
+  clock.Advance(absl::Milliseconds(1));
+  cache.Note(cache.Now(), Counts(10));
+  clock.Advance(absl::Milliseconds(1));
+  cache.Changed();  // a remove was answered
+  EXPECT_FALSE(cache.Get().has_value());
+  // A write sent before the remove's answer came: its counts may not
+  // count the remove.
+  cache.Note(before, Counts(20));
+  EXPECT_FALSE(cache.Get().has_value());
+  clock.Advance(absl::Milliseconds(1));
+  cache.Note(cache.Now(), Counts(30));
+  ASSERT_TRUE(cache.Get().has_value());
+  EXPECT_EQ(cache.Get()->used_bytes(), 30u);
+}
+
+TEST(StatFsCacheTest, AnOlderRequestsReplyDoesNotReplaceANewerOnes) {
+  FakeClock clock;
+  StatFsCache cache(absl::Seconds(1), &clock);
+  const absl::Time first = cache.Now();
+  clock.Advance(absl::Milliseconds(1));
+  cache.Note(cache.Now(), Counts(2));
+  cache.Note(first, Counts(1));  // overtaken on the way
+  EXPECT_EQ(cache.Get()->used_bytes(), 2u);
+}
+
+TEST(StatFsCacheTest, MaxAgeZeroKeepsNothing) {
+  FakeClock clock;
+  StatFsCache cache(absl::ZeroDuration(), &clock);
+  cache.Note(cache.Now(), Counts(1));
+  EXPECT_FALSE(cache.Get().has_value());
+}
+
+}  // namespace
+}  // namespace grantfs
