@@ -7,12 +7,14 @@ namespace grantfs {
 AsyncInvalidator::AsyncInvalidator(Invalidator* target, size_t max_queued)
     : target_(target), max_queued_(max_queued), thread_([this] { Loop(); }) {}
 
-AsyncInvalidator::~AsyncInvalidator() {
+AsyncInvalidator::~AsyncInvalidator() { Stop(); }
+
+void AsyncInvalidator::Stop() {
   {
     absl::MutexLock l(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void AsyncInvalidator::InvalidateInode(uint64_t ino, bool data) {
@@ -25,6 +27,7 @@ void AsyncInvalidator::InvalidateEntry(uint64_t parent, const std::string& name)
 
 void AsyncInvalidator::Push(Item item) {
   absl::MutexLock l(&mu_);
+  if (stopping_) return;
   if (queue_.size() >= max_queued_) {
     queue_.pop_front();
     ++dropped_;
@@ -36,16 +39,16 @@ void AsyncInvalidator::Push(Item item) {
 bool AsyncInvalidator::AwaitEntries(uint64_t except, absl::Duration timeout) {
   absl::MutexLock l(&mu_);
   const uint64_t upto = pushed_;
-  // An entry of another directory, pushed before the call, not yet handed
-  // over (waiting or being handed now).
+  // Items are handed over one at a time, in order: done once no entry of
+  // another directory pushed before the call is left; given up (done too)
+  // at the first entry of `except` before any such, since neither it nor
+  // anything behind it moves until the caller returns.
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stopping_) return true;
-    if (busy_seq_ != 0 && busy_seq_ <= upto && busy_entry_ && busy_parent_ != except) {
-      return false;
-    }
+    if (busy_seq_ != 0 && busy_seq_ <= upto && busy_entry_) return busy_parent_ == except;
     for (const Item& item : queue_) {
       if (item.seq > upto) break;
-      if (item.entry && item.ino != except) return false;
+      if (item.entry) return item.ino == except;
     }
     return true;
   };

@@ -29,8 +29,11 @@ class AsyncInvalidator : public Invalidator {
  public:
   // `target` (not owned) must outlive this.
   explicit AsyncInvalidator(Invalidator* target, size_t max_queued = 65536);
-  // Drops what is still queued and joins the thread.
+  // Stop()s.
   ~AsyncInvalidator() override;
+  // Drops what is still queued and joins the thread; what is pushed after
+  // is dropped. Idempotent; not concurrent with itself.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   void InvalidateInode(uint64_t ino, bool data) override ABSL_LOCKS_EXCLUDED(mu_);
   void InvalidateEntry(uint64_t parent, const std::string& name) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -39,14 +42,16 @@ class AsyncInvalidator : public Invalidator {
 
   // Waits at most `timeout` until every entry invalidation pushed before
   // this call was handed to the target (or dropped), except those of
-  // directory `except`; true when none is left. A lookup of a directory
+  // directory `except`; true when none is left that it could wait for. A lookup of a directory
   // the kernel holds under another name calls it before its reply: the
   // kernel moves its old name to the new one only if it gets the old
   // parent's lock at once (fs/dcache.c, __d_unalias), and fails the
   // lookup with ESTALE otherwise, while the old name is still there
   // (client/fuse_ops.cc, OpLookup). The lookup holds `except`'s lock, which
   // the drops of its names wait for: bounded by `timeout`, not waited on
-  // when they are all that is left.
+  // when they are all that is left, nor past the first of them (the drops
+  // are handed over in order: nothing behind it moves until the lookup
+  // returns).
   bool AwaitEntries(uint64_t except, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

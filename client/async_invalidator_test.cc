@@ -96,5 +96,24 @@ TEST(AsyncInvalidatorTest, AwaitEntriesWaitsForTheDropsPushedBeforeButThoseOfIts
   EXPECT_EQ(target.calls(), (std::vector<std::string>{"entry 2/moved", "inode 9", "entry 1/own"}));
 }
 
+TEST(AsyncInvalidatorTest, AwaitEntriesDoesNotWaitBehindADropOfItsOwnDirectory) {
+  BlockingTarget target;
+  AsyncInvalidator later(&target);
+  later.InvalidateEntry(1, "own");  // waits for the lock the lookup in 1 holds
+  target.started.WaitForNotification();
+  later.InvalidateEntry(2, "behind");  // cannot be handed over before it
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(later.AwaitEntries(1, absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  // Another directory's lookup waits for both.
+  EXPECT_FALSE(later.AwaitEntries(3, absl::Milliseconds(20)));
+  target.release.Notify();
+  EXPECT_TRUE(later.AwaitEntries(3, absl::Seconds(60)));
+  later.Stop();
+  later.InvalidateEntry(4, "after");  // dropped: stopped
+  EXPECT_TRUE(later.AwaitEntries(3, absl::ZeroDuration()));
+  EXPECT_EQ(target.calls(), (std::vector<std::string>{"entry 1/own", "entry 2/behind"}));
+}
+
 }  // namespace
 }  // namespace grantfs

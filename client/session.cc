@@ -82,10 +82,9 @@ void Session::Close() {
   BeginStop();
   if (heartbeat_.joinable()) heartbeat_.join();
   if (subscriber_.joinable()) subscriber_.join();
-  // After the stream's thread, its only pusher; the kernel's requests
-  // (AwaitEntryDrops) ended before the mount stops.
-  slow_ptr_.store(nullptr);
-  slow_.reset();
+  // After the stream's thread, its only pusher. The object stays until the
+  // session goes: a kernel request still in AwaitEntryDrops returns at once.
+  if (slow_ != nullptr) slow_->Stop();
   {
     absl::MutexLock l(&mu_);
     if (!started_) return;
