@@ -355,6 +355,10 @@ void LeaseCache::PutPage(const Ticket& t, uint64_t dir, uint64_t cookie,
     pending_.erase(it);
     return;
   }
+  // Two readers of one directory (a walk and its read-ahead) may join
+  // pages: the listing is kept only if no change came since the oldest
+  // page's request.
+  if (t.seq < p.ticket.seq) p.ticket = t;
   p.leased = p.leased && page.leased();
   for (const proto::DirEntry& e : page.entries()) {
     p.entries.push_back({e.name(), {e.cookie(), e.attr().ino()}});

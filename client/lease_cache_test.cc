@@ -287,6 +287,33 @@ TEST_F(LeaseCacheTest, AListingRecalledBetweenPagesIsNotKept) {
   EXPECT_EQ(cache_.Lookup(2, "zzz", &ino), LeaseCache::Name::kUnknown);
 }
 
+// Two readers of one directory (a walk and its read-ahead): the second's
+// first page, asked for after a recall, joined by the first's second page,
+// asked for before it: not kept.
+TEST_F(LeaseCacheTest, PagesOfTwoReadersJoinedAcrossARecallAreNotKept) {
+  proto::ReadDirReply first;
+  first.set_leased(true);
+  proto::DirEntry* e = first.add_entries();
+  e->set_name("a");
+  e->set_cookie(3);
+  proto::ReadDirReply last;
+  last.set_leased(true);
+  last.set_eof(true);
+  const LeaseCache::Ticket one_first = cache_.Take();
+  cache_.PutPage(one_first, 2, 0, first);
+  const LeaseCache::Ticket one_last = cache_.Take();  // its answer is slow
+  cache_.Recall({LeaseCache::Kind::kDir, 2});
+  cache_.PutPage(cache_.Take(), 2, 0, first);  // the other reader starts
+  cache_.PutPage(one_last, 2, 3, last);        // the first reader's old page
+  uint64_t ino;
+  EXPECT_EQ(cache_.Lookup(2, "zzz", &ino), LeaseCache::Name::kUnknown);
+  EXPECT_EQ(cache_.ListingEpoch(2), 0u);
+  // One reader's pages after the recall are kept.
+  cache_.PutPage(cache_.Take(), 2, 0, first);
+  cache_.PutPage(cache_.Take(), 2, 3, last);
+  EXPECT_EQ(cache_.Lookup(2, "zzz", &ino), LeaseCache::Name::kAbsent);
+}
+
 TEST_F(LeaseCacheTest, DroppingEverythingRefusesRepliesInFlight) {
   const LeaseCache::Ticket t = cache_.Take();
   cache_.PutAttr(t, AttrOf(7, 0100644));
