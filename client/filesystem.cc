@@ -84,6 +84,15 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         });
   }
   if (options_.leases) leases_ = std::make_unique<LeaseCache>();
+  if (leases_ && options_.listing_prefetch.window > 0) {
+    prefetch_ = std::make_unique<ListingPrefetch>(
+        options_.listing_prefetch,
+        [this](const Creds& c, uint64_t dir) { return ReadWholeListing(c, dir); },
+        // A directory granted here is listed by the mount itself.
+        [this](uint64_t dir) {
+          return leases_->ListingEpoch(dir) != 0 || (ns_ != nullptr && ns_->Holds(dir));
+        });
+  }
   if (cache_ && leases_ && options_.clean_cache_bytes > 0) {
     clean_ = std::make_unique<CleanCache>(options_.clean_cache_bytes);
   }
@@ -163,6 +172,12 @@ void FileSystem::Stop() {
     // CloseSession below.
     absl::Status s = cache_->FlushAll();
     if (!s.ok()) LOG(WARNING) << "unmount: flushing cached writes: " << s << " (tried again below)";
+  }
+  if (prefetch_) {
+    prefetch_->Stop();  // before the calls end
+    const ListingPrefetch::Stats st = prefetch_->stats();
+    LOG(INFO) << "listings read ahead of walks: " << st.fetched << " (" << st.failed << " failed, "
+              << st.dropped << " dropped unread)";
   }
   session_->BeginStop();
   if (leases_) {
@@ -618,8 +633,46 @@ absl::StatusOr<std::string> FileSystem::ReadLink(const Creds& c, uint64_t ino) {
   return meta_.ReadLink(c, ino);
 }
 
+void FileSystem::ReadingDir(const Creds& c, uint64_t dir) {
+  if (prefetch_) prefetch_->Reading(c, dir);
+}
+
+void FileSystem::SawListing(uint64_t dir, uint64_t cookie, const proto::ReadDirReply& page) {
+  if (!prefetch_) return;
+  std::vector<uint64_t> subdirs;
+  for (const proto::DirEntry& e : page.entries()) {
+    if (S_ISDIR(e.attr().mode()) && e.name() != "." && e.name() != "..") {
+      subdirs.push_back(e.attr().ino());
+    }
+  }
+  prefetch_->Saw(dir, cookie, subdirs);
+}
+
+absl::Status FileSystem::ReadWholeListing(const Creds& c, uint64_t dir) {
+  // A large directory is left to the walk itself: what is read ahead stays
+  // a few calls.
+  constexpr int kMaxPages = 4;
+  constexpr uint32_t kPage = 1024;
+  uint64_t cookie = 0;
+  for (int page = 0; page < kMaxPages; ++page) {
+    // Retried briefly: an unmount waits for it (ListingPrefetch::Stop).
+    ASSIGN_OR_RETURN(proto::ReadDirReply r, ReadDirPage(c, dir, cookie, kPage, absl::Seconds(2)));
+    if (r.eof() || r.entries().empty()) return absl::OkStatus();
+    cookie = r.entries(r.entries_size() - 1).cookie();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t ino,
                                                         uint64_t cookie, uint32_t max_entries) {
+  // Being read ahead: that read, rather than a second one.
+  if (prefetch_ && cookie == 0) prefetch_->Await(ino, absl::Seconds(1));
+  return ReadDirPage(c, ino, cookie, max_entries);
+}
+
+absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDirPage(
+    const Creds& c, uint64_t ino, uint64_t cookie, uint32_t max_entries,
+    std::optional<absl::Duration> retry_for) {
   proto::ReadDirReply reply;
   bool dirty = false;
   if (leases_ && leases_->List(ino, cookie, max_entries, &reply)) {
@@ -627,17 +680,21 @@ absl::StatusOr<proto::ReadDirReply> FileSystem::ReadDir(const Creds& c, uint64_t
     for (const proto::DirEntry& e : reply.entries()) {
       dirty = dirty || (cache_ && cache_->extent_count(e.attr().ino()) > 0);
     }
-    if (!dirty) return reply;
+    if (!dirty) {
+      SawListing(ino, cookie, reply);
+      return reply;
+    }
   }
   LeaseCache::Ticket t;
   if (leases_) t = leases_->Take();
   WriteCache::AttrFetch fetch(cache_.get());
-  ASSIGN_OR_RETURN(reply, meta_.ReadDir(c, ino, cookie, max_entries));
+  ASSIGN_OR_RETURN(reply, meta_.ReadDir(c, ino, cookie, max_entries, false, retry_for));
   if (leases_) leases_->PutPage(t, ino, cookie, reply);
   for (proto::DirEntry& e : *reply.mutable_entries()) {
     if (e.leased()) KeepAttr(t, fetch, e.attr());
     fetch.Patch(e.mutable_attr());
   }
+  SawListing(ino, cookie, reply);
   return reply;
 }
 

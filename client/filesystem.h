@@ -33,6 +33,7 @@
 #include "client/grant_pool.h"
 #include "client/inode_table.h"
 #include "client/lease_cache.h"
+#include "client/listing_prefetch.h"
 #include "client/meta_client.h"
 #include "client/name_cache.h"
 #include "client/ns_grants.h"
@@ -77,6 +78,9 @@ struct FileSystemOptions {
   // Bytes of acknowledged small writes kept to answer re-reads
   // (client/clean_cache.h); with fastwrite and leases only. 0: none.
   uint64_t clean_cache_bytes = 16ull << 20;
+  // Listings read ahead of a directory walk (client/listing_prefetch.h);
+  // with leases only. window 0: none.
+  ListingPrefetchOptions listing_prefetch;
   // How long statfs's counts are answered without a call
   // (client/statfs_cache.h). Zero: every statfs is a call.
   absl::Duration statfs_max_age = absl::ZeroDuration();
@@ -141,6 +145,9 @@ class FileSystem {
   double NameLeaseLeft(uint64_t dir);
 
   absl::StatusOr<proto::Attr> Lookup(const Creds& c, uint64_t parent, const std::string& name);
+  // A program (`c`) starts reading `dir`'s listing from its start: the
+  // listings a walk will want next are read ahead (client/listing_prefetch.h).
+  void ReadingDir(const Creds& c, uint64_t dir);
   // Before the reply to a lookup in `parent` that found a directory the
   // kernel already holds: the kernel's names dropped by other nodes'
   // changes so far are gone from it, waited for at most `timeout`
@@ -226,6 +233,17 @@ class FileSystem {
                        const std::function<bool()>& interrupted);
 
  private:
+  // A page of `dir`'s listing from `cookie`, read by the walk or ahead of
+  // it: its subdirectories go to the read-ahead (ListingPrefetch::Saw).
+  void SawListing(uint64_t dir, uint64_t cookie, const proto::ReadDirReply& page);
+  // Reads `dir`'s listing from its start through ReadDirPage (leasing it,
+  // as a walk would), at most 4 pages of 1024 entries.
+  absl::Status ReadWholeListing(const Creds& c, uint64_t dir);
+  // ReadDir but for the wait for a read-ahead of the same listing;
+  // `retry_for` as MetaClient::ReadDir's.
+  absl::StatusOr<proto::ReadDirReply> ReadDirPage(
+      const Creds& c, uint64_t ino, uint64_t cookie, uint32_t max_entries,
+      std::optional<absl::Duration> retry_for = std::nullopt);
   // Reads from the server, one RPC per max_io_bytes.
   absl::StatusOr<std::string> ReadRpc(const Creds& c, uint64_t ino, uint64_t offset, size_t size);
   // One read-ahead fetch: a single attempt that Stop() cancels.
@@ -305,7 +323,8 @@ class FileSystem {
   // Read-ahead RPCs in flight, cancelled by Stop().
   absl::flat_hash_set<grpc::ClientContext*> prefetch_ctx_ ABSL_GUARDED_BY(mu_);
   // Declared last: destroyed (its pool joined) before what its fetches use.
-  std::unique_ptr<ReadAhead> ra_;  // null when off
+  std::unique_ptr<ReadAhead> ra_;              // null when off
+  std::unique_ptr<ListingPrefetch> prefetch_;  // null when off
   // Holds pointers to the above; its threads end in Stop().
   std::unique_ptr<Session> session_;
 };

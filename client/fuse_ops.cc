@@ -315,6 +315,8 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
   const uint32_t max_entries = std::max<size_t>(1, size / (plus ? 160 : 40));
   absl::StatusOr<proto::ReadDirReply> r;
   if (own == nullptr) {
+    // A walk entering `ino`: the directories after it are read ahead.
+    if (off == 0) a->fs()->ReadingDir(c, ino);
     r = a->fs()->ReadDir(c, ino, off, max_entries);
     if (!r.ok()) return ReplyError(req, r.status());
   }

@@ -79,6 +79,9 @@ ABSL_FLAG(int, readahead_kib, 8192,
 ABSL_FLAG(int, clean_cache_mb, 16,
           "MiB of acknowledged small writes kept to answer re-reads while the file's lease "
           "holds (0 = off)");
+ABSL_FLAG(int, readdir_ahead, 8,
+          "with leases: once a walk (find, du, ls -R) enters a subdirectory, the listings of "
+          "this many subdirectories after it are read ahead (0 = off)");
 ABSL_FLAG(int, statfs_max_age_ms, 1000,
           "statfs answers with the counts the server sent with its last write, log batch or "
           "statfs reply for this long, unless a call of this mount changed them since; a "
@@ -386,6 +389,7 @@ int main(int argc, char** argv) {
                               << 10;
   fo.clean_cache_bytes = static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_clean_cache_mb)))
                          << 20;
+  fo.listing_prefetch.window = static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_readdir_ahead)));
   fo.statfs_max_age = absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_statfs_max_age_ms)));
   grantfs::FileSystem fs(fo, *std::move(rpc));
   grantfs::FuseOptions fuse_options;

@@ -302,7 +302,8 @@ absl::StatusOr<std::string> MetaClient::ReadLink(const Creds& c, uint64_t ino) {
 
 absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t ino,
                                                         uint64_t cookie, uint32_t max_entries,
-                                                        bool want_grant) {
+                                                        bool want_grant,
+                                                        std::optional<absl::Duration> retry_for) {
   RETURN_IF_ERROR(BarrierFor(ino));
   proto::ReadDirRequest req;
   Stamp(c, &req);
@@ -312,13 +313,14 @@ absl::StatusOr<proto::ReadDirReply> MetaClient::ReadDir(const Creds& c, uint64_t
   req.set_want_grant(want_grant);
   proto::ReadDirReply reply;
   const uint64_t mark = Mark();
-  RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
+  RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply, retry_for));
   for (const proto::DirEntry& e : reply.entries()) {
     if (TouchedSince(mark, e.attr().ino())) {
       // An entry's inode has changes in the log: the page again after it.
       RETURN_IF_ERROR(Barrier());
       reply.Clear();
-      RETURN_IF_ERROR(rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply));
+      RETURN_IF_ERROR(
+          rpc_->Call("ReadDir", &proto::GrantFs::Stub::ReadDir, &req, &reply, retry_for));
       break;
     }
   }

@@ -156,9 +156,11 @@ class MetaClient {
                                             uint64_t expected_ino, uint64_t expected_new_ino);
   absl::StatusOr<std::string> ReadLink(const Creds& c, uint64_t ino);
   // `want_grant` (cookie 0): the directory's grant is asked for too
-  // (ReadDirReply.granted).
-  absl::StatusOr<proto::ReadDirReply> ReadDir(const Creds& c, uint64_t ino, uint64_t cookie,
-                                              uint32_t max_entries, bool want_grant = false);
+  // (ReadDirReply.granted). `retry_for`: as RpcClient::Call's (work that
+  // may be given up retries briefly).
+  absl::StatusOr<proto::ReadDirReply> ReadDir(
+      const Creds& c, uint64_t ino, uint64_t cookie, uint32_t max_entries, bool want_grant = false,
+      std::optional<absl::Duration> retry_for = std::nullopt);
 
   // --- files ---------------------------------------------------------------
   // `handle`: this open's id in the mount (a resent Open counts once).

@@ -44,6 +44,12 @@ void FileSystem::WriteMetrics(MetricsText* out) {
     out->Gauge("grantfs_mount_ns_log_entries", "namespace log entries not yet applied",
                static_cast<double>(s.pending));
   }
+  if (prefetch_ != nullptr) {
+    const ListingPrefetch::Stats s = prefetch_->stats();
+    out->Counter("grantfs_mount_listings_read_ahead_total",
+                 "directory listings read ahead of a walk (--readdir_ahead)",
+                 static_cast<double>(s.fetched));
+  }
   if (clean_ != nullptr) {
     out->Counter("grantfs_mount_kept_reads_total",
                  "reads answered from acknowledged writes kept here (--clean_cache_mb), no call",

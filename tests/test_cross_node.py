@@ -593,3 +593,43 @@ class TestStatFsCounts:
             assert os.statvfs(c.n2).f_bfree == os.statvfs(c.n1).f_bfree < s2.f_bfree
         finally:
             c.stop()
+
+
+class TestListingReadAhead:
+    """A walk that enters a subdirectory has the listings of the next ones
+    read ahead into the mount's leases (--readdir_ahead,
+    client/listing_prefetch.h); what is read ahead is leased like the
+    walk's own reads, so another node's changes still show at once."""
+
+    AHEAD = "grantfs_mount_listings_read_ahead_total"
+
+    def test_read_ahead_then_changed_elsewhere(self, tmp_base):
+        mport = free_port()
+        c = Standalone(tmp_base)
+        c.mounts[1].extra.append(f"--metrics_addr=127.0.0.1:{mport}")
+        c.start()
+        try:
+            top1, top2 = os.path.join(c.n1, "top"), os.path.join(c.n2, "top")
+            for d in range(20):
+                os.makedirs(os.path.join(top1, f"d{d:02d}"))
+                for f in range(10):
+                    write_file(os.path.join(top1, f"d{d:02d}", f"f{f}"), b"x")
+            assert len(os.listdir(top2)) == 20
+            assert scrape(mport)[self.AHEAD] == 0  # a listing alone reads nothing ahead
+            first = sorted(os.listdir(top2))[0]
+            assert len(os.listdir(os.path.join(top2, first))) == 10  # enters one
+            start = time.monotonic()
+            while scrape(mport)[self.AHEAD] < 8:
+                assert time.monotonic() - start < 10, scrape(mport)[self.AHEAD]
+                time.sleep(0.02)
+            # Changes on node 1 in directories node 2 read ahead.
+            ahead = sorted(os.listdir(top2))[1:9]
+            write_file(os.path.join(top1, ahead[0], "new"), b"n")
+            os.unlink(os.path.join(top1, ahead[1], "f0"))
+            os.rename(os.path.join(top1, ahead[2], "f1"), os.path.join(top1, ahead[3], "moved"))
+            want = {os.path.relpath(r, top1): sorted(fs) for r, _, fs in os.walk(top1)}
+            got = {os.path.relpath(r, top2): sorted(fs) for r, _, fs in os.walk(top2)}
+            assert got == want
+            assert read_file(os.path.join(top2, ahead[0], "new")) == b"n"
+        finally:
+            c.stop()
