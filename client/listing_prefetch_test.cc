@@ -1,5 +1,6 @@
 #include "client/listing_prefetch.h"
 
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -39,18 +40,23 @@ struct FakeListings {
   }
 };
 
+std::unique_ptr<ListingPrefetch> Make(FakeListings* f, size_t window) {
+  ListingPrefetchOptions o;
+  o.window = window;
+  o.threads = 1;
+  return std::make_unique<ListingPrefetch>(
+      o, [f](const Creds& c, uint64_t d) { return f->Fetch(c, d); },
+      [f](uint64_t d) { return f->Listed(d); });
+}
+
 void WaitFor(FakeListings* f, size_t n) {
   for (int i = 0; i < 5000 && f->Fetched().size() < n; ++i) absl::SleepFor(absl::Milliseconds(1));
 }
 
 TEST(ListingPrefetchTest, EnteringASubdirectoryReadsTheNextOnesAhead) {
   FakeListings f;
-  ListingPrefetchOptions o;
-  o.window = 3;
-  o.threads = 1;
-  ListingPrefetch p(
-      o, [&f](const Creds& c, uint64_t d) { return f.Fetch(c, d); },
-      [&f](uint64_t d) { return f.Listed(d); });
+  std::unique_ptr<ListingPrefetch> made = Make(&f, 3);
+  ListingPrefetch& p = *made;
   // Directory 1 lists subdirectories 10..15, in two pages.
   p.Saw(1, 0, {10, 11, 12});
   p.Saw(1, 3, {13, 14, 15});
@@ -74,12 +80,8 @@ TEST(ListingPrefetchTest, EnteringASubdirectoryReadsTheNextOnesAhead) {
 
 TEST(ListingPrefetchTest, AListingReadAnewForgetsTheOldOrder) {
   FakeListings f;
-  ListingPrefetchOptions o;
-  o.window = 2;
-  o.threads = 1;
-  ListingPrefetch p(
-      o, [&f](const Creds& c, uint64_t d) { return f.Fetch(c, d); },
-      [&f](uint64_t d) { return f.Listed(d); });
+  std::unique_ptr<ListingPrefetch> made = Make(&f, 2);
+  ListingPrefetch& p = *made;
   p.Saw(1, 0, {10, 11, 12});
   p.Saw(1, 0, {12, 10});  // read again from the start: 11 is gone
   p.Reading(Creds{}, 12);
@@ -91,12 +93,8 @@ TEST(ListingPrefetchTest, AListingReadAnewForgetsTheOldOrder) {
 TEST(ListingPrefetchTest, AwaitWaitsForAFetchUnderWayAndTakesBackAQueuedOne) {
   FakeListings f;
   f.block = 11;
-  ListingPrefetchOptions o;
-  o.window = 2;
-  o.threads = 1;
-  ListingPrefetch p(
-      o, [&f](const Creds& c, uint64_t d) { return f.Fetch(c, d); },
-      [&f](uint64_t d) { return f.Listed(d); });
+  std::unique_ptr<ListingPrefetch> made = Make(&f, 2);
+  ListingPrefetch& p = *made;
   p.Saw(1, 0, {10, 11, 12});
   p.Reading(Creds{}, 10);
   f.started.WaitForNotification();                    // 11 is being fetched, 12 waits
@@ -111,11 +109,8 @@ TEST(ListingPrefetchTest, AwaitWaitsForAFetchUnderWayAndTakesBackAQueuedOne) {
 
 TEST(ListingPrefetchTest, WindowZeroReadsNothingAhead) {
   FakeListings f;
-  ListingPrefetchOptions o;
-  o.window = 0;
-  ListingPrefetch p(
-      o, [&f](const Creds& c, uint64_t d) { return f.Fetch(c, d); },
-      [&f](uint64_t d) { return f.Listed(d); });
+  std::unique_ptr<ListingPrefetch> made = Make(&f, 0);
+  ListingPrefetch& p = *made;
   p.Saw(1, 0, {10, 11});
   p.Reading(Creds{}, 10);
   p.Stop();
