@@ -59,7 +59,6 @@ void Session::Start(Invalidator* invalidator) {
   invalidator_ = invalidator;
   if (invalidator != nullptr && leases_ != nullptr) {
     slow_ = std::make_unique<AsyncInvalidator>(invalidator);
-    slow_ptr_.store(slow_.get());
   }
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   if (invalidator != nullptr) {
@@ -68,8 +67,7 @@ void Session::Start(Invalidator* invalidator) {
 }
 
 bool Session::AwaitEntryDrops(uint64_t except, absl::Duration timeout) {
-  AsyncInvalidator* slow = slow_ptr_.load();
-  return slow == nullptr || slow->AwaitEntries(except, timeout);
+  return slow_ == nullptr || slow_->AwaitEntries(except, timeout);
 }
 
 void Session::BeginStop() {

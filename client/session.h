@@ -8,7 +8,6 @@
 #ifndef GRANTFS_CLIENT_SESSION_H_
 #define GRANTFS_CLIENT_SESSION_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -154,11 +153,10 @@ class Session {
   uint64_t meta_lease_ms_ ABSL_GUARDED_BY(mu_) = 3000;
   // Set by Start, before the threads: the heartbeat drops leases in it.
   Invalidator* invalidator_ = nullptr;
-  // With leases, made by Start before the threads (stopped by Close, kept
-  // until the session goes): the stream's drops that may wait for kernel
-  // locks go through it. `slow_ptr_` is it, for any thread.
+  // With leases, made by Start before the threads and before the kernel's
+  // requests (stopped by Close, kept until the session goes): the stream's
+  // drops that may wait for kernel locks go through it.
   std::unique_ptr<AsyncInvalidator> slow_;
-  std::atomic<AsyncInvalidator*> slow_ptr_{nullptr};
   // A call moved to another server: the next heartbeat goes at once (it
   // finds out whether the server is a new incarnation).
   bool kick_ ABSL_GUARDED_BY(mu_) = false;
