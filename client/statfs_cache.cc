@@ -1,16 +1,26 @@
 #include "client/statfs_cache.h"
 
+#include <algorithm>
+
 namespace grantfs {
 
 void StatFsCache::Note(absl::Time sent, const proto::StatFsReply& counts) {
   if (max_age_ <= absl::ZeroDuration()) return;
   absl::MutexLock l(&mu_);
   // Sent before (or as) a change that did not bring counts ended: may not
-  // count it. Or
-  // older than the counts kept: a reply that overtook this one.
-  if (sent <= changed_ || sent < sent_) return;
+  // count it.
+  if (sent <= changed_) return;
+  if (counts_.has_value() && counts.counts_seq() != 0 &&
+      counts.incarnation() == counts_->incarnation()) {
+    // The same server numbered both: the larger is the newer, whichever
+    // request was sent first (concurrent replies are filled in any order).
+    if (counts.counts_seq() <= counts_->counts_seq()) return;
+  } else if (sent < sent_) {
+    return;  // older than the counts kept: a reply that overtook this one
+  }
   counts_ = counts;
-  sent_ = sent;
+  // Their age: they are at least as new as the request of either.
+  sent_ = std::max(sent_, sent);
 }
 
 void StatFsCache::Changed() {

@@ -11,7 +11,10 @@
 // within `max_age` (Lustre's client statfs cache has the same 1 s bound).
 //
 // Times are of when the request was sent: counts from a reply to a request
-// sent before the last change that did not carry them are not kept.
+// sent before the last change that did not carry them are not kept. Of two
+// replies from one server, the counts it numbered later are kept
+// (StatFsReply.counts_seq): the request sent last is not always the one
+// the server answered last.
 //
 // Thread-safe: one mutex, a leaf.
 #ifndef GRANTFS_CLIENT_STATFS_CACHE_H_

@@ -515,6 +515,7 @@ SpaceInfo MetaStore::SpaceCountsLocked() {
   s.granted_bytes = SpaceLedger::Bytes(ledger_.granted());
   s.inodes = counters_.inodes();
   s.next_ino = counters_.next_ino();
+  s.counts_seq = ++counts_seq_;
   return s;
 }
 

@@ -95,6 +95,11 @@ struct SpaceInfo {
   uint64_t inodes = 0;
   uint64_t next_ino = 0;
   uint64_t pending_deletes = 0;
+  // Orders the snapshots of these counts: a later one has a larger number
+  // (within one server process). Replies carry it (StatFsReply.counts_seq)
+  // so a mount keeps the newest counts, not the ones whose request was
+  // sent last: concurrent requests' counts are taken in any order.
+  uint64_t counts_seq = 0;
 };
 
 // What the group commit did since the store was opened (for Status and for
@@ -306,6 +311,7 @@ class MetaStore {
   // ledger's, copied in at each change.
   proto::Counters counters_ ABSL_GUARDED_BY(mu_);
   SpaceLedger ledger_ ABSL_GUARDED_BY(mu_);
+  uint64_t counts_seq_ ABSL_GUARDED_BY(mu_) = 0;           // SpaceInfo.counts_seq
   std::optional<uint64_t> promised_ ABSL_GUARDED_BY(mu_);  // as last sent
   std::atomic<uint64_t> promise_seq_{0};
 

@@ -530,6 +530,8 @@ void GrantFsService::FillStatFs(proto::StatFsReply* reply) {
   reply->set_available_bytes(s.capacity_bytes > taken ? s.capacity_bytes - taken : 0);
   reply->set_inodes(s.inodes);
   reply->set_name_max(255);
+  reply->set_counts_seq(s.counts_seq);
+  reply->set_incarnation(volume_->incarnation());
 }
 
 grpc::Status GrantFsService::StatFs(Ctx* ctx, const proto::StatFsRequest* req,
