@@ -18,7 +18,7 @@ echo "== thread-safety analysis"
 BUILD_DIR="$BUILD_DIR" scripts/check-thread-safety.sh
 echo "== unit tests"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j2 --timeout 300)
-echo "== fuzz targets, ${FUZZ_SECONDS:=45} s each (docs/testing.md, \"Fuzzing\")"
+echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (docs/testing.md, \"Fuzzing\")"
 scripts/fuzz.sh "$FUZZ_SECONDS"
 echo "== end-to-end tests"
 wait "$debroot" || echo "test.sh: preparing the Debian root failed (the package test retries): $(tail -3 /tmp/grantfs-debian12-root.log)"

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -151,11 +150,9 @@ def test_smoke_run_writes_every_section_csv_and_plot(tmp_base):
     out = os.path.join(tmp_base, "out")
     work = os.path.join(tmp_base, "work")
     os.makedirs(work)
-    t0 = time.monotonic()
+    # (Bounded by the timeout; tests assert no wall-clock time.)
     r = run_suite("--smoke", "--build", BUILD, "--out", out, "--workdir", work, timeout=300)
-    took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-4000:]
-    assert took < 120, f"smoke run took {took:.0f} s"
     # Progress on stderr, one line per step; the tables on stdout.
     assert "§1 dd" in r.stderr and "§7 --threads=" in r.stderr
     # Each section group counted, with the rate and the time left from the
