@@ -349,8 +349,11 @@ absl::Status MetaClient::Release(uint64_t ino, uint64_t handle) {
   proto::ReleaseRequest req;
   req.set_ino(ino);
   req.set_handle(handle);
-  proto::ErrReply reply;
-  return rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
+  proto::ReleaseReply reply;
+  absl::Status s = rpc_->Call("Release", &proto::GrantFs::Stub::Release, &req, &reply);
+  // The last close of a removed file: one inode less (and its space, soon).
+  if (!s.ok() || reply.reaped()) statfs_.Changed();
+  return s;
 }
 
 absl::StatusOr<std::string> MetaClient::Read(const Creds& c, uint64_t ino, uint64_t offset,

@@ -68,7 +68,7 @@ class GrantFsService final {
   grpc::Status InodeRange(Ctx*, const proto::InodeRangeRequest*, proto::InodeRangeReply*);
   grpc::Status ApplyLog(Ctx*, const proto::ApplyLogRequest*, proto::ApplyLogReply*);
   grpc::Status Open(Ctx*, const proto::OpenRequest*, proto::OpenReply*);
-  grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ErrReply*);
+  grpc::Status Release(Ctx*, const proto::ReleaseRequest*, proto::ReleaseReply*);
   grpc::Status Read(Ctx*, const proto::ReadRequest*, proto::ReadReply*);
   grpc::Status Write(Ctx*, const proto::WriteRequest*, proto::WriteReply*);
   grpc::Status Grant(Ctx*, const proto::GrantRequest*, proto::GrantReply*);

@@ -111,7 +111,7 @@ class GrantFsEndpoint final : public proto::GrantFs::CallbackService {
   Unary* Open(Ctx* c, const proto::OpenRequest* q, proto::OpenReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Open);
   }
-  Unary* Release(Ctx* c, const proto::ReleaseRequest* q, proto::ErrReply* r) override {
+  Unary* Release(Ctx* c, const proto::ReleaseRequest* q, proto::ReleaseReply* r) override {
     return Queue(Lane::kWork, c, q, r, &S::Release);
   }
   Unary* Read(Ctx* c, const proto::ReadRequest* q, proto::ReadReply* r) override {

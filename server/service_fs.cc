@@ -399,9 +399,12 @@ grpc::Status GrantFsService::Open(Ctx* ctx, const proto::OpenRequest* req,
 }
 
 grpc::Status GrantFsService::Release(Ctx* ctx, const proto::ReleaseRequest* req,
-                                     proto::ErrReply* reply) {
+                                     proto::ReleaseReply* reply) {
   return Serve("Release", ctx, req, reply, {req->ino()}, [&](const RequestContext& rc) {
-    return volume_->Release(rc, req->ino(), req->handle());
+    bool reaped = false;
+    absl::Status s = volume_->Release(rc, req->ino(), req->handle(), &reaped);
+    reply->set_reaped(reaped);
+    return s;
   });
 }
 

@@ -217,7 +217,9 @@ class Volume {
   // `created`: see Inodes::CheckOpen.
   absl::StatusOr<proto::Attr> Open(const RequestContext& ctx, uint64_t ino, uint32_t flags,
                                    uint64_t handle = 0, bool created = false);
-  absl::Status Release(const RequestContext& ctx, uint64_t ino, uint64_t handle = 0);
+  // `reaped` (optional): this was the last open of a removed file, gone now.
+  absl::Status Release(const RequestContext& ctx, uint64_t ino, uint64_t handle = 0,
+                       bool* reaped = nullptr);
   absl::StatusOr<std::string> Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                    uint32_t size);
   // With `from_grant`, newly allocated blocks come out of the session's

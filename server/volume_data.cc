@@ -65,10 +65,13 @@ absl::StatusOr<proto::Attr> Volume::Open(const RequestContext& ctx, uint64_t ino
   return attr;
 }
 
-absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino, uint64_t handle) {
+absl::Status Volume::Release(const RequestContext& ctx, uint64_t ino, uint64_t handle,
+                             bool* reaped) {
   sessions_.CloseFile(ctx.client_id, ino, handle);
   // As in Open: an orphan's record drops this open before the reply.
-  return SyncOrphan(ino).status();
+  absl::StatusOr<bool> r = SyncOrphan(ino);
+  if (reaped != nullptr) *reaped = r.ok() && *r;
+  return r.status();
 }
 
 absl::StatusOr<std::string> Volume::Read(const RequestContext& ctx, uint64_t ino, uint64_t offset,

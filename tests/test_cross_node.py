@@ -13,6 +13,7 @@ import urllib.request
 
 from kit.ports import free_port
 from kit.topology import Standalone
+from treesnap import poll_until
 
 VISIBILITY_BOUND = 1.0  # seconds
 FLUSH_AGE = 5.0  # grantfs-mount --flush_age_s default
@@ -591,6 +592,28 @@ class TestStatFsCounts:
                 assert time.monotonic() - start < 1.5, "node 2 did not see the changes in 1 s"
                 time.sleep(0.02)
             assert os.statvfs(c.n2).f_bfree == os.statvfs(c.n1).f_bfree < s2.f_bfree
+        finally:
+            c.stop()
+
+    def test_the_last_close_of_a_removed_file_shows_without_waiting_out_the_age(self, tmp_base):
+        # The close's reply says the file is gone (ReleaseReply.reaped). The
+        # kernel sends the release after close(2) returned, so the inode
+        # count is polled; with counts kept for 60 s, only that reply makes
+        # them stale within the 3 s the poll allows (the build before saw
+        # the change after some 10 s, when the mount gave its idle space
+        # grant back).
+        c = Standalone(tmp_base, nodes=1, mount_extra=["--statfs_max_age_ms=60000"])
+        c.start()
+        try:
+            p = os.path.join(c.n1, "open-and-removed")
+            with open(p, "wb") as f:
+                f.write(b"x" * 4096)
+                f.flush()
+                os.unlink(p)
+                held = inodes(os.statvfs(c.n1))  # asked again after the remove
+                assert inodes(os.statvfs(c.n1)) == held  # and kept
+            assert poll_until(lambda: inodes(os.statvfs(c.n1)) == held - 1, 3), (
+                "statfs did not show the removed file gone after its last close")
         finally:
             c.stop()
 
