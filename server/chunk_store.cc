@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -404,6 +405,15 @@ absl::Status ChunkStore::RemoveChunk(uint64_t ino, uint64_t index) {
   rec.mutable_remove_chunk()->set_ino(ino);
   rec.mutable_remove_chunk()->set_a(index);
   Replicate(std::move(rec));
+  return absl::OkStatus();
+}
+
+absl::Status ChunkStore::SyncRemovals(absl::Span<const uint64_t> inos) {
+  absl::flat_hash_set<std::string> dirs;
+  for (uint64_t ino : inos) dirs.insert(ChunkDir(ino));
+  for (const std::string& dir : dirs) {
+    if (absl::Status s = options_.env->SyncDir(dir); !s.ok()) return IoError(s);
+  }
   return absl::OkStatus();
 }
 

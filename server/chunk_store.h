@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "checkpoint/change_sink.h"
 #include "checkpoint/chunk_applier.h"
 #include "common/env.h"
@@ -104,6 +105,10 @@ class ChunkStore : public ChunkApplier {
 
   // Deletes chunk `index` of `ino`, if it exists.
   absl::Status RemoveChunk(uint64_t ino, uint64_t index);
+  // Makes the deletions of chunk files of `inos` (RemoveChunk) durable: the
+  // directory of each is fsync'd, once. Until then a crash may bring the
+  // files back.
+  absl::Status SyncRemovals(absl::Span<const uint64_t> inos);
 
   // Every chunk file in the store, as (inode, chunk index); names that are
   // not chunk files are skipped (fsck reports them).

@@ -477,5 +477,37 @@ TEST_F(VolumeFaultTest, ATruncationIsNotUndoneByAPowerLoss) {
   ASSERT_EQ(g_all.size(), kVolumeChunk);
   EXPECT_EQ(g_all.find_first_not_of('\0'), kVolumeChunk - 1);
 }
+
+TEST_F(VolumeFaultTest, ADeletedFilesChunkFilesStayDeletedAfterAPowerLoss) {
+  // The background deleter's record of a removed file goes once its chunk
+  // files' deletions are durable (their directory fsync'd): were they not,
+  // the power loss would bring back files no record names.
+  OpenVolume(64 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(2 * kVolumeChunk, 5), false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  volume_.reset();
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
+}
+
+TEST_F(VolumeFaultTest, AFailedDirectorySyncKeepsTheDeletedFileForTheNextRound) {
+  OpenVolume(64 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(1000, 6), false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  env_.FailNext(FileOp::kSyncDir, EIO);
+  EXPECT_EQ(Err(volume_->RunMaintenance()), EIO);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint64_t> garbage, volume_->meta().orphans().ListGarbage());
+  EXPECT_EQ(garbage, std::vector<uint64_t>{f.ino()});
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  ASSERT_OK_AND_ASSIGN(garbage, volume_->meta().orphans().ListGarbage());
+  EXPECT_TRUE(garbage.empty());
+  EXPECT_EQ(Used(), 0u);
+}
 }  // namespace
 }  // namespace grantfs
