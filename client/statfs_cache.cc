@@ -7,14 +7,16 @@ namespace grantfs {
 void StatFsCache::Note(absl::Time sent, const proto::StatFsReply& counts) {
   if (max_age_ <= absl::ZeroDuration()) return;
   absl::MutexLock l(&mu_);
-  // Sent before (or as) a change that did not bring counts ended: may not
-  // count it.
-  if (sent <= changed_) return;
   if (counts_.has_value() && counts.counts_seq() != 0 &&
       counts.incarnation() == counts_->incarnation()) {
     // The same server numbered both: the larger is the newer, whichever
     // request was sent first (concurrent replies are filled in any order).
+    // The kept ones came after the last change without counts (Changed()
+    // drops them), so newer ones count it too, even when their request
+    // was sent before it ended.
     if (counts.counts_seq() <= counts_->counts_seq()) return;
+  } else if (sent <= changed_) {
+    return;  // sent before (or as) a change without counts ended: may not count it
   } else if (sent < sent_) {
     return;  // older than the counts kept: a reply that overtook this one
   }

@@ -80,6 +80,23 @@ TEST(StatFsCacheTest, OfOneServersCountsTheNewerAreKeptWhicheverRequestWasSentFi
   EXPECT_FALSE(cache.Get().has_value());
 }
 
+// Found by review: a write sent before a grant (a change without counts)
+// ended, filled after a write sent after it, carries the newer counts.
+TEST(StatFsCacheTest, NewerCountsOfARequestSentBeforeTheLastChangeAreKeptOverOlderOnes) {
+  FakeClock clock;
+  StatFsCache cache(absl::Seconds(1), &clock);
+  const absl::Time first = cache.Now();
+  clock.Advance(absl::Milliseconds(1));
+  cache.Changed();
+  clock.Advance(absl::Milliseconds(1));
+  cache.Note(first, Counts(5, /*seq=*/9, /*incarnation=*/3));  // nothing kept: may not count it
+  EXPECT_FALSE(cache.Get().has_value());
+  cache.Note(cache.Now(), Counts(4, /*seq=*/10, /*incarnation=*/3));
+  cache.Note(first, Counts(8, /*seq=*/11, /*incarnation=*/3));
+  ASSERT_TRUE(cache.Get().has_value());
+  EXPECT_EQ(cache.Get()->used_bytes(), 8u);
+}
+
 TEST(StatFsCacheTest, AnotherServersCountsAreOrderedByWhenTheirRequestWasSent) {
   FakeClock clock;
   StatFsCache cache(absl::Seconds(1), &clock);

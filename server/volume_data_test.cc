@@ -494,6 +494,26 @@ TEST_F(VolumeFaultTest, ADeletedFilesChunkFilesStayDeletedAfterAPowerLoss) {
   EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
 }
 
+TEST_F(VolumeFaultTest, ADeletedFileWhoseChunkFileCannotBeRemovedHoldsUpNoOther) {
+  OpenVolume(64 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, CreateFile(a_, "g"));
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(1000, 7), false));
+  ASSERT_OK(volume_->Write(a_, g.ino(), 0, Pattern(1000, 8), false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "f", false));
+  ASSERT_OK(volume_->Remove(a_, kRootIno, "g", false));
+  env_.FailNext(FileOp::kRemove, EIO);  // the first file's chunk
+  ASSERT_OK_AND_ASSIGN(int freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint64_t> garbage, volume_->meta().orphans().ListGarbage());
+  EXPECT_EQ(garbage.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(freed, volume_->RunMaintenance());
+  EXPECT_EQ(freed, 1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  EXPECT_EQ(ChunkFileSize(g.ino(), 0), -1);
+  EXPECT_EQ(Used(), 0u);
+}
+
 TEST_F(VolumeFaultTest, AFailedDirectorySyncKeepsTheDeletedFileForTheNextRound) {
   OpenVolume(64 * kMiB);
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));

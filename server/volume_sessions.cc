@@ -173,18 +173,27 @@ absl::StatusOr<int> Volume::RunMaintenance() {
   // A removal applied from a mount's log may not be durable yet (its batch
   // waits once for all): the data goes only once the removal stays.
   if (!garbage.empty()) RETURN_IF_ERROR(meta_->store().WaitDurable(meta_->store().Applied()));
-  std::vector<uint64_t> removed;  // inodes that had chunk files
+  std::vector<uint64_t> freed;    // whose chunk files are all removed
+  std::vector<uint64_t> removed;  // of those, the ones that had any
   for (uint64_t ino : garbage) {
-    ASSIGN_OR_RETURN(uint64_t span, meta_->orphans().GarbageChunkSpan(ino));
-    for (uint64_t i = 0; i < span; ++i) RETURN_IF_ERROR(chunks_->RemoveChunk(ino, i));
-    if (span > 0) removed.push_back(ino);
+    absl::StatusOr<uint64_t> span = meta_->orphans().GarbageChunkSpan(ino);
+    absl::Status s = span.status();
+    for (uint64_t i = 0; s.ok() && i < *span; ++i) s = chunks_->RemoveChunk(ino, i);
+    if (!s.ok()) {
+      // The others are freed all the same; this one is tried again.
+      LOG_EVERY_N(WARNING, 100) << "freeing the data of deleted inode " << ino << ": " << s
+                                << " (tried again at the next round)";
+      continue;
+    }
+    freed.push_back(ino);
+    if (*span > 0) removed.push_back(ino);
   }
   // The files' deletions are durable before the records that name them go:
   // a crash in between deletes them again; the other order could leave
   // files no record names (fsck: orphan_chunk_file, space counted nowhere).
   RETURN_IF_ERROR(chunks_->SyncRemovals(removed));
-  for (uint64_t ino : garbage) RETURN_IF_ERROR(meta_->orphans().FinishGarbage(ino));
-  return static_cast<int>(garbage.size());
+  for (uint64_t ino : freed) RETURN_IF_ERROR(meta_->orphans().FinishGarbage(ino));
+  return static_cast<int>(freed.size());
 }
 
 void Volume::BackgroundLoop() {
