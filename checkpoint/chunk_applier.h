@@ -28,13 +28,16 @@ class ChunkApplier {
   // Applies one data-path record (data, truncate, allocate, remove_chunk or
   // sync) as the primary applied it. A data record's bytes are written
   // without fdatasync; when the record asks for a sync, the chunks it
-  // touched are added to `*unsynced`, for the caller to sync once per
-  // message (SyncChunk) before it acknowledges. INVALID_ARGUMENT for a
-  // record of another kind; the store's error (EIO, ...) otherwise.
+  // touched are added to `*unsynced`, and so is a removed chunk, for the
+  // caller to make durable once per message (SyncChunks) before it
+  // acknowledges. INVALID_ARGUMENT for a record of another kind; the
+  // store's error (EIO, ...) otherwise.
   virtual absl::Status ApplyRecord(const proto::ReplRecord& rec, ChunkSet* unsynced) = 0;
 
-  // fdatasyncs chunk `index` of `ino` if it exists.
-  virtual absl::Status SyncChunk(uint64_t ino, uint64_t index) = 0;
+  // Makes each chunk durable as it is now: an existing chunk file is
+  // fdatasync'd; the directory of a missing one is fsync'd (its removal),
+  // once per directory.
+  virtual absl::Status SyncChunks(const ChunkSet& chunks) = 0;
 };
 
 // Opens the chunk files under `dir` (created if missing).

@@ -298,10 +298,7 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     }
     if (st.ok() && identity_changed) st = LoadIdentity();
     if (!st.ok()) break;
-    for (const auto& [ino, index] : unsynced) {
-      st = chunks_->SyncChunk(ino, index);
-      if (!st.ok()) break;
-    }
+    st = chunks_->SyncChunks(unsynced);
     unsynced.clear();
     if (!st.ok()) break;
     if (msg.records_size() > 0) {

@@ -270,12 +270,19 @@ absl::Status ChunkStore::WriteDirect(const std::string& path, uint64_t within, c
   return absl::OkStatus();
 }
 
-absl::Status ChunkStore::SyncChunk(uint64_t ino, uint64_t index) {
-  const std::string path = ChunkPath(ino, index);
-  absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/false);
-  if (!file.ok())
-    return ToErrno(file.status()) == ENOENT ? absl::OkStatus() : IoError(file.status());
-  return DataSync(file->get(), path);
+absl::Status ChunkStore::SyncChunks(const ChunkSet& chunks) {
+  std::vector<uint64_t> removed;
+  for (const auto& [ino, index] : chunks) {
+    const std::string path = ChunkPath(ino, index);
+    absl::StatusOr<std::unique_ptr<File>> file = OpenForWrite(path, /*create=*/false);
+    if (!file.ok()) {
+      if (ToErrno(file.status()) != ENOENT) return IoError(file.status());
+      removed.push_back(ino);
+      continue;
+    }
+    RETURN_IF_ERROR(DataSync(file->get(), path));
+  }
+  return SyncRemovals(removed);
 }
 
 absl::Status ChunkStore::DataSync(File* file, const std::string& path) {
@@ -460,7 +467,9 @@ absl::Status ChunkStore::ApplyRecord(const proto::ReplRecord& rec, ChunkSet* uns
     case proto::ReplRecord::kAllocate:
       return Allocate(rec.allocate().ino(), rec.allocate().a(), rec.allocate().b());
     case proto::ReplRecord::kRemoveChunk:
-      return RemoveChunk(rec.remove_chunk().ino(), rec.remove_chunk().a());
+      RETURN_IF_ERROR(RemoveChunk(rec.remove_chunk().ino(), rec.remove_chunk().a()));
+      unsynced->emplace(rec.remove_chunk().ino(), rec.remove_chunk().a());  // its removal
+      return absl::OkStatus();
     case proto::ReplRecord::kSync:
       return Sync(rec.sync().ino(), rec.sync().a());
     default:

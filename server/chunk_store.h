@@ -88,8 +88,9 @@ class ChunkStore : public ChunkApplier {
   // a change sink, waits until the replica did the same).
   absl::Status Sync(uint64_t ino, uint64_t size);
 
-  // fdatasyncs chunk `index` of `ino` if it exists (not replicated).
-  absl::Status SyncChunk(uint64_t ino, uint64_t index) override;
+  // ChunkApplier (not replicated): fdatasyncs the chunks that exist, and
+  // fsyncs the directories of those that do not, once each.
+  absl::Status SyncChunks(const ChunkSet& chunks) override;
 
   // ChunkApplier: a replica's copy applies the primary's data records.
   absl::Status ApplyRecord(const proto::ReplRecord& rec, ChunkSet* unsynced) override;

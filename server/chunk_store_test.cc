@@ -464,12 +464,34 @@ TEST_F(ChunkStoreFaultTest, SyncAndSyncChunkMakeEarlierWritesDurable) {
   const std::string a = Pattern((1 << 20) + 4096, 4), b = Pattern(3000, 5);
   ASSERT_OK(Write(7, 0, a, false));  // chunks 0 and 1
   ASSERT_OK(Write(8, 0, b, false));
-  ASSERT_OK(faulty_->Sync(7, a.size()));  // what fsync() of the file does
-  ASSERT_OK(faulty_->SyncChunk(8, 0));    // what a replica does once per message
+  ASSERT_OK(faulty_->Sync(7, a.size()));     // what fsync() of the file does
+  ASSERT_OK(faulty_->SyncChunks({{8, 0}}));  // what a replica does once per message
   EXPECT_TRUE(env_.UnsyncedFiles().empty());
   ASSERT_OK(env_.DropUnsyncedData());
   EXPECT_EQ(ReadFaulty(7, 0, a.size()), a);
   EXPECT_EQ(ReadFaulty(8, 0, b.size()), b);
+}
+
+// A replica's removal of a chunk (the background deleter's, replicated)
+// is durable once its message is: its directory is fsync'd with the syncs.
+TEST_F(ChunkStoreFaultTest, AReplicatedRemovalIsDurableAfterSyncChunks) {
+  ASSERT_OK(Write(9, 0, Pattern(3000, 6), /*sync=*/true));
+  ASSERT_OK(Write(265, 0, Pattern(3000, 7), /*sync=*/true));  // the same directory (9 % 256)
+  ChunkSet unsynced;
+  for (uint64_t ino : {9, 265}) {
+    proto::ReplRecord rec;
+    rec.set_seq(1);
+    rec.mutable_remove_chunk()->set_ino(ino);
+    rec.mutable_remove_chunk()->set_a(0);
+    ASSERT_OK(faulty_->ApplyRecord(rec, &unsynced));
+  }
+  EXPECT_EQ(unsynced, (ChunkSet{{9, 0}, {265, 0}}));
+  EXPECT_FALSE(env_.UnsyncedFiles().empty());  // the removals, until their directory is synced
+  ASSERT_OK(faulty_->SyncChunks(unsynced));
+  EXPECT_TRUE(env_.UnsyncedFiles().empty());
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ReadFaulty(9, 0, 3000), std::string(3000, '\0'));
+  EXPECT_EQ(ReadFaulty(265, 0, 3000), std::string(3000, '\0'));
 }
 
 TEST_F(ChunkStoreFaultTest, DiskErrorsComeBackAsEnospcOrEio) {
