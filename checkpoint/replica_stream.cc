@@ -298,7 +298,8 @@ grpc::Status Replica::Stream(grpc::ServerContext* ctx,
     }
     if (st.ok() && identity_changed) st = LoadIdentity();
     if (!st.ok()) break;
-    st = chunks_->SyncChunks(unsynced);
+    // (Nothing to sync before the copy exists: chunks_ is null then.)
+    if (!unsynced.empty()) st = chunks_->SyncChunks(unsynced);
     unsynced.clear();
     if (!st.ok()) break;
     if (msg.records_size() > 0) {

@@ -175,6 +175,22 @@ TEST_F(ReplicaInputTest, StaleEpochIsRefused) {
   EXPECT_THAT(error, HasSubstr("stale epoch"));
 }
 
+// Found by replica_apply_fuzz (35d34b1 synced a message's chunks through
+// a chunk store that does not exist before the first snapshot).
+TEST_F(ReplicaInputTest, AMessageWithoutRecordsBeforeTheFirstSnapshotIsAcknowledged) {
+  auto c = Open();
+  ReplAck a = Handshake(c.get(), 5);
+  EXPECT_TRUE(a.error().empty()) << a.error();
+  EXPECT_EQ(a.hello().epoch(), 0u);  // no copy yet
+  ReplMessage m;
+  m.set_sent_ns(1);
+  ASSERT_TRUE(c->stream->Write(m));
+  ASSERT_TRUE(c->stream->Read(&a));
+  EXPECT_TRUE(a.error().empty()) << a.error();
+  std::string error;
+  EXPECT_TRUE(Drain(c.get(), &error).ok());
+}
+
 TEST_F(ReplicaInputTest, SnapshotPathsOutsideTheDataDirAreRefused) {
   for (const char* bad : {"../x", "meta/../../x", "chunks/../../x", "/x", "x", "meta/"}) {
     SCOPED_TRACE(bad);
