@@ -10,6 +10,7 @@ import ctypes
 import errno
 import os
 import stat
+import threading
 import time
 
 import pytest
@@ -315,8 +316,6 @@ class TestStatFs:
         # concurrent writes (two flushers of one file, or of two files) are
         # filled in any order. 0f9d64a kept those of the request sent last
         # and showed 4 of 8 MiB (in CI; here in 3 runs of 6).
-        import threading
-
         base = os.statvfs(cluster.n1).f_bfree
         total = 0
         for round_ in range(8):
