@@ -89,7 +89,18 @@ int64_t FaultInjectionEnv::injected() const {
   return injected_;
 }
 
+void FaultInjectionEnv::set_before(FileOp op, std::function<void(const std::string&)> fn) {
+  absl::MutexLock l(&mu_);
+  before_[static_cast<size_t>(op)] = std::move(fn);
+}
+
 absl::Status FaultInjectionEnv::Inject(FileOp op, const std::string& path) {
+  std::function<void(const std::string&)> before;
+  {
+    absl::MutexLock l(&mu_);
+    before = before_[static_cast<size_t>(op)];
+  }
+  if (before) before(path);
   absl::MutexLock l(&mu_);
   ++calls_[static_cast<size_t>(op)];
   Rule& r = rules_[static_cast<size_t>(op)];

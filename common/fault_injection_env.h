@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -73,6 +74,10 @@ class FaultInjectionEnv : public Env {
   // Opens with OpenOptions::direct fail with EINVAL, as on a file system
   // without O_DIRECT.
   void set_refuse_direct(bool refuse);
+  // `fn` runs before every call of `op` (its path as the argument), outside
+  // this Env's lock: a test makes another change at that very moment (e.g.
+  // between a write's data and its commit). Null: none.
+  void set_before(FileOp op, std::function<void(const std::string&)> fn);
 
   // Calls of `op` made through this Env, failed or not.
   int64_t calls(FileOp op) const;
@@ -126,6 +131,7 @@ class FaultInjectionEnv : public Env {
   std::array<int64_t, kFileOpCount> calls_ ABSL_GUARDED_BY(mu_) = {};
   int64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
   bool refuse_direct_ ABSL_GUARDED_BY(mu_) = false;
+  std::array<std::function<void(const std::string&)>, kFileOpCount> before_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Durable> durable_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -308,6 +308,14 @@ class Volume {
   // lost write may also have left bytes. Whole blocks past it are holes
   // (ZeroUnallocated). REQUIRES: the inode's data lock held exclusively.
   absl::Status ZeroTail(uint64_t ino, uint64_t size, uint64_t upto);
+  // The data of a write (or fallocate) of [offset, offset + length) landed
+  // in the chunk files but its commit failed (`why`). If the inode is gone
+  // (removed meanwhile: a mount's flush of a closed file racing its unlink),
+  // no record will ever name those chunk files: they are deleted, durably,
+  // here and on the replica. Otherwise the bytes stay unallocated (they read
+  // as zeros: ZeroUnallocated). Errors are logged (the open after a restart
+  // deletes what is left: server/orphan_chunks.h).
+  void DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length, const absl::Status& why);
   Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
          std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold);
 

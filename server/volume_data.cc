@@ -122,6 +122,25 @@ absl::Status Volume::ZeroUnallocated(uint64_t ino, uint64_t offset, std::string*
   return absl::OkStatus();
 }
 
+void Volume::DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length,
+                             const absl::Status& why) {
+  if (length == 0) return;
+  absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
+  if (rec.ok() || ToErrno(rec.status()) != ENOENT) return;
+  // Every chunk file of a removed inode is garbage (the background deleter
+  // frees those its records name, perhaps at this moment: a second removal
+  // is harmless).
+  const uint64_t cs = chunks_->chunk_size();
+  absl::Status s;
+  for (uint64_t c = offset / cs; s.ok() && c <= (offset + length - 1) / cs; ++c) {
+    s = chunks_->RemoveChunk(ino, c);
+  }
+  if (s.ok()) s = chunks_->SyncRemovals({ino});
+  LOG_IF(WARNING, !s.ok()) << "inode " << ino << " was removed while a write landed (" << why
+                           << "): deleting its chunk files failed: " << s
+                           << " (they go at the next start)";
+}
+
 absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                           const std::string& data, bool sync, bool from_grant,
                                           uint64_t* grant_used) {
@@ -178,6 +197,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     absl::StatusOr<proto::Attr> committed =
         meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
     hold_->Repay(lent);
+    if (!committed.ok()) DropUncommitted(ino, offset, data.size(), committed.status());
     return committed;
   };
   ASSIGN_OR_RETURN(proto::Attr attr, locked());
@@ -306,7 +326,10 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
       meta_->space().Unreserve(r);
       return st;
     }
-    return meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag);
+    absl::StatusOr<proto::Attr> committed =
+        meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag);
+    if (!committed.ok()) DropUncommitted(ino, offset, length, committed.status());
+    return committed;
   };
   ASSIGN_OR_RETURN(proto::Attr attr, locked());
   Recall(ctx, {LeaseKey::Attr(ino)});

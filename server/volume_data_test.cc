@@ -494,6 +494,33 @@ TEST_F(VolumeFaultTest, ADeletedFilesChunkFilesStayDeletedAfterAPowerLoss) {
   EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
 }
 
+TEST_F(VolumeFaultTest, AWriteWhoseFileIsRemovedBeforeItsCommitLeavesNoChunkFile) {
+  // A mount's flush of a closed file races its unlink (namespace grants: a
+  // close does not wait for its data): the file goes between the write's
+  // data and its commit. The chunk file the write made is named by no
+  // record: it goes too, durably, and is counted nowhere.
+  OpenVolume(64 * kMiB);
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
+  // Whole blocks: the write below zeroes no tail first.
+  ASSERT_OK(volume_->Write(a_, f.ino(), 0, Pattern(2 * kBlockSize, 2), false));
+  bool removed = false;
+  env_.set_before(FileOp::kDataSync, [&](const std::string&) {
+    if (!std::exchange(removed, true)) {
+      EXPECT_OK(volume_->Remove(a_, kRootIno, "f", false));
+    }
+  });
+  EXPECT_EQ(Err(volume_->Write(a_, f.ino(), kVolumeChunk, Pattern(1000, 3), false)), ENOENT);
+  env_.set_before(FileOp::kDataSync, nullptr);
+  ASSERT_TRUE(removed);
+  ASSERT_OK(volume_->RunMaintenance().status());
+  EXPECT_EQ(ChunkFileSize(f.ino(), 0), -1);
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
+  EXPECT_EQ(Used(), 0u);
+  volume_.reset();
+  ASSERT_OK(env_.DropUnsyncedData());
+  EXPECT_EQ(ChunkFileSize(f.ino(), 1), -1);
+}
+
 TEST_F(VolumeFaultTest, ADeletedFileWhoseChunkFileCannotBeRemovedHoldsUpNoOther) {
   OpenVolume(64 * kMiB);
   ASSERT_OK_AND_ASSIGN(proto::Attr f, CreateFile(a_, "f"));
