@@ -103,8 +103,10 @@ class Mount:
         self.log_path = path.rstrip("/") + ".log"
 
     def argv(self):
+        # GRANTFS_MOUNT_FLAGS: flags for every mount of a run (e.g. the whole
+        # suite with --ns_grants=on); a test's own flags come after and win.
         return [binary(MOUNT, self.build), f"{self.server_addr}:{self.root}", self.path, "-f",
-                *self.extra]
+                *os.environ.get("GRANTFS_MOUNT_FLAGS", "").split(), *self.extra]
 
     def start(self):
         self.proc = start_fuse(self.argv(), self.path, self.log_path)
