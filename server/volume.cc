@@ -298,7 +298,13 @@ absl::StatusOr<proto::Attr> Volume::SetAttr(const RequestContext& ctx,
     } else {
       RETURN_IF_ERROR(ZeroTail(req.ino(), rec.size(), req.size()));
     }
-    ASSIGN_OR_RETURN(proto::Attr attr, meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag));
+    absl::StatusOr<proto::Attr> set = meta_->inodes().SetAttr(ctx.caller, req, opened, ctx.tag);
+    if (!set.ok() && req.size() > rec.size()) {
+      // Removed meanwhile: the zeros may have made a chunk file again.
+      DropUncommitted(req.ino(), rec.size(), req.size() - rec.size(),
+                      "zeroing the tail before an extending truncate");
+    }
+    ASSIGN_OR_RETURN(proto::Attr attr, std::move(set));
     committed = true;
     if (req.size() < rec.size() && req.size() % chunks_->chunk_size() != 0) {
       // The cut chunk may have lost its last allocated block (its record is

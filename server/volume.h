@@ -308,14 +308,16 @@ class Volume {
   // lost write may also have left bytes. Whole blocks past it are holes
   // (ZeroUnallocated). REQUIRES: the inode's data lock held exclusively.
   absl::Status ZeroTail(uint64_t ino, uint64_t size, uint64_t upto);
-  // The data of a write (or fallocate) of [offset, offset + length) landed
-  // in the chunk files but its commit failed (`why`). If the inode is gone
+  // `what` (a write, a fallocate, the zeroing of a tail) put bytes of
+  // [offset, offset + length) in the chunk files of `ino` and made no record
+  // of them (its commit failed, or it came first). If the inode is gone
   // (removed meanwhile: a mount's flush of a closed file racing its unlink),
-  // no record will ever name those chunk files: they are deleted, durably,
-  // here and on the replica. Otherwise the bytes stay unallocated (they read
-  // as zeros: ZeroUnallocated). Errors are logged (the open after a restart
-  // deletes what is left: server/orphan_chunks.h).
-  void DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length, const absl::Status& why);
+  // no record will ever name those chunk files: once the removal is durable
+  // and replicated, they are deleted, durably, and the deletions are sent
+  // to the replica. Otherwise nothing changes (bytes no record allocates
+  // read as zeros: ZeroUnallocated). Errors are logged (the open after a
+  // restart deletes what is left: server/orphan_chunks.h).
+  void DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length, absl::string_view what);
   Volume(const VolumeOptions& options, std::unique_ptr<Metadata> meta,
          std::unique_ptr<ChunkStore> chunks, std::unique_ptr<SpaceHold> hold);
 

@@ -123,21 +123,23 @@ absl::Status Volume::ZeroUnallocated(uint64_t ino, uint64_t offset, std::string*
 }
 
 void Volume::DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length,
-                             const absl::Status& why) {
+                             absl::string_view what) {
   if (length == 0) return;
   absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
   if (rec.ok() || ToErrno(rec.status()) != ENOENT) return;
   // Every chunk file of a removed inode is garbage (the background deleter
   // frees those its records name, perhaps at this moment: a second removal
-  // is harmless).
+  // is harmless), once the removal stays: one applied from a mount's log
+  // may not be durable yet, and a crash before would bring the file back
+  // (its fsync'd bytes too) without them.
+  absl::Status s = meta_->store().WaitDurable(meta_->store().Applied());
   const uint64_t cs = chunks_->chunk_size();
-  absl::Status s;
   for (uint64_t c = offset / cs; s.ok() && c <= (offset + length - 1) / cs; ++c) {
     s = chunks_->RemoveChunk(ino, c);
   }
   if (s.ok()) s = chunks_->SyncRemovals({ino});
-  LOG_IF(WARNING, !s.ok()) << "inode " << ino << " was removed while a write landed (" << why
-                           << "): deleting its chunk files failed: " << s
+  LOG_IF(WARNING, !s.ok()) << "inode " << ino << " was removed during " << what
+                           << ": deleting the chunk files it made failed: " << s
                            << " (they go at the next start)";
 }
 
@@ -154,7 +156,12 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     if (offset > now.size() && now.size() % kBlockSize != 0 && S_ISREG(now.mode())) {
       absl::WriterMutexLock wl(&DataLock(ino));
       ASSIGN_OR_RETURN(now, meta_->inodes().GetInode(ino));
-      if (offset > now.size()) RETURN_IF_ERROR(ZeroTail(ino, now.size(), offset));
+      if (offset > now.size()) {
+        absl::Status z = ZeroTail(ino, now.size(), offset);
+        // Removed meanwhile: the zeros may have made a chunk file again.
+        DropUncommitted(ino, now.size(), offset - now.size(), "zeroing the tail before a write");
+        RETURN_IF_ERROR(z);
+      }
     }
   }
   // Under the inode's data lock; the recall of other nodes' leases after it
@@ -197,7 +204,7 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     absl::StatusOr<proto::Attr> committed =
         meta_->space().CommitWrite(ino, offset, data.size(), true, r, ctx.tag);
     hold_->Repay(lent);
-    if (!committed.ok()) DropUncommitted(ino, offset, data.size(), committed.status());
+    if (!committed.ok()) DropUncommitted(ino, offset, data.size(), "a write");
     return committed;
   };
   ASSIGN_OR_RETURN(proto::Attr attr, locked());
@@ -328,7 +335,7 @@ absl::StatusOr<proto::Attr> Volume::Fallocate(const RequestContext& ctx, uint64_
     }
     absl::StatusOr<proto::Attr> committed =
         meta_->space().CommitWrite(ino, offset, length, true, r, ctx.tag);
-    if (!committed.ok()) DropUncommitted(ino, offset, length, committed.status());
+    if (!committed.ok()) DropUncommitted(ino, offset, length, "a fallocate");
     return committed;
   };
   ASSIGN_OR_RETURN(proto::Attr attr, locked());
