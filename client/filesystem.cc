@@ -767,9 +767,10 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
                                              uint64_t* handle, bool created) {
   if (ns_ && (flags & O_TRUNC)) ns_->Untrack(ino);  // truncated at the server
   if (ns_ && !created) {
-    // What a close left owed goes first: what a recall owes stays what
-    // closes counted (writes through this open are owed by its own close).
-    RETURN_IF_ERROR(ns_->FlushDeferred(ino));
+    // What a close left owed goes first, unless this open cannot write: a
+    // recall sends the cached writes of the files it owes, and those of an
+    // open that writes would be unbounded (a program that streams into it).
+    if ((flags & O_ACCMODE) != O_RDONLY) RETURN_IF_ERROR(ns_->FlushDeferred(ino));
     // A file made here: opened in the log.
     std::optional<absl::StatusOr<proto::Attr>> local = ns_->Open(
         c, ino, flags, [this](uint64_t i) { return handles_.BeginOpen(i); }, handle);
@@ -779,6 +780,8 @@ absl::StatusOr<proto::Attr> FileSystem::Open(const Creds& c, uint64_t ino, uint3
       if (ra_) ra_->Opened(ino, attr.size());
       return attr;
     }
+    // Opened by a call: what a close left owed goes first.
+    RETURN_IF_ERROR(ns_->FlushDeferred(ino));
   }
   // open(O_TRUNC) truncates at the server: cached writes go first.
   if (cache_ && (flags & O_TRUNC)) RETURN_IF_ERROR(Flush(ino));

@@ -691,8 +691,8 @@ TEST_F(NsGrantsMountTest, AFileMadeHereIsReopenedAndReadWithoutACall) {
   ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
   const std::string text = "0123456789abcdef";
   ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
-  // Opened again while the writer still has it open (a file whose close
-  // left data owed sends that first: what a recall owes stays small).
+  // Opened again while the writer still has it open (nothing is owed: no
+  // close yet).
   const uint64_t local = a->ns_grants()->stats().local;
   uint64_t rh = 0;
   ASSERT_OK_AND_ASSIGN(proto::Attr opened, a->Open(root_, f.ino(), O_RDONLY, &rh));
@@ -777,6 +777,50 @@ TEST_F(NsGrantsMountTest, TheCloseOfALargeFileStillWaitsForItsData) {
   EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
   EXPECT_FALSE(a->ns_grants()->Owes(f.ino()));
   ASSERT_OK(a->Release(f.ino(), h));
+}
+
+// A file whose close did not wait is opened again for reading without
+// waiting for that data: the open is a log entry, the data stays owed, and
+// a recall meanwhile sends it. An open that may write sends it first: what
+// a recall owes stays what closes counted (a writer through the new open
+// could stream into it for ever).
+TEST_F(NsGrantsMountTest, AReopenForReadingDoesNotWaitForTheDataOfACloseThatDidNotWait) {
+  FileSystem* a = Mount();
+  FileSystem* b = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_RDWR, &h));
+  ASSERT_OK(a->Write(root_, f.ino(), 0, "first", 5).status());
+  ASSERT_OK(a->Close(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), h));
+  ASSERT_TRUE(a->ns_grants()->Owes(f.ino()));
+  const uint64_t local = a->ns_grants()->stats().local;
+  uint64_t rh = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr opened, a->Open(root_, f.ino(), O_RDONLY, &rh));
+  EXPECT_EQ(opened.size(), 5u);
+  EXPECT_EQ(a->ns_grants()->stats().local, local + 1);
+  EXPECT_TRUE(a->ns_grants()->Owes(f.ino()));  // not sent
+  ASSERT_OK_AND_ASSIGN(std::string mine, a->Read(root_, f.ino(), 0, 100));
+  EXPECT_EQ(mine, "first");
+  // Another mount looks: the recall sends it.
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "f"));
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_EQ(ReadAll(b, seen.ino()), "first");
+  EXPECT_FALSE(a->ns_grants()->Owes(f.ino()));
+  ASSERT_OK(a->Close(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), rh));
+
+  // Owed again, then opened for writing: sent first.
+  const uint64_t d2 = MkDir(a, kRoot, "d2");
+  ASSERT_OK_AND_ASSIGN(proto::Attr g, a->Create(root_, d2, "g", 0644, 022, O_CREAT | O_RDWR, &h));
+  ASSERT_OK(a->Write(root_, g.ino(), 0, "owed", 4).status());
+  ASSERT_OK(a->Close(g.ino()));
+  ASSERT_OK(a->Release(g.ino(), h));
+  ASSERT_TRUE(a->ns_grants()->Owes(g.ino()));
+  ASSERT_OK(a->Open(root_, g.ino(), O_WRONLY | O_APPEND, &rh).status());
+  EXPECT_FALSE(a->ns_grants()->Owes(g.ino()));
+  ASSERT_OK(a->Close(g.ino()));
+  ASSERT_OK(a->Release(g.ino(), rh));
 }
 
 }  // namespace
