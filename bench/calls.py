@@ -3,7 +3,8 @@
 what it cost in calls and CPU, for one or more builds alternated.
 
     bench/calls.py [--builds DIR ...] [--runs 3] [--workload dbench|coldfind]
-                   [--secs 15] [--mount-flag=--ns_grants=on ...] [--perf server|mount]
+                   [--secs 15] [--mount-flag=--ns_grants=on ...] [--server-flag=...]
+                   [--perf server|mount]
 
 dbench: `dbench -D MOUNT -t SECS 4` on a fresh mount (of a fresh server).
 Prints dbench's throughput, the server's calls by name (its
@@ -96,7 +97,8 @@ def standalone(build, args):
     base = tempfile.mkdtemp(prefix="calls-", dir="/var/tmp")
     sport, mport = free_port(), free_port()
     t = Standalone(base, nodes=1, mount_extra=args.mount_flag + [f"--metrics_addr=127.0.0.1:{mport}"],
-                   server_extra=[f"--metrics_addr=127.0.0.1:{sport}"], build=build)
+                   server_extra=args.server_flag + [f"--metrics_addr=127.0.0.1:{sport}"],
+                   build=build)
     try:
         t.start()
         t.mount_metrics_port = mport
@@ -177,6 +179,8 @@ def main():
     ap.add_argument("--secs", type=int, default=15)
     ap.add_argument("--mount-flag", action="append", default=[],
                     help="a grantfs-mount flag, e.g. --mount-flag=--ns_grants=on (repeatable)")
+    ap.add_argument("--server-flag", action="append", default=[],
+                    help="a grantfs-server flag, e.g. --server-flag=--sync_data=false (repeatable)")
     ap.add_argument("--perf", choices=["server", "mount"])
     args = ap.parse_args()
     use_cluster_keys()
