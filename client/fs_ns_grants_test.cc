@@ -103,6 +103,20 @@ class NsGrantsMountTest : public ServiceTest {
 
   // All of `ino`'s bytes (at most 1 MiB) as `fs` reads them: opened, read,
   // closed.
+  // A file made in `dir`, written with `text` and closed: with the
+  // directory granted, its close left the data owed (not sent).
+  proto::Attr MadeAndClosed(FileSystem* fs, uint64_t dir, const std::string& name,
+                            const std::string& text) {
+    uint64_t h = 0;
+    absl::StatusOr<proto::Attr> f = fs->Create(root_, dir, name, 0644, 022, O_CREAT | O_RDWR, &h);
+    EXPECT_TRUE(f.ok()) << f.status();
+    if (!f.ok()) return proto::Attr();
+    EXPECT_TRUE(fs->Write(root_, f->ino(), 0, text.data(), text.size()).ok());
+    EXPECT_TRUE(fs->Close(f->ino()).ok());
+    EXPECT_TRUE(fs->Release(f->ino(), h).ok());
+    return *f;
+  }
+
   std::string ReadAll(FileSystem* fs, uint64_t ino) {
     uint64_t h = 0;
     absl::StatusOr<proto::Attr> opened = fs->Open(root_, ino, O_RDONLY, &h);
@@ -668,11 +682,7 @@ TEST_F(NsGrantsMountTest, ALinkByACallSendsTheDataOfACloseThatDidNotWait) {
   FileSystem* a = Mount();
   FileSystem* b = Mount();
   const uint64_t d = MkDir(a, kRoot, "d");
-  uint64_t h = 0;
-  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
-  ASSERT_OK(a->Write(root_, f.ino(), 0, "linked", 6).status());
-  ASSERT_OK(a->Close(f.ino()));
-  ASSERT_OK(a->Release(f.ino(), h));
+  const proto::Attr f = MadeAndClosed(a, d, "f", "linked");
   ASSERT_OK(a->Link(root_, f.ino(), kRoot, "elsewhere").status());
   ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, kRoot, "elsewhere"));
   EXPECT_EQ(seen.size(), 6u);
@@ -788,11 +798,7 @@ TEST_F(NsGrantsMountTest, AReopenForReadingDoesNotWaitForTheDataOfACloseThatDidN
   FileSystem* a = Mount();
   FileSystem* b = Mount();
   const uint64_t d = MkDir(a, kRoot, "d");
-  uint64_t h = 0;
-  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_RDWR, &h));
-  ASSERT_OK(a->Write(root_, f.ino(), 0, "first", 5).status());
-  ASSERT_OK(a->Close(f.ino()));
-  ASSERT_OK(a->Release(f.ino(), h));
+  const proto::Attr f = MadeAndClosed(a, d, "f", "first");
   ASSERT_TRUE(a->ns_grants()->Owes(f.ino()));
   const uint64_t local = a->ns_grants()->stats().local;
   uint64_t rh = 0;
@@ -811,11 +817,7 @@ TEST_F(NsGrantsMountTest, AReopenForReadingDoesNotWaitForTheDataOfACloseThatDidN
   ASSERT_OK(a->Release(f.ino(), rh));
 
   // Owed again, then opened for writing: sent first.
-  const uint64_t d2 = MkDir(a, kRoot, "d2");
-  ASSERT_OK_AND_ASSIGN(proto::Attr g, a->Create(root_, d2, "g", 0644, 022, O_CREAT | O_RDWR, &h));
-  ASSERT_OK(a->Write(root_, g.ino(), 0, "owed", 4).status());
-  ASSERT_OK(a->Close(g.ino()));
-  ASSERT_OK(a->Release(g.ino(), h));
+  const proto::Attr g = MadeAndClosed(a, MkDir(a, kRoot, "d2"), "g", "owed");
   ASSERT_TRUE(a->ns_grants()->Owes(g.ino()));
   ASSERT_OK(a->Open(root_, g.ino(), O_WRONLY | O_APPEND, &rh).status());
   EXPECT_FALSE(a->ns_grants()->Owes(g.ino()));
