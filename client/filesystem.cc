@@ -35,8 +35,6 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
         cache_options, pool_.get(),
         [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
                WriteCache::WriteTime time) -> absl::StatusOr<WriteCache::FlushResult> {
-          // The data of a close that did not wait, in a granted directory.
-          const bool granted = ns_ != nullptr && ns_->Owes(ino);
           // Kept for re-reads once acknowledged, if the lease held before
           // this was sent still holds then (client/clean_cache.h).
           CleanCache::Token token;
@@ -49,8 +47,16 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
             ticket = leases_->Take();
             fetch.emplace(cache_.get());
           }
+          // The data of a close that did not wait, in a granted directory:
+          // in the namespace log when small (NsGrants::LogWrite), or a
+          // Write that says so.
+          std::optional<absl::StatusOr<proto::WriteReply>> logged;
+          if (ns_ != nullptr) logged = ns_->LogWrite(ino, offset, data, time.ns, time.keep);
+          if (logged && logged->ok()) meta_.NoteWritten(ino, &**logged);
           absl::StatusOr<proto::WriteReply> sent =
-              meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep, granted);
+              logged ? *std::move(logged)
+                     : meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep,
+                                            ns_ != nullptr && ns_->Owes(ino));
           // The server keeps this mount's lease on what its own write
           // changed: the leased attributes are dropped here, before the
           // cache forgets the extent (CachedAttr patches them with it until

@@ -586,6 +586,48 @@ TEST_F(NsGrantsMountTest, ACloseDoesNotWaitForItsDataAndTheRecallSendsIt) {
   ASSERT_OK(b->Release(seen.ino(), bh));
 }
 
+// The data of a small file whose close did not wait goes to the server in
+// the log's batch, after the entries that made the file: no Write call.
+// The server has it, durable (after a restart too), with the size and
+// times the mount showed; the grant's space paid for it.
+TEST_F(NsGrantsMountTest, TheDataOfAClosedSmallFileGoesInTheLogNotAWriteCall) {
+  FileSystem* a = Mount();
+  const uint64_t d = MkDir(a, kRoot, "d");
+  const uint64_t writes = Calls("Write");
+  const uint64_t batches = Calls("ApplyLog");
+  std::vector<std::pair<proto::Attr, std::string>> files;
+  for (int i = 0; i < 5; ++i) {
+    std::string text(1000 + 3000 * i, static_cast<char>('a' + i));
+    files.emplace_back(MadeAndClosed(a, d, "f" + std::to_string(i), text), text);
+  }
+  std::vector<proto::Attr> shown;
+  for (const auto& [f, text] : files) {
+    ASSERT_OK_AND_ASSIGN(proto::Attr now, a->GetAttr(root_, f.ino()));
+    EXPECT_EQ(now.size(), text.size());
+    shown.push_back(now);
+  }
+  // fsyncdir sends what the closes left owed, then the log.
+  ASSERT_OK(a->FsyncDir(d));
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  EXPECT_EQ(Calls("Write"), writes);
+  EXPECT_GT(Calls("ApplyLog"), batches);
+  Restart();
+  FileSystem* b = Mount();
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [f, text] = files[i];
+    ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "f" + std::to_string(i)));
+    EXPECT_EQ(seen.size(), text.size());
+    EXPECT_EQ(seen.mtime_ns(), shown[i].mtime_ns());
+    EXPECT_EQ(seen.blocks(), shown[i].blocks());
+    EXPECT_EQ(ReadAll(b, seen.ino()), text);
+  }
+  // The space: what the files hold, no more (the grants came back).
+  SpaceInfo space = volume_->SpaceCounts();
+  uint64_t held = 0;
+  for (const auto& [f, text] : files) held += (text.size() + 4095) / 4096 * 4096;
+  EXPECT_EQ(space.used_bytes, held);
+}
+
 // chmod, chown (by root) and utimes of a file made here are made here, in
 // the log, after its writes; the server ends with exactly the attributes
 // the mount answered: the explicit times stay although the data is flushed

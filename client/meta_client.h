@@ -215,6 +215,12 @@ class MetaClient {
   absl::Status SetLock(const Creds& c, uint64_t ino, uint64_t owner, bool flock,
                        const proto::LockRange& range);
 
+  // After a write or allocation of `ino` was acknowledged (`reply`: its
+  // Write reply, or what a write entry of the namespace log was answered
+  // in its stead: NsGrants::LogWrite; none: an allocation, never synced at
+  // the ack).
+  void NoteWritten(uint64_t ino, const proto::WriteReply* reply) ABSL_LOCKS_EXCLUDED(unsynced_mu_);
+
  private:
   absl::Status Barrier() const { return barrier_ ? barrier_() : absl::OkStatus(); }
   uint64_t Mark() const { return mark_ ? mark_() : 0; }
@@ -228,9 +234,6 @@ class MetaClient {
   // A call sent at `sent` ended with `status`, and `counts` (null: none)
   // in its reply.
   void NoteCounts(absl::Time sent, const absl::Status& status, const proto::StatFsReply* counts);
-  // After a write or allocation of `ino` was acknowledged (`reply`: its
-  // Write reply; none: an allocation, never synced at the ack).
-  void NoteWritten(uint64_t ino, const proto::WriteReply* reply) ABSL_LOCKS_EXCLUDED(unsynced_mu_);
 
   RpcClient* const rpc_;
   StatFsCache statfs_;

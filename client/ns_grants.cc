@@ -54,6 +54,31 @@ void NsGrants::Stop() {
 absl::StatusOr<proto::ApplyLogReply> NsGrants::Send(proto::ApplyLogRequest* req) {
   absl::StatusOr<proto::ApplyLogReply> reply = meta_->ApplyLog(req);
   if (!reply.ok()) return reply;
+  bool writes = false;
+  for (const proto::LogEntry& e : req->entries()) writes = writes || e.has_write();
+  if (writes) {
+    // The answers LogWrite waits for (before the log takes the entries
+    // off: its Flush returns after this).
+    absl::MutexLock l(&mu_);
+    absl::flat_hash_set<uint64_t> waited;
+    for (const auto& [data, w] : log_writes_) waited.insert(w.seq);
+    for (int i = 0; i < reply->errs_size() && i < req->entries_size(); ++i) {
+      const proto::LogEntry& e = req->entries(i);
+      if (e.has_write() && reply->errs(i) != 0 && waited.contains(e.seq())) {
+        written_[e.seq()] =
+            ErrnoStatus(reply->errs(i), absl::StrCat("the server refused the data of inode ",
+                                                     e.write().ino(), " in the namespace log"));
+      }
+    }
+    for (proto::LogWritten& w : *reply->mutable_written()) {
+      if (!waited.contains(w.seq())) continue;
+      proto::WriteReply r;
+      *r.mutable_attr() = std::move(*w.mutable_attr());
+      r.set_grant_used_bytes(w.grant_used_bytes());
+      r.set_synced_always(reply->synced_always());
+      written_[w.seq()] = std::move(r);
+    }
+  }
   for (uint64_t ino : reply->unleased()) {
     // Not leased to this mount by the server: not kept as if it were.
     leases_->Recall({LeaseCache::Kind::kAttr, ino});
@@ -153,7 +178,7 @@ absl::Status NsGrants::Recall(uint64_t dir) {
     // Taken after any change in this directory that is being made: it is
     // in the log before the log is applied.
     absl::MutexLock l(&mu_);
-    granted_.erase(dir);
+    if (granted_.erase(dir) > 0) ++recalling_[dir];
     ++gen_;
     ++stats_.recalls;
     for (auto it = tracked_.begin(); it != tracked_.end();) {
@@ -169,6 +194,11 @@ absl::Status NsGrants::Recall(uint64_t dir) {
   }
   const absl::Status data_status = SendData(data);
   absl::Status s = log_->Flush(log_->last());
+  {
+    absl::MutexLock l(&mu_);
+    auto r = recalling_.find(dir);
+    if (r != recalling_.end() && --r->second == 0) recalling_.erase(r);
+  }
   if (!log_->error().ok()) {
     Diverged();
     s = absl::OkStatus();  // nothing of it is left to apply
@@ -308,9 +338,66 @@ bool NsGrants::TakeDeferred(uint64_t ino) {
   return true;
 }
 
+std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
+    uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data, int64_t time_ns,
+    bool keep_times) {
+  uint64_t seq = 0, pos = 0;
+  {
+    absl::MutexLock l(&mu_);
+    auto pending = log_writes_.find(data.get());
+    if (pending != log_writes_.end()) {
+      seq = pending->second.seq;
+      pos = pending->second.pos;
+    } else {
+      auto m = made_.find(ino);
+      if (data->size() > kMaxLogWriteBytes || log_writes_.size() >= kMaxLogWrites ||
+          !deferred_.contains(ino) || m == made_.end() || diverged_ ||
+          !(granted_.contains(m->second) || recalling_.contains(m->second))) {
+        return std::nullopt;
+      }
+      std::vector<proto::LogEntry> entries;
+      proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), time_ns));
+      proto::WriteRequest* w = e.mutable_write();
+      w->set_ino(ino);
+      w->set_offset(offset);
+      w->set_data(*data);
+      w->set_from_grant(true);
+      w->set_time_ns(time_ns);
+      w->set_keep_times(keep_times);
+      w->set_granted(true);
+      seq = e.seq();
+      // Appended under mu_: a recall of the directory (which takes mu_
+      // first) applies it with the rest of the log.
+      absl::StatusOr<uint64_t> appended = log_->TryAppend(std::move(entries));
+      if (!appended.ok()) return std::nullopt;  // full, or stopped: a call
+      pos = *appended;
+      log_writes_[data.get()] = LoggedWrite{data, seq, pos};
+    }
+  }
+  const absl::Status s = log_->Flush(pos);
+  absl::MutexLock l(&mu_);
+  auto done = written_.find(seq);
+  if (done != written_.end()) {
+    absl::StatusOr<proto::WriteReply> r = std::move(done->second);
+    written_.erase(done);
+    log_writes_.erase(data.get());
+    return r;
+  }
+  // Not sent yet (no server answered): the entry stays, and a retry of
+  // the extent waits for it.
+  if (!s.ok() && log_->error().ok()) return s;
+  // Dropped with the log (an entry before it was refused): never applied.
+  // The retry is a call.
+  log_writes_.erase(data.get());
+  return absl::UnavailableError(absl::StrCat("the data of inode ", ino,
+                                             " was dropped with the namespace log (",
+                                             log_->error().ToString(), "); sent again as a call"));
+}
+
 void NsGrants::DropAll() {
   absl::MutexLock l(&mu_);
   granted_.clear();
+  recalling_.clear();  // the server may have let them go too
   tracked_.clear();
   made_.clear();  // as in Recall
   ++gen_;

@@ -262,6 +262,20 @@ class NsGrants {
   // `ino` lost its name here (an unlink or rename over it in the log):
   // whether its close was deferred (its cached bytes may be dropped).
   bool TakeDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // A flush of the write cache (its FlushRpc), for a file whose data is
+  // owed here: the extent goes in the log as a write entry, after the
+  // entries that made the file, and is answered when its batch is applied
+  // (one ApplyLog and one sync for the file and its data, not a Write call
+  // after the log's own). Only while the file's directory is granted here,
+  // or being recalled (the recall's sends), and for at most
+  // kMaxLogWriteBytes; nullopt: the caller sends a Write.
+  // A retry of an extent (the same `data`) whose entry is still in the log
+  // waits for that entry, whatever the file's state now: it is never
+  // appended twice. The reply's attr, grant_used_bytes and synced_always
+  // are set, as a Write's.
+  std::optional<absl::StatusOr<proto::WriteReply>> LogWrite(
+      uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data,
+      int64_t time_ns, bool keep_times) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
     uint64_t local = 0;     // changes made here
@@ -318,6 +332,10 @@ class NsGrants {
 
   absl::Mutex mu_;
   absl::flat_hash_set<uint64_t> granted_ ABSL_GUARDED_BY(mu_);
+  // Directories being recalled (Recall runs), with how many recalls: the
+  // server holds their grants until the recall's ack, so the data of
+  // their files still goes in the log (LogWrite).
+  absl::flat_hash_map<uint64_t, int> recalling_ ABSL_GUARDED_BY(mu_);
   // Changes made by calls in directories not granted here (WantDirGrant):
   // how many since `since`, and until when the server's no stands. At most
   // kMaxUse directories: past it, forgotten.
@@ -393,6 +411,19 @@ class NsGrants {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t defer_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  // Write entries in the log (LogWrite), by the extent's bytes (held, so
+  // the address stays theirs), and the answers to them (by seq) that
+  // Send stored and LogWrite has not taken yet. At most kMaxLogWrites:
+  // past it, flushes are calls.
+  static constexpr uint64_t kMaxLogWriteBytes = 256 << 10;
+  static constexpr size_t kMaxLogWrites = 256;
+  struct LoggedWrite {
+    std::shared_ptr<const std::string> data;
+    uint64_t seq = 0;
+    uint64_t pos = 0;  // in the log
+  };
+  absl::flat_hash_map<const std::string*, LoggedWrite> log_writes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::StatusOr<proto::WriteReply>> written_ ABSL_GUARDED_BY(mu_);
   // SendAllDeferred's failures in a row; at kMaxSendFailures what is owed
   // is given up (the mount subscribes without it).
   static constexpr int kMaxSendFailures = 3;

@@ -75,6 +75,9 @@ std::vector<uint64_t> NsLog::TouchedBy(const proto::LogEntry& e) {
     case proto::LogEntry::kSetattr:
       out.push_back(e.setattr().ino());
       break;
+    case proto::LogEntry::kWrite:
+      out.push_back(e.write().ino());  // its size and times
+      break;
     case proto::LogEntry::kOpen:
     case proto::LogEntry::kRelease:
       // An open handle changes nothing a lookup, getattr, readdir, read or
@@ -181,10 +184,15 @@ absl::Status NsLog::Flush(uint64_t upto) {
 
 void NsLog::SendOne(uint64_t upto) {
   if (sending_ || entries_.empty() || !error_.ok()) return;
-  const size_t n = static_cast<size_t>(
+  const size_t most = static_cast<size_t>(
       std::min<uint64_t>({entries_.size(), options_.batch_entries, upto - first_pos_ + 1}));
   proto::ApplyLogRequest req;
-  for (size_t i = 0; i < n; ++i) *req.add_entries() = entries_[i];
+  size_t n = 0, bytes = 0;
+  for (; n < most; ++n) {
+    bytes += entries_[n].ByteSizeLong();
+    if (n > 0 && bytes > options_.batch_bytes) break;
+    *req.add_entries() = entries_[n];
+  }
   const uint64_t batch_first = first_pos_;
   sending_ = true;
   mu_.Unlock();
@@ -216,7 +224,9 @@ void NsLog::SendOne(uint64_t upto) {
         ErrnoStatus(refused != 0 ? refused : EIO,
                     absl::StrCat("the server refused entry ", bad.seq(), " of the namespace log; ",
                                  entries_.size(), " entries from it on are dropped"));
-    LOG(ERROR) << "namespace log: " << error_ << ": " << bad.ShortDebugString();
+    proto::LogEntry shown = bad;
+    if (shown.has_write()) shown.mutable_write()->clear_data();  // not its bytes
+    LOG(ERROR) << "namespace log: " << error_ << ": " << shown.ShortDebugString();
     PopFront(entries_.size());
   }
 }

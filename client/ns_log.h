@@ -41,6 +41,10 @@ struct NsLogOptions {
   size_t max_entries = 4096;
   // Entries in one ApplyLog (the server takes 4096 at most).
   size_t batch_entries = 1024;
+  // ... and bytes (write entries carry data; gRPC takes 16 MiB at most):
+  // a batch stops before the entry that would take it past this, unless
+  // that entry is its first.
+  size_t batch_bytes = 4 << 20;
   // An entry waits at most about this long before its batch is sent (the
   // background thread, when started; it sends a full batch at once).
   absl::Duration max_age = absl::Seconds(1);

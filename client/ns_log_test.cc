@@ -100,6 +100,33 @@ TEST(NsLog, EntriesGoInOrderInBatchesAndOnlyAsFarAsAsked) {
   EXPECT_EQ(log.last(), 8u);
 }
 
+// Write entries carry data: a batch stops before the entry that would take
+// it past batch_bytes, unless it is the first (an entry larger than the
+// bound goes alone).
+TEST(NsLog, BatchesAreBoundedInBytes) {
+  FakeServer server;
+  NsLogOptions o;
+  o.batch_bytes = 10000;
+  NsLog log(o, SendTo(&server));
+  auto write = [](uint64_t seq, size_t bytes) {
+    proto::LogEntry e = Entry(seq);
+    e.mutable_write()->set_ino(seq);
+    e.mutable_write()->set_data(std::string(bytes, 'd'));
+    return e;
+  };
+  ASSERT_TRUE(log.Append(write(1, 4000)).ok());
+  ASSERT_TRUE(log.Append(write(2, 4000)).ok());
+  ASSERT_TRUE(log.Append(write(3, 4000)).ok());   // past 10000 with the two before
+  ASSERT_TRUE(log.Append(write(4, 20000)).ok());  // alone
+  ASSERT_TRUE(log.Append(Entry(5)).ok());
+  ASSERT_TRUE(log.Flush().ok());
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(server.batches(), (std::vector<size_t>{2, 1, 1, 1}));
+  // A write touches its file (its size and times): the server's answers
+  // about it wait for the log.
+  EXPECT_EQ(NsLog::TouchedBy(write(9, 1)), (std::vector<uint64_t>{9}));
+}
+
 TEST(NsLog, ABatchThatCouldNotGoIsSentAgainWithTheSameNumbers) {
   FakeServer server;
   NsLog log(NsLogOptions(), SendTo(&server));

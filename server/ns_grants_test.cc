@@ -703,6 +703,65 @@ TEST_F(NsGrantsTest, AFileMadeInTheLogIsOpenedAndClosedInItAndLeasedToItsMaker) 
   EXPECT_FALSE(volume_->sessions().HoldsOpen(a.id(), first_, 7));
 }
 
+// A write entry: the data of a file the log made, stored with the batch
+// and answered as a Write would be (once: a batch sent again is answered
+// from the records); only for a file in a directory the session holds.
+TEST_F(NsGrantsTest, AWriteEntryStoresItsDataOnceAndOnlyInAGrantedDirectory) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  // The mount's time of the writes (after the create's, the server's).
+  const int64_t when = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(500));
+  auto write = [&](uint64_t ino, uint64_t offset, const std::string& data) {
+    proto::LogEntry e;
+    e.set_seq(a.NextSeq());
+    e.set_time_ns(when);
+    proto::WriteRequest* w = e.mutable_write();
+    w->set_ino(ino);
+    w->set_offset(offset);
+    w->set_data(data);
+    w->set_granted(true);
+    w->set_time_ns(e.time_ns());
+    return e;
+  };
+  const std::string text(5000, 'x');
+  std::vector<proto::LogEntry> log = {a.Create(first_, dir_ino_, "f", S_IFREG | 0644),
+                                      write(first_, 0, text), write(first_, 5000, "end")};
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  ASSERT_EQ(reply.errs_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(reply.errs(i), 0) << i;
+  ASSERT_EQ(reply.written_size(), 2);
+  EXPECT_EQ(reply.written(0).seq(), log[1].seq());
+  EXPECT_EQ(reply.written(0).attr().size(), 5000u);
+  EXPECT_EQ(reply.written(1).seq(), log[2].seq());
+  EXPECT_EQ(reply.written(1).attr().size(), 5003u);
+  EXPECT_EQ(reply.written(1).attr().mtime_ns(), when);
+  EXPECT_TRUE(reply.synced_always());
+  const uint64_t used = volume_->SpaceCounts().used_bytes;
+  EXPECT_EQ(used, 8192u);
+  // Sent again: answered from the records, nothing written twice.
+  proto::ApplyLogReply again;
+  ASSERT_TRUE(a.Apply(log, &again).ok());
+  ASSERT_EQ(again.errs_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(again.errs(i), 0) << i;
+  ASSERT_EQ(again.written_size(), 2);
+  EXPECT_EQ(again.written(1).seq(), log[2].seq());
+  EXPECT_EQ(again.written(1).grant_used_bytes(), reply.written(1).grant_used_bytes());
+  EXPECT_EQ(again.written(1).attr().size(), 5003u);
+  EXPECT_EQ(volume_->SpaceCounts().used_bytes, used);
+  absl::StatusOr<std::string> got = volume_->Read(RequestContext(), first_, 0, 10000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, text + "end");
+  // Not in a granted directory, no inode, a directory.
+  ASSERT_EQ(MkNodErr(1, "outside"), 0);
+  EXPECT_EQ(ErrOf(&a, write(last_ino_, 0, "no")), ESTALE);
+  EXPECT_EQ(ErrOf(&a, write(0, 0, "no")), EINVAL);
+  EXPECT_EQ(ErrOf(&a, write(dir_ino_, 0, "no")), EISDIR);
+  got = volume_->Read(RequestContext(), last_ino_, 0, 10);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "");
+}
+
 TEST_F(NsGrantsTest, InodeRangesAreRecordedKeptAndRetriedOnce) {
   Session a(stub_.get(), true);
   proto::InodeRangeRequest req;

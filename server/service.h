@@ -133,11 +133,12 @@ class GrantFsService final {
 
   // Applies one entry of a mount's log (ApplyLog) for the session of `rc`
   // whose node has `policy`, under the grants `pins` holds for the batch;
-  // raises `durable` to what the batch waits for; adds to `unleased` what
-  // it made and could not lease to the session.
+  // raises `durable` to what the batch waits for; adds to `reply` what it
+  // made and could not lease to the session (unleased) and what a write
+  // entry did (written).
   absl::Status ApplyEntry(Ctx* ctx, const RequestContext& rc, const CallerPolicy& policy,
                           const proto::LogEntry& entry, LogPins* pins,
-                          RequestTag::Durability* durable, std::vector<uint64_t>* unleased);
+                          RequestTag::Durability* durable, proto::ApplyLogReply* reply);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode

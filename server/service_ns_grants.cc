@@ -41,6 +41,7 @@ std::vector<uint64_t> EntryDirs(const proto::LogEntry& e) {
     case proto::LogEntry::kSetattr:
     case proto::LogEntry::kOpen:
     case proto::LogEntry::kRelease:
+    case proto::LogEntry::kWrite:
       return {};  // the inode's directory (ApplyEntry)
     case proto::LogEntry::OP_NOT_SET:
       break;
@@ -116,9 +117,7 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
     LogPins pins(&volume_->leases(), rc.client_id);
     RequestTag::Durability durable;
     for (const proto::LogEntry& e : req->entries()) {
-      std::vector<uint64_t> unleased;
-      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, &unleased);
-      for (uint64_t ino : unleased) reply->add_unleased(ino);
+      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, reply);
       if (!s.ok() && (absl::IsUnavailable(s) || absl::IsResourceExhausted(s)) && !HasErrno(s)) {
         // Not an outcome of the entry: the mount sends the batch again
         // (what was applied is answered from its records).
@@ -133,6 +132,7 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
     // One WAL sync and one replica round trip for the whole batch.
     RETURN_IF_ERROR(volume_->meta().store().WaitDurable(durable));
     FillStatFs(reply->mutable_space());
+    if (reply->written_size() > 0) reply->set_synced_always(volume_->syncs_data());
     return absl::OkStatus();
   });
 }
@@ -140,7 +140,7 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
 absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
                                         const CallerPolicy& policy, const proto::LogEntry& e,
                                         LogPins* pins, RequestTag::Durability* durable,
-                                        std::vector<uint64_t>* unleased) {
+                                        proto::ApplyLogReply* reply) {
   if (e.seq() == 0 || e.op_case() == proto::LogEntry::OP_NOT_SET) {
     return ErrnoStatus(EINVAL, "a log entry without a sequence number or an operation");
   }
@@ -152,11 +152,12 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
   if (e.has_setattr()) target = e.setattr().ino();
   if (e.has_open()) target = e.open().ino();
   if (e.has_release()) target = e.release().ino();
+  if (e.has_write()) target = e.write().ino();
   if (target != 0) {
     RETURN_IF_ERROR(Reaches(ctx, rc, "ApplyLog", target));
     ASSIGN_OR_RETURN(proto::InodeRecord rec, volume_->meta().inodes().GetInode(target));
     dirs.push_back(S_ISDIR(rec.mode()) ? target : rec.parent());
-  } else if (e.has_link() || e.has_setattr() || e.has_open() || e.has_release()) {
+  } else if (e.has_link() || e.has_setattr() || e.has_open() || e.has_release() || e.has_write()) {
     return ErrnoStatus(EINVAL, "log entry: inode 0");
   }
   std::vector<LeaseKey> keys;
@@ -184,6 +185,13 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     if (e.has_mknod() && S_ISDIR(e.mknod().mode()) && pins->Begin(keys)) {
       leases.GrantCreated(rc.client_id, e.ino());
     }
+    if (e.has_write()) {
+      // As Write answers a retry: the same grant use, the file now.
+      proto::LogWritten* w = reply->add_written();
+      w->set_seq(e.seq());
+      w->set_grant_used_bytes(once.prior()->value());
+      if (auto a = volume_->meta().inodes().GetAttr(target); a.ok()) *w->mutable_attr() = *a;
+    }
     return absl::OkStatus();
   }
   if (!pins->Begin(keys)) {
@@ -210,7 +218,7 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     if (S_ISDIR(a.mode())) {
       leased = leased && leases.Grant(rc.client_id, LeaseKey::Dir(a.ino()), epoch);
     }
-    if (!leased) unleased->push_back(a.ino());
+    if (!leased) reply->add_unleased(a.ino());
   };
   absl::Status s;
   switch (e.op_case()) {
@@ -271,6 +279,24 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     case proto::LogEntry::kRelease:
       s = volume_->Release(erc, e.release().ino(), e.release().handle());
       break;
+    case proto::LogEntry::kWrite: {
+      // As a Write (service_fs.cc), with the batch's one wait for
+      // durability.
+      const proto::WriteRequest& r = e.write();
+      tag->keep_times = r.keep_times();
+      FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, r.data().size());
+      uint64_t grant_used = 0;
+      absl::StatusOr<proto::Attr> a = volume_->Write(erc, r.ino(), r.offset(), r.data(),
+                                                     /*sync=*/false, r.from_grant(), &grant_used);
+      s = a.status();
+      if (!a.ok()) break;
+      if (options_.metrics != nullptr) options_.metrics->AddWritten(r.data().size());
+      proto::LogWritten* w = reply->add_written();
+      w->set_seq(e.seq());
+      w->set_grant_used_bytes(grant_used);
+      *w->mutable_attr() = *std::move(a);
+      break;
+    }
     case proto::LogEntry::OP_NOT_SET:
       break;
   }

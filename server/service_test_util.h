@@ -60,6 +60,7 @@ class ServiceTest : public ::testing::Test {
   void Serve() {
     ServiceOptions so;
     so.transport = Transport::Insecure("s3cret");
+    so.metrics = &metrics_;
     service_ = std::make_unique<GrantFsService>(volume_.get(), so);
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:" + std::to_string(port_), grpc::InsecureServerCredentials(),
@@ -100,8 +101,12 @@ class ServiceTest : public ::testing::Test {
     return reply.err();
   }
 
+  // Calls of `op` the server served so far (across restarts).
+  uint64_t Calls(const char* op) { return metrics_.calls().For(op)->count(); }
+
   // The volume's metadata lease (set before SetUp).
   absl::Duration meta_lease_ = absl::Seconds(3);
+  ServerMetrics metrics_;
   std::string dir_;
   std::unique_ptr<Volume> volume_;
   std::unique_ptr<GrantFsService> service_;
