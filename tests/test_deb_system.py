@@ -265,4 +265,9 @@ def test_a_cluster_on_three_machines_as_operations_md_says(machines):
         m.sh(f"systemctl stop {units}", timeout=120)
         for unit in units.split():
             show = m.sh(f"systemctl show -p Result -p ExecMainStatus {unit}").stdout
-            assert "Result=success" in show and "ExecMainStatus=0" in show, (m.name, unit, show)
+            if "Result=success" not in show or "ExecMainStatus=0" not in show:
+                # What the unit did on its way out (gone with the container
+                # once the test ends).
+                journal = m.sh(f"journalctl -u {unit} -n 120 --no-pager -o short-precise",
+                               check=False).stdout
+                pytest.fail(f"{m.name}: {unit} did not stop cleanly: {show}\n{journal}")
