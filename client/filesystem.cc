@@ -960,8 +960,9 @@ absl::StatusOr<size_t> FileSystem::WriteThrough(const Creds& c, uint64_t ino, ui
 
 absl::Status FileSystem::Fsync(const Creds& c, uint64_t ino) {
   RETURN_IF_ERROR(Flush(ino));
-  // Its create, if this mount made it on its own, goes first.
-  if (ns_) RETURN_IF_ERROR(ns_->Sync());
+  // Its create, if this mount made it on its own, goes first (and what the
+  // log holds before it; not what came after).
+  if (ns_) RETURN_IF_ERROR(ns_->Sync(ino));
   return meta_.Fsync(c, ino);
 }
 

@@ -628,6 +628,33 @@ TEST_F(NsGrantsMountTest, TheDataOfAClosedSmallFileGoesInTheLogNotAWriteCall) {
   EXPECT_EQ(space.used_bytes, held);
 }
 
+// fsync of a file waits for the log up to its own last entry, not for what
+// the mount made after it.
+TEST_F(NsGrantsMountTest, FsyncOfAFileSendsTheLogUpToItsOwnEntriesOnly) {
+  NsGrantsOptions ns;
+  ns.log.max_age = absl::Hours(1);  // the log goes only when asked
+  FileSystem* a = Mount(true, ns);
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK_AND_ASSIGN(const proto::Attr first, MkFile(a, d, "first"));
+  ASSERT_OK(a->FsyncDir(d));
+  ASSERT_EQ(a->ns_grants()->stats().pending, 0u);
+  ASSERT_OK_AND_ASSIGN(const proto::Attr second, MkFile(a, d, "second"));
+  ASSERT_OK(MkFile(a, d, "third").status());
+  const size_t pending = a->ns_grants()->stats().pending;
+  ASSERT_GT(pending, 0u);
+  const uint64_t batches = Calls("ApplyLog");
+  ASSERT_OK(a->Fsync(root_, first.ino()));  // nothing of it is waiting
+  EXPECT_EQ(Calls("ApplyLog"), batches);
+  EXPECT_EQ(a->ns_grants()->stats().pending, pending);
+  ASSERT_OK(a->Fsync(root_, second.ino()));  // its create (and the log's group commit)
+  EXPECT_GT(Calls("ApplyLog"), batches);
+  // Durable: the server has it after a restart.
+  Restart();
+  FileSystem* b = Mount();
+  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "second"));
+  EXPECT_EQ(seen.ino(), second.ino());
+}
+
 // chmod, chown (by root) and utimes of a file made here are made here, in
 // the log, after its writes; the server ends with exactly the attributes
 // the mount answered: the explicit times stay although the data is flushed

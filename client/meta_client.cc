@@ -448,7 +448,8 @@ absl::Status MetaClient::Fsync(const Creds& c, uint64_t ino) {
     if (it != unsynced_.end()) seq = it->second;
     if (synced_always_ && !all_unsynced_ && seq == 0) return absl::OkStatus();
   }
-  RETURN_IF_ERROR(Barrier());
+  // The file must be on the server; other pending changes need not be.
+  RETURN_IF_ERROR(BarrierFor(ino));
   proto::FsyncRequest req;
   Stamp(c, &req);
   req.set_ino(ino);

@@ -54,24 +54,32 @@ void NsGrants::Stop() {
 absl::StatusOr<proto::ApplyLogReply> NsGrants::Send(proto::ApplyLogRequest* req) {
   absl::StatusOr<proto::ApplyLogReply> reply = meta_->ApplyLog(req);
   if (!reply.ok()) return reply;
-  bool writes = false;
-  for (const proto::LogEntry& e : req->entries()) writes = writes || e.has_write();
-  if (writes) {
+  if (reply->written_size() > 0) {
     // The answers LogWrite waits for (before the log takes the entries
     // off: its Flush returns after this).
+    absl::flat_hash_map<uint64_t, uint64_t> file_of;  // seq -> ino
+    for (const proto::LogEntry& e : req->entries()) {
+      if (e.has_write()) file_of[e.seq()] = e.write().ino();
+    }
     absl::MutexLock l(&mu_);
     absl::flat_hash_set<uint64_t> waited;
     for (const auto& [data, w] : log_writes_) waited.insert(w.seq);
-    for (int i = 0; i < reply->errs_size() && i < req->entries_size(); ++i) {
-      const proto::LogEntry& e = req->entries(i);
-      if (e.has_write() && reply->errs(i) != 0 && waited.contains(e.seq())) {
-        written_[e.seq()] =
-            ErrnoStatus(reply->errs(i), absl::StrCat("the server refused the data of inode ",
-                                                     e.write().ino(), " in the namespace log"));
-      }
-    }
     for (proto::LogWritten& w : *reply->mutable_written()) {
       if (!waited.contains(w.seq())) continue;
+      if (w.err() != 0) {
+        // Refused (its grant gone, a disk error): only the data was not
+        // stored. The retry is a Write call, with an answer of its own; the
+        // file's later changes are calls too.
+        const uint64_t ino = file_of[w.seq()];
+        LOG(WARNING) << "namespace log: the server refused the data of inode " << ino << ": "
+                     << ErrnoStatus(w.err(), "write entry") << "; sent again as a call";
+        made_.erase(ino);
+        tracked_.erase(ino);
+        written_[w.seq()] = absl::UnavailableError(
+            absl::StrCat("the server refused the data of inode ", ino, " in the namespace log (",
+                         ErrnoStatus(w.err(), "write").ToString(), "); sent again as a call"));
+        continue;
+      }
       proto::WriteReply r;
       *r.mutable_attr() = std::move(*w.mutable_attr());
       r.set_grant_used_bytes(w.grant_used_bytes());
@@ -335,12 +343,29 @@ bool NsGrants::TakeDeferred(uint64_t ino) {
   auto it = deferred_.find(ino);
   if (it == deferred_.end()) return false;
   EraseDeferred(it);
+  // Its cached bytes may be dropped unsent (no retry will come for an
+  // entry of theirs still in the log: it is applied, or refused, unheard).
+  for (auto w = log_writes_.begin(); w != log_writes_.end();) {
+    if (w->second.ino == ino) {
+      log_writes_.erase(w++);
+    } else {
+      ++w;
+    }
+  }
   return true;
 }
 
 std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
     uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data, int64_t time_ns,
     bool keep_times) {
+  // Whether the file's data may go in the log now (its directory granted
+  // or being recalled: the server holds the grant until the recall's ack).
+  auto eligible = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto m = made_.find(ino);
+    return data->size() <= kMaxLogWriteBytes && log_writes_.size() < kMaxLogWrites &&
+           deferred_.contains(ino) && m != made_.end() && !diverged_ &&
+           (granted_.contains(m->second) || recalling_.contains(m->second));
+  };
   uint64_t seq = 0, pos = 0;
   {
     absl::MutexLock l(&mu_);
@@ -348,31 +373,32 @@ std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
     if (pending != log_writes_.end()) {
       seq = pending->second.seq;
       pos = pending->second.pos;
-    } else {
-      auto m = made_.find(ino);
-      if (data->size() > kMaxLogWriteBytes || log_writes_.size() >= kMaxLogWrites ||
-          !deferred_.contains(ino) || m == made_.end() || diverged_ ||
-          !(granted_.contains(m->second) || recalling_.contains(m->second))) {
-        return std::nullopt;
-      }
-      std::vector<proto::LogEntry> entries;
-      proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), time_ns));
-      proto::WriteRequest* w = e.mutable_write();
-      w->set_ino(ino);
-      w->set_offset(offset);
-      w->set_data(*data);
-      w->set_from_grant(true);
-      w->set_time_ns(time_ns);
-      w->set_keep_times(keep_times);
-      w->set_granted(true);
-      seq = e.seq();
-      // Appended under mu_: a recall of the directory (which takes mu_
-      // first) applies it with the rest of the log.
-      absl::StatusOr<uint64_t> appended = log_->TryAppend(std::move(entries));
-      if (!appended.ok()) return std::nullopt;  // full, or stopped: a call
-      pos = *appended;
-      log_writes_[data.get()] = LoggedWrite{data, seq, pos};
+    } else if (!eligible()) {
+      return std::nullopt;
     }
+  }
+  if (seq == 0) {
+    // The entry is made outside mu_ (its bytes are copied).
+    std::vector<proto::LogEntry> entries;
+    proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), time_ns));
+    proto::WriteRequest* w = e.mutable_write();
+    w->set_ino(ino);
+    w->set_offset(offset);
+    w->set_data(*data);
+    w->set_from_grant(true);
+    w->set_time_ns(time_ns);
+    w->set_keep_times(keep_times);
+    w->set_granted(true);
+    absl::MutexLock l(&mu_);
+    // Appended under mu_, checked again: a recall of the directory (which
+    // takes mu_ first) applies it with the rest of the log, and an unlink
+    // here (TakeDeferred) comes after it.
+    if (!eligible()) return std::nullopt;
+    seq = e.seq();
+    absl::StatusOr<uint64_t> appended = log_->TryAppend(std::move(entries));
+    if (!appended.ok()) return std::nullopt;  // full, or stopped: a call
+    pos = *appended;
+    log_writes_[data.get()] = LoggedWrite{data, ino, seq, pos};
   }
   const absl::Status s = log_->Flush(pos);
   absl::MutexLock l(&mu_);
@@ -386,6 +412,12 @@ std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
   // Not sent yet (no server answered): the entry stays, and a retry of
   // the extent waits for it.
   if (!s.ok() && log_->error().ok()) return s;
+  if (s.ok()) {
+    // Applied, its answer not kept: the file was removed here meanwhile
+    // (TakeDeferred). A retry writes the same bytes again.
+    return absl::UnavailableError(absl::StrCat("the data of inode ", ino,
+                                               " was stored; the file was removed here meanwhile"));
+  }
   // Dropped with the log (an entry before it was refused): never applied.
   // The retry is a call.
   log_writes_.erase(data.get());
@@ -423,8 +455,9 @@ absl::Status NsGrants::ApplyPending() {
   return absl::OkStatus();
 }
 
-absl::Status NsGrants::Sync() {
-  absl::Status s = log_->Flush(log_->last());
+absl::Status NsGrants::Sync(uint64_t ino) {
+  const uint64_t upto = ino == 0 ? log_->last() : log_->LastTouching(ino);
+  absl::Status s = upto == 0 ? absl::OkStatus() : log_->Flush(upto);
   if (log_->error().ok()) return s;
   Diverged();
   absl::MutexLock l(&mu_);

@@ -140,9 +140,12 @@ class NsGrants {
   // and the barrier. An error when it could not be sent (the entries stay);
   // OK when it was applied, or refused (the log stopped: nothing is left).
   absl::Status ApplyPending() ABSL_LOCKS_EXCLUDED(mu_);
-  // fsync, fsyncdir: applies the log; the error of a refused entry is
-  // returned once, to the first caller after it happened.
-  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // fsyncdir, syncfs (`ino` 0): applies the log; fsync of file `ino`: the
+  // log up to the last entry that touches it (NsLog::LastTouching: its
+  // create, renames, attributes, data; every entry before it goes too),
+  // not what came after. The error of a refused entry is returned once,
+  // to the first caller after it happened.
+  absl::Status Sync(uint64_t ino = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends the data of every file whose close did not wait: before the
   // mount subscribes again (a server that took over lets other mounts'
   // looks go on once it has).
@@ -419,6 +422,7 @@ class NsGrants {
   static constexpr size_t kMaxLogWrites = 256;
   struct LoggedWrite {
     std::shared_ptr<const std::string> data;
+    uint64_t ino = 0;
     uint64_t seq = 0;
     uint64_t pos = 0;  // in the log
   };

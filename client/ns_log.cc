@@ -36,7 +36,7 @@ absl::StatusOr<uint64_t> NsLog::Append(proto::LogEntry entry) {
           "the namespace log is full (", entries_.size(), " entries): ", send_error_.ToString()));
     }
     if (!sending_) {
-      SendOne(UINT64_MAX);
+      SendOne();
     } else {
       mu_.AwaitWithTimeout(absl::Condition(
                                +[](bool* s) { return !*s; }, &sending_),
@@ -122,6 +122,17 @@ void NsLog::PopFront(size_t n) {
   first_pos_ += n;
 }
 
+uint64_t NsLog::LastTouching(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  if (!touched_.contains(ino)) return 0;
+  for (size_t i = touched_of_.size(); i-- > 0;) {
+    if (std::binary_search(touched_of_[i].begin(), touched_of_[i].end(), ino)) {
+      return first_pos_ + i;
+    }
+  }
+  return 0;
+}
+
 bool NsLog::Touches(uint64_t ino) {
   absl::MutexLock l(&mu_);
   return touched_.contains(ino);
@@ -167,7 +178,7 @@ absl::Status NsLog::Flush(uint64_t upto) {
     }
     if (!sending_) {
       const uint64_t before = first_pos_;
-      SendOne(upto);
+      SendOne();
       // A batch that could not go: the RPC layer already retried (for its
       // retry_for) and failed over; the caller decides what comes next.
       if (first_pos_ == before && error_.ok() && !send_error_.ok()) {
@@ -182,20 +193,24 @@ absl::Status NsLog::Flush(uint64_t upto) {
   }
 }
 
-void NsLog::SendOne(uint64_t upto) {
+void NsLog::SendOne() {
   if (sending_ || entries_.empty() || !error_.ok()) return;
-  const size_t most = static_cast<size_t>(
-      std::min<uint64_t>({entries_.size(), options_.batch_entries, upto - first_pos_ + 1}));
-  proto::ApplyLogRequest req;
+  const size_t most = std::min(entries_.size(), options_.batch_entries);
+  std::vector<const proto::LogEntry*> batch;
   size_t n = 0, bytes = 0;
   for (; n < most; ++n) {
     bytes += entries_[n].ByteSizeLong();
     if (n > 0 && bytes > options_.batch_bytes) break;
-    *req.add_entries() = entries_[n];
+    batch.push_back(&entries_[n]);
   }
   const uint64_t batch_first = first_pos_;
   sending_ = true;
   mu_.Unlock();
+  // Copied outside mu_ (write entries carry data; appends go on): while
+  // sending_ is set no other thread takes entries off the front, and an
+  // append at the back moves no entry of a deque.
+  proto::ApplyLogRequest req;
+  for (const proto::LogEntry* e : batch) *req.add_entries() = *e;
   absl::StatusOr<proto::ApplyLogReply> reply = send_(&req);
   mu_.Lock();
   sending_ = false;
@@ -250,7 +265,7 @@ void NsLog::AgeLoop() {
            (options_.clock->Now() - appended_at_.front() >= options_.max_age ||
             entries_.size() >= options_.batch_entries)) {
       const uint64_t before = first_pos_;
-      SendOne(first_pos_ + entries_.size() - 1);
+      SendOne();
       if (first_pos_ == before) break;  // could not go: next round
     }
   }

@@ -82,7 +82,14 @@ class NsLog {
   // once the server applied them, or with the error that stopped it: the
   // log's error, or UNAVAILABLE when a batch could not be sent (the RPC
   // layer retried it already; the entries stay, to be sent again).
+  // A batch takes every entry waiting when it goes (up to batch_entries and
+  // batch_bytes), past `upto` too: callers that wait together share it (a
+  // group commit), and no entry is held back that could have gone.
   absl::Status Flush(uint64_t upto = UINT64_MAX) ABSL_LOCKS_EXCLUDED(mu_);
+  // Position of the last entry not applied yet that touches `ino`
+  // (TouchedBy), or 0: what an fsync of the file waits for (the entries
+  // before it go with it: the log is applied in order).
+  uint64_t LastTouching(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   // OK, or why the log stopped (an entry refused: its errno).
   absl::Status error() ABSL_LOCKS_EXCLUDED(mu_);
@@ -114,9 +121,9 @@ class NsLog {
 
  private:
   // Sends the next batch (the oldest entries, at most batch_entries and
-  // not past `upto`) unless another thread is sending. Returns with mu_
-  // held; releases it while the batch is out.
-  void SendOne(uint64_t upto) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // batch_bytes) unless another thread is sending. Returns with mu_ held;
+  // releases it while the batch is out.
+  void SendOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AgeLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Counts `ino` in (+1) or out (-1) of touched_.
   void CountTouched(const std::vector<uint64_t>& inos, int delta)

@@ -80,7 +80,9 @@ NsLog::Send SendTo(FakeServer* s) {
   return [s](proto::ApplyLogRequest* req) { return s->Apply(req); };
 }
 
-TEST(NsLog, EntriesGoInOrderInBatchesAndOnlyAsFarAsAsked) {
+// Flush(upto) returns once the entries up to `upto` are applied; each batch
+// it sends takes whatever is waiting (a group commit), past `upto` too.
+TEST(NsLog, EntriesGoInOrderInFullBatchesUntilThoseAskedForAreApplied) {
   FakeServer server;
   NsLogOptions o;
   o.batch_entries = 3;
@@ -91,13 +93,31 @@ TEST(NsLog, EntriesGoInOrderInBatchesAndOnlyAsFarAsAsked) {
   }
   EXPECT_TRUE(server.applied().empty());  // nothing goes by itself unless started
   ASSERT_TRUE(log.Flush(4).ok());
-  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{101, 102, 103, 104}));
-  EXPECT_EQ(log.pending(), 4u);
+  EXPECT_EQ(server.applied(), (std::vector<uint64_t>{101, 102, 103, 104, 105, 106}));
+  EXPECT_EQ(log.pending(), 2u);
+  ASSERT_TRUE(log.Flush(5).ok());  // applied already: nothing sent
+  EXPECT_EQ(server.batches(), (std::vector<size_t>{3, 3}));
   ASSERT_TRUE(log.Flush().ok());
   EXPECT_EQ(server.applied().size(), 8u);
-  EXPECT_EQ(server.batches(), (std::vector<size_t>{3, 1, 3, 1}));
+  EXPECT_EQ(server.batches(), (std::vector<size_t>{3, 3, 2}));
   EXPECT_EQ(log.pending(), 0u);
   EXPECT_EQ(log.last(), 8u);
+}
+
+// What an fsync of a file waits for: the last pending entry about it.
+TEST(NsLog, LastTouchingIsThePositionOfTheLastPendingEntryAboutAnInode) {
+  FakeServer server;
+  NsLog log(NsLogOptions(), SendTo(&server));
+  ASSERT_TRUE(log.Append(Entry(1, 50)).ok());  // makes 50 in 7
+  ASSERT_TRUE(log.Append(Entry(2, 51)).ok());  // makes 51 in 7
+  ASSERT_TRUE(log.Append(Entry(3, 50)).ok());
+  ASSERT_TRUE(log.Append(Entry(4, 52)).ok());
+  EXPECT_EQ(log.LastTouching(50), 3u);
+  EXPECT_EQ(log.LastTouching(51), 2u);
+  EXPECT_EQ(log.LastTouching(7), 4u);
+  EXPECT_EQ(log.LastTouching(99), 0u);
+  ASSERT_TRUE(log.Flush(4).ok());
+  EXPECT_EQ(log.LastTouching(50), 0u);  // applied
 }
 
 // Write entries carry data: a batch stops before the entry that would take
@@ -171,7 +191,9 @@ TEST(NsLog, ARefusedEntryStopsTheLogAndDropsWhatCameAfterIt) {
 
 TEST(NsLog, TouchesSaysWhichInodesPendingEntriesChangeUntilTheyAreApplied) {
   FakeServer server;
-  NsLog log(NsLogOptions(), SendTo(&server));
+  NsLogOptions o;
+  o.batch_entries = 1;  // Flush(n) applies n entries
+  NsLog log(o, SendTo(&server));
   EXPECT_FALSE(log.Touches(7));
   ASSERT_TRUE(log.Append(Entry(1, 100)).ok());  // mknod 100 in 7
   proto::LogEntry rename;
@@ -276,7 +298,9 @@ TEST(NsLog, OldEntriesGoByThemselves) {
 
 TEST(NsLog, TheOldestPendingCreateSaysWhichInodeNumbersAreStillUsed) {
   FakeServer server;
-  NsLog log(NsLogOptions(), SendTo(&server));
+  NsLogOptions o;
+  o.batch_entries = 1;  // Flush(n) applies n entries
+  NsLog log(o, SendTo(&server));
   EXPECT_EQ(log.OldestPendingIno(), 0u);
   ASSERT_TRUE(log.Append(Entry(1)).ok());  // no create
   ASSERT_TRUE(log.Append(Entry(2, 50)).ok());

@@ -63,6 +63,16 @@ class Session {
     EXPECT_TRUE(stub_->InodeRange(Ctx().get(), req, &reply).ok());
     return reply;
   }
+  // Space granted to the session (its whole grant now).
+  uint64_t Grant(uint64_t bytes) {
+    proto::GrantRequest req;
+    Tag(&req);
+    req.set_wanted_bytes(bytes);
+    proto::GrantReply reply;
+    EXPECT_TRUE(stub_->Grant(Ctx().get(), req, &reply).ok());
+    EXPECT_EQ(reply.err(), 0);
+    return reply.grant_bytes();
+  }
   proto::AttrReply MkDir(uint64_t parent, const std::string& name, bool want_grant) {
     proto::MkNodRequest req;
     Tag(&req);
@@ -704,11 +714,15 @@ TEST_F(NsGrantsTest, AFileMadeInTheLogIsOpenedAndClosedInItAndLeasedToItsMaker) 
 }
 
 // A write entry: the data of a file the log made, stored with the batch
-// and answered as a Write would be (once: a batch sent again is answered
-// from the records); only for a file in a directory the session holds.
+// from the session's grant and answered as a Write would be (once: a batch
+// sent again is answered from the records); only for a file in a directory
+// the session holds. A refused one stops nothing: its answer says why, and
+// the entries after it are applied.
 TEST_F(NsGrantsTest, AWriteEntryStoresItsDataOnceAndOnlyInAGrantedDirectory) {
   Session a(stub_.get(), true);
   Hold(&a);
+  const uint64_t grant = a.Grant(1 << 20);
+  ASSERT_GE(grant, 8192u);
   // The mount's time of the writes (after the create's, the server's).
   const int64_t when = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(500));
   auto write = [&](uint64_t ino, uint64_t offset, const std::string& data) {
@@ -719,6 +733,7 @@ TEST_F(NsGrantsTest, AWriteEntryStoresItsDataOnceAndOnlyInAGrantedDirectory) {
     w->set_ino(ino);
     w->set_offset(offset);
     w->set_data(data);
+    w->set_from_grant(true);
     w->set_granted(true);
     w->set_time_ns(e.time_ns());
     return e;
@@ -732,32 +747,55 @@ TEST_F(NsGrantsTest, AWriteEntryStoresItsDataOnceAndOnlyInAGrantedDirectory) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(reply.errs(i), 0) << i;
   ASSERT_EQ(reply.written_size(), 2);
   EXPECT_EQ(reply.written(0).seq(), log[1].seq());
+  EXPECT_EQ(reply.written(0).err(), 0);
   EXPECT_EQ(reply.written(0).attr().size(), 5000u);
+  EXPECT_EQ(reply.written(0).grant_used_bytes(), 8192u);  // two new blocks
   EXPECT_EQ(reply.written(1).seq(), log[2].seq());
   EXPECT_EQ(reply.written(1).attr().size(), 5003u);
+  EXPECT_EQ(reply.written(1).grant_used_bytes(), 0u);  // within the second block
   EXPECT_EQ(reply.written(1).attr().mtime_ns(), when);
   EXPECT_TRUE(reply.synced_always());
+  EXPECT_EQ(volume_->meta().space().GrantOf(a.id()), (grant - 8192) / 4096);
   const uint64_t used = volume_->SpaceCounts().used_bytes;
   EXPECT_EQ(used, 8192u);
-  // Sent again: answered from the records, nothing written twice.
+  // Sent again: answered from the records, nothing written or taken twice.
   proto::ApplyLogReply again;
   ASSERT_TRUE(a.Apply(log, &again).ok());
   ASSERT_EQ(again.errs_size(), 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(again.errs(i), 0) << i;
   ASSERT_EQ(again.written_size(), 2);
+  EXPECT_EQ(again.written(0).grant_used_bytes(), 8192u);
   EXPECT_EQ(again.written(1).seq(), log[2].seq());
-  EXPECT_EQ(again.written(1).grant_used_bytes(), reply.written(1).grant_used_bytes());
   EXPECT_EQ(again.written(1).attr().size(), 5003u);
   EXPECT_EQ(volume_->SpaceCounts().used_bytes, used);
+  EXPECT_EQ(volume_->meta().space().GrantOf(a.id()), (grant - 8192) / 4096);
   absl::StatusOr<std::string> got = volume_->Read(RequestContext(), first_, 0, 10000);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, text + "end");
-  // Not in a granted directory, no inode, a directory.
+  // Not in a granted directory, no inode, a directory: refused, and the
+  // entry after each is applied.
   ASSERT_EQ(MkNodErr(1, "outside"), 0);
-  EXPECT_EQ(ErrOf(&a, write(last_ino_, 0, "no")), ESTALE);
-  EXPECT_EQ(ErrOf(&a, write(0, 0, "no")), EINVAL);
-  EXPECT_EQ(ErrOf(&a, write(dir_ino_, 0, "no")), EISDIR);
-  got = volume_->Read(RequestContext(), last_ino_, 0, 10);
+  const uint64_t outside = last_ino_;
+  int n = 1;
+  for (const auto& [bad, err] :
+       std::vector<std::pair<proto::LogEntry, int>>{{write(outside, 0, "no"), ESTALE},
+                                                    {write(0, 0, "no"), EINVAL},
+                                                    {write(dir_ino_, 0, "no"), EISDIR}}) {
+    proto::ApplyLogReply r;
+    ASSERT_TRUE(
+        a.Apply({bad, a.Create(first_ + n, dir_ino_, "after" + std::to_string(n), S_IFREG | 0644)},
+                &r)
+            .ok());
+    ASSERT_EQ(r.errs_size(), 2);
+    EXPECT_EQ(r.errs(0), 0);
+    EXPECT_EQ(r.errs(1), 0);
+    ASSERT_EQ(r.written_size(), 1);
+    EXPECT_EQ(r.written(0).seq(), bad.seq());
+    EXPECT_EQ(r.written(0).err(), err);
+    EXPECT_EQ(a.Lookup(dir_ino_, "after" + std::to_string(n)).attr().ino(), first_ + n);
+    ++n;
+  }
+  got = volume_->Read(RequestContext(), outside, 0, 10);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "");
 }

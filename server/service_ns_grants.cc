@@ -124,6 +124,15 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
         RETURN_IF_ERROR(volume_->meta().store().WaitDurable(durable));
         return s;
       }
+      if (!s.ok() && e.has_write()) {
+        // Only its data is not stored: the namespace is as the mount made
+        // it, and the mount sends the data again as a Write.
+        proto::LogWritten* w = reply->add_written();
+        w->set_seq(e.seq());
+        w->set_err(ToErrno(s));
+        reply->add_errs(0);
+        continue;
+      }
       reply->add_errs(ToErrno(s));
       // The entries after it were made on a state the server does not
       // have: none is applied (the mount fails the directory's next fsync).
