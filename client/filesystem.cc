@@ -819,7 +819,10 @@ absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   if (ra_) ra_->Released(ino);
   handles_.Release(handle);
   // A file removed here while open: its bytes go with its last close.
-  if (cache_ && ns_ && cache_->Discarded(ino) && !handles_.IsOpen(ino)) cache_->Released(ino);
+  if (cache_ && ns_ && cache_->Discarded(ino) && !handles_.IsOpen(ino)) {
+    cache_->Released(ino);
+    ns_->ForgetWrites(ino);
+  }
   if (ns_ && ns_->Release(ino, handle)) return absl::OkStatus();  // in the log
   return meta_.Release(ino, handle);
 }
@@ -944,7 +947,11 @@ absl::Status FileSystem::Close(uint64_t ino) {
 }
 
 void FileSystem::Gone(uint64_t ino) {
-  if (cache_ && ns_->TakeDeferred(ino)) cache_->Discard(ino, handles_.IsOpen(ino));
+  if (cache_ && ns_->TakeDeferred(ino)) {
+    const bool open = handles_.IsOpen(ino);
+    cache_->Discard(ino, open);
+    if (!open) ns_->ForgetWrites(ino);  // its bytes are dropped unsent
+  }
 }
 
 absl::StatusOr<size_t> FileSystem::WriteThrough(const Creds& c, uint64_t ino, uint64_t offset,

@@ -629,30 +629,55 @@ TEST_F(NsGrantsMountTest, TheDataOfAClosedSmallFileGoesInTheLogNotAWriteCall) {
 }
 
 // fsync of a file waits for the log up to its own last entry, not for what
-// the mount made after it.
+// the mount made after it (here: nothing of the first file is waiting; the
+// second's create is, and goes; the server syncs every write, so fsync
+// makes no call of its own).
 TEST_F(NsGrantsMountTest, FsyncOfAFileSendsTheLogUpToItsOwnEntriesOnly) {
   NsGrantsOptions ns;
   ns.log.max_age = absl::Hours(1);  // the log goes only when asked
   FileSystem* a = Mount(true, ns);
   const uint64_t d = MkDir(a, kRoot, "d");
-  ASSERT_OK_AND_ASSIGN(const proto::Attr first, MkFile(a, d, "first"));
+  const proto::Attr first = MadeAndClosed(a, d, "first", "one");
   ASSERT_OK(a->FsyncDir(d));
   ASSERT_EQ(a->ns_grants()->stats().pending, 0u);
   ASSERT_OK_AND_ASSIGN(const proto::Attr second, MkFile(a, d, "second"));
   ASSERT_OK(MkFile(a, d, "third").status());
-  const size_t pending = a->ns_grants()->stats().pending;
-  ASSERT_GT(pending, 0u);
+  ASSERT_EQ(a->ns_grants()->stats().pending, 2u);
   const uint64_t batches = Calls("ApplyLog");
-  ASSERT_OK(a->Fsync(root_, first.ino()));  // nothing of it is waiting
+  const uint64_t fsyncs = Calls("Fsync");
+  ASSERT_OK(a->Fsync(root_, first.ino()));
   EXPECT_EQ(Calls("ApplyLog"), batches);
-  EXPECT_EQ(a->ns_grants()->stats().pending, pending);
-  ASSERT_OK(a->Fsync(root_, second.ino()));  // its create (and the log's group commit)
-  EXPECT_GT(Calls("ApplyLog"), batches);
-  // Durable: the server has it after a restart.
-  Restart();
-  FileSystem* b = Mount();
-  ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "second"));
-  EXPECT_EQ(seen.ino(), second.ino());
+  EXPECT_EQ(a->ns_grants()->stats().pending, 2u);
+  EXPECT_FALSE(volume_->meta().inodes().GetInode(second.ino()).ok());
+  ASSERT_OK(a->Fsync(root_, second.ino()));
+  EXPECT_TRUE(volume_->meta().inodes().GetInode(second.ino()).ok());
+  EXPECT_EQ(Calls("Fsync"), fsyncs);
+}
+
+// A write entry the server refuses (here: it let the directory's grant go
+// without the mount hearing of it) stops nothing: the mount sends that data
+// again as a Write call, and the file's fsync succeeds with the data on the
+// server.
+TEST_F(NsGrantsMountTest, AWriteEntryTheServerRefusesIsSentAgainAsAWrite) {
+  NsGrantsOptions ns;
+  ns.log.max_age = absl::Hours(1);
+  FileSystem* a = Mount(true, ns);
+  const uint64_t d = MkDir(a, kRoot, "d");
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
+  ASSERT_OK(a->FsyncDir(d));  // the create and its open are applied
+  const std::string text(3000, 'z');
+  ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
+  volume_->leases().Drop(a->rpc().client_id(), LeaseKey::NsGrant(d));
+  const uint64_t writes = Calls("Write");
+  ASSERT_OK(a->Close(f.ino()));  // does not wait: the mount still holds d
+  EXPECT_TRUE(a->ns_grants()->Owes(f.ino()));
+  ASSERT_OK(a->Fsync(root_, f.ino()));
+  EXPECT_EQ(Calls("Write"), writes + 1);
+  absl::StatusOr<std::string> got = volume_->Read(RequestContext(), f.ino(), 0, 10000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, text);
+  EXPECT_OK(a->ns_grants()->Sync());  // the log did not stop
 }
 
 // chmod, chown (by root) and utimes of a file made here are made here, in

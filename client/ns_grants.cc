@@ -75,9 +75,10 @@ absl::StatusOr<proto::ApplyLogReply> NsGrants::Send(proto::ApplyLogRequest* req)
                      << ErrnoStatus(w.err(), "write entry") << "; sent again as a call";
         made_.erase(ino);
         tracked_.erase(ino);
-        written_[w.seq()] = absl::UnavailableError(
+        // Aborted: LogWrite's mark of a refusal (its caller sends a Write).
+        written_[w.seq()] = absl::AbortedError(
             absl::StrCat("the server refused the data of inode ", ino, " in the namespace log (",
-                         ErrnoStatus(w.err(), "write").ToString(), "); sent again as a call"));
+                         ErrnoStatus(w.err(), "write").ToString(), ")"));
         continue;
       }
       proto::WriteReply r;
@@ -343,16 +344,18 @@ bool NsGrants::TakeDeferred(uint64_t ino) {
   auto it = deferred_.find(ino);
   if (it == deferred_.end()) return false;
   EraseDeferred(it);
-  // Its cached bytes may be dropped unsent (no retry will come for an
-  // entry of theirs still in the log: it is applied, or refused, unheard).
+  return true;
+}
+
+void NsGrants::ForgetWrites(uint64_t ino) {
+  absl::MutexLock l(&mu_);
   for (auto w = log_writes_.begin(); w != log_writes_.end();) {
-    if (w->second.ino == ino) {
+    if (w->second.ino == ino && w->second.waiting == 0) {
       log_writes_.erase(w++);
     } else {
       ++w;
     }
   }
-  return true;
 }
 
 std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
@@ -373,6 +376,7 @@ std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
     if (pending != log_writes_.end()) {
       seq = pending->second.seq;
       pos = pending->second.pos;
+      ++pending->second.waiting;
     } else if (!eligible()) {
       return std::nullopt;
     }
@@ -398,32 +402,32 @@ std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
     absl::StatusOr<uint64_t> appended = log_->TryAppend(std::move(entries));
     if (!appended.ok()) return std::nullopt;  // full, or stopped: a call
     pos = *appended;
-    log_writes_[data.get()] = LoggedWrite{data, ino, seq, pos};
+    log_writes_[data.get()] = LoggedWrite{data, 1, ino, seq, pos};
   }
   const absl::Status s = log_->Flush(pos);
   absl::MutexLock l(&mu_);
+  auto mine = log_writes_.find(data.get());
+  if (mine != log_writes_.end()) --mine->second.waiting;
   auto done = written_.find(seq);
   if (done != written_.end()) {
     absl::StatusOr<proto::WriteReply> r = std::move(done->second);
     written_.erase(done);
     log_writes_.erase(data.get());
+    if (!r.ok() && absl::IsAborted(r.status())) return std::nullopt;  // refused: a call
     return r;
   }
   // Not sent yet (no server answered): the entry stays, and a retry of
   // the extent waits for it.
   if (!s.ok() && log_->error().ok()) return s;
-  if (s.ok()) {
-    // Applied, its answer not kept: the file was removed here meanwhile
-    // (TakeDeferred). A retry writes the same bytes again.
-    return absl::UnavailableError(absl::StrCat("the data of inode ", ino,
-                                               " was stored; the file was removed here meanwhile"));
-  }
-  // Dropped with the log (an entry before it was refused): never applied.
-  // The retry is a call.
   log_writes_.erase(data.get());
-  return absl::UnavailableError(absl::StrCat("the data of inode ", ino,
-                                             " was dropped with the namespace log (",
-                                             log_->error().ToString(), "); sent again as a call"));
+  // Dropped with the log (an entry before it was refused): never applied.
+  if (!s.ok()) return std::nullopt;  // a call
+  // Applied, and no answer kept (not expected: Send keeps those of every
+  // entry in log_writes_). The bytes are on the server; a call writes them
+  // again, to have an answer.
+  LOG(WARNING) << "namespace log: no answer kept for the data of inode " << ino << " (entry " << seq
+               << "); sent again as a call";
+  return std::nullopt;
 }
 
 void NsGrants::DropAll() {
@@ -460,6 +464,9 @@ absl::Status NsGrants::Sync(uint64_t ino) {
   absl::Status s = upto == 0 ? absl::OkStatus() : log_->Flush(upto);
   if (log_->error().ok()) return s;
   Diverged();
+  // A file: its own changes lost say so, every time; what it waited for
+  // was applied otherwise.
+  if (ino != 0) return log_->Dropped(ino) ? log_->error() : s;
   absl::MutexLock l(&mu_);
   if (error_reported_) return absl::OkStatus();
   error_reported_ = true;

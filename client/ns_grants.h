@@ -143,8 +143,9 @@ class NsGrants {
   // fsyncdir, syncfs (`ino` 0): applies the log; fsync of file `ino`: the
   // log up to the last entry that touches it (NsLog::LastTouching: its
   // create, renames, attributes, data; every entry before it goes too),
-  // not what came after. The error of a refused entry is returned once,
-  // to the first caller after it happened.
+  // not what came after. The error of a refused entry is returned to every
+  // fsync of a file whose changes were dropped with it (NsLog::Dropped),
+  // and once to the first fsyncdir or syncfs after it happened.
   absl::Status Sync(uint64_t ino = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends the data of every file whose close did not wait: before the
   // mount subscribes again (a server that took over lets other mounts'
@@ -265,6 +266,11 @@ class NsGrants {
   // `ino` lost its name here (an unlink or rename over it in the log):
   // whether its close was deferred (its cached bytes may be dropped).
   bool TakeDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
+  // The write cache dropped the cached bytes of `ino` unsent (removed
+  // here, no open left): a write entry of theirs still in the log that no
+  // LogWrite waits for now will never be asked about again; its answer is
+  // not kept.
+  void ForgetWrites(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // A flush of the write cache (its FlushRpc), for a file whose data is
   // owed here: the extent goes in the log as a write entry, after the
   // entries that made the file, and is answered when its batch is applied
@@ -275,7 +281,9 @@ class NsGrants {
   // A retry of an extent (the same `data`) whose entry is still in the log
   // waits for that entry, whatever the file's state now: it is never
   // appended twice. The reply's attr, grant_used_bytes and synced_always
-  // are set, as a Write's.
+  // are set, as a Write's. An entry the server refused, or dropped with
+  // the log, is forgotten and nullopt returned: the caller sends the Write
+  // at once (its answer is the file's fsync's, not the refusal's).
   std::optional<absl::StatusOr<proto::WriteReply>> LogWrite(
       uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data,
       int64_t time_ns, bool keep_times) ABSL_LOCKS_EXCLUDED(mu_);
@@ -422,6 +430,7 @@ class NsGrants {
   static constexpr size_t kMaxLogWrites = 256;
   struct LoggedWrite {
     std::shared_ptr<const std::string> data;
+    int waiting = 0;  // LogWrite calls waiting for its answer now
     uint64_t ino = 0;
     uint64_t seq = 0;
     uint64_t pos = 0;  // in the log

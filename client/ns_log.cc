@@ -122,6 +122,11 @@ void NsLog::PopFront(size_t n) {
   first_pos_ += n;
 }
 
+bool NsLog::Dropped(uint64_t ino) {
+  absl::MutexLock l(&mu_);
+  return dropped_.contains(ino) || dropped_.size() >= kMaxDropped;
+}
+
 uint64_t NsLog::LastTouching(uint64_t ino) {
   absl::MutexLock l(&mu_);
   if (!touched_.contains(ino)) return 0;
@@ -170,7 +175,8 @@ absl::Status NsLog::Flush(uint64_t upto) {
   absl::MutexLock l(&mu_);
   const absl::Time give_up = options_.clock->Now() + options_.wait;
   for (;;) {
-    if (!error_.ok()) return error_;
+    // Entries before the refused one were applied.
+    if (!error_.ok()) return upto < refused_pos_ ? absl::OkStatus() : error_;
     if (entries_.empty() || first_pos_ > upto) return absl::OkStatus();
     if (options_.clock->Now() >= give_up) {
       return absl::DeadlineExceededError(
@@ -242,6 +248,11 @@ void NsLog::SendOne() {
     proto::LogEntry shown = bad;
     if (shown.has_write()) shown.mutable_write()->clear_data();  // not its bytes
     LOG(ERROR) << "namespace log: " << error_ << ": " << shown.ShortDebugString();
+    refused_pos_ = first_pos_;
+    for (const std::vector<uint64_t>& inos : touched_of_) {
+      if (dropped_.size() >= kMaxDropped) break;
+      dropped_.insert(inos.begin(), inos.end());
+    }
     PopFront(entries_.size());
   }
 }

@@ -24,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -80,11 +81,11 @@ class NsLog {
   absl::StatusOr<uint64_t> TryAppend(std::vector<proto::LogEntry> entries) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends every entry up to position `upto` (all by default) and returns
   // once the server applied them, or with the error that stopped it: the
-  // log's error, or UNAVAILABLE when a batch could not be sent (the RPC
-  // layer retried it already; the entries stay, to be sent again).
-  // A batch takes every entry waiting when it goes (up to batch_entries and
-  // batch_bytes), past `upto` too: callers that wait together share it (a
-  // group commit), and no entry is held back that could have gone.
+  // log's error (OK when `upto` is before the refused entry: applied), or UNAVAILABLE when a batch
+  // could not be sent (the RPC layer retried it already; the entries stay, to be sent again). A
+  // batch takes every entry waiting when it goes (up to batch_entries and batch_bytes), past `upto`
+  // too: callers that wait together share it (a group commit), and no entry is held back that could
+  // have gone.
   absl::Status Flush(uint64_t upto = UINT64_MAX) ABSL_LOCKS_EXCLUDED(mu_);
   // Position of the last entry not applied yet that touches `ino`
   // (TouchedBy), or 0: what an fsync of the file waits for (the entries
@@ -93,6 +94,9 @@ class NsLog {
 
   // OK, or why the log stopped (an entry refused: its errno).
   absl::Status error() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the refused entry, or one dropped after it, touched `ino`
+  // (TouchedBy): a change of it the mount answered is not on the server.
+  bool Dropped(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // Entries not applied yet.
   size_t pending() ABSL_LOCKS_EXCLUDED(mu_);
   // The lowest inode number a create not applied yet uses (0: none): the
@@ -147,6 +151,12 @@ class NsLog {
   bool sending_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status send_error_ ABSL_GUARDED_BY(mu_);  // of the last batch that could not go
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // sticky: an entry was refused
+  // The refused entry's position, and the inodes it and the entries
+  // dropped after it touched (at most kMaxDropped: past it, every inode
+  // counts).
+  uint64_t refused_pos_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr size_t kMaxDropped = 1 << 16;
+  absl::flat_hash_set<uint64_t> dropped_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread ager_;
 };

@@ -178,7 +178,7 @@ TEST(NsLog, AFlushThatCannotGetThroughGivesUpAndKeepsTheEntries) {
 TEST(NsLog, ARefusedEntryStopsTheLogAndDropsWhatCameAfterIt) {
   FakeServer server;
   NsLog log(NsLogOptions(), SendTo(&server));
-  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(log.Append(Entry(i)).ok());
+  for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(log.Append(Entry(i, 100 + i)).ok());
   server.set_refuse(3);
   absl::Status s = log.Flush();
   EXPECT_EQ(ToErrno(s), EEXIST);
@@ -187,6 +187,13 @@ TEST(NsLog, ARefusedEntryStopsTheLogAndDropsWhatCameAfterIt) {
   EXPECT_EQ(ToErrno(log.error()), EEXIST);
   EXPECT_EQ(ToErrno(log.Append(Entry(6)).status()), EEXIST);
   EXPECT_EQ(ToErrno(log.Flush()), EEXIST);
+  // What an fsync of one file asks: its entries before the refused one
+  // were applied; those from it on were not.
+  EXPECT_TRUE(log.Flush(2).ok());
+  EXPECT_EQ(ToErrno(log.Flush(3)), EEXIST);
+  EXPECT_FALSE(log.Dropped(101));
+  EXPECT_FALSE(log.Dropped(102));
+  for (uint64_t ino : {103, 104, 105, 7}) EXPECT_TRUE(log.Dropped(ino)) << ino;
 }
 
 TEST(NsLog, TouchesSaysWhichInodesPendingEntriesChangeUntilTheyAreApplied) {
