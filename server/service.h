@@ -114,6 +114,11 @@ class GrantFsService final {
   // recalls then do not wait for the sessions a server that took over
   // inherited (RequestContext::log_entry), as for log entries.
   bool GrantedWrite(const RequestContext& rc, const proto::WriteRequest& req);
+  // Stores the data of `req` as a Write call or a write entry of a log does
+  // (`sync`: the request's own wish): the mount's time of it and its
+  // keep_times on rc.tag, the bytes counted in flight and in the metrics.
+  absl::StatusOr<proto::Attr> StoreWrite(const RequestContext& rc, const proto::WriteRequest& req,
+                                         bool sync, uint64_t* grant_used);
   // For a node restricted to a subtree: the inode `name` in `parent` names
   // now (0: none), which it must reach like an inode of the call (Reaches).
   // Remove and Rename act on names; a name may be a link from outside.

@@ -435,19 +435,8 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
   };
   auto body = [&](const RequestContext& rc, const proto::DedupeRecord*) -> absl::Status {
     uint64_t grant_used = 0;
-    FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req->data().size());
-    if (rc.tag != nullptr) {
-      // The mount's time of the write, or its word that the file's times
-      // were set after it (WriteRequest). A mount's clock ahead of the
-      // server's by more than a second is not followed (a file's ctime
-      // in the future would stop later writes from moving it).
-      rc.tag->time_ns = ClampMountTime(req->time_ns());
-      rc.tag->keep_times = req->keep_times();
-    }
-    auto r = volume_->Write(rc, req->ino(), req->offset(), req->data(), req->sync(),
-                            req->from_grant(), &grant_used);
+    auto r = StoreWrite(rc, *req, req->sync(), &grant_used);
     if (r.ok()) {
-      if (options_.metrics != nullptr) options_.metrics->AddWritten(req->data().size());
       *reply->mutable_attr() = *r;
       reply->set_synced_always(volume_->syncs_data());
       FillStatFs(reply->mutable_space());
@@ -459,6 +448,24 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
   // (The data of a file made in a directory granted to the mount: Serve
   // checks WriteRequest.granted, GrantedWrite.)
   return ServeOnce("Write", ctx, req, reply, {req->ino()}, prior, body);
+}
+
+absl::StatusOr<proto::Attr> GrantFsService::StoreWrite(const RequestContext& rc,
+                                                       const proto::WriteRequest& req, bool sync,
+                                                       uint64_t* grant_used) {
+  FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req.data().size());
+  if (rc.tag != nullptr) {
+    // The mount's time of the write, or its word that the file's times
+    // were set after it (WriteRequest). A mount's clock ahead of the
+    // server's by more than a second is not followed (a file's ctime
+    // in the future would stop later writes from moving it).
+    rc.tag->time_ns = ClampMountTime(req.time_ns());
+    rc.tag->keep_times = req.keep_times();
+  }
+  absl::StatusOr<proto::Attr> r =
+      volume_->Write(rc, req.ino(), req.offset(), req.data(), sync, req.from_grant(), grant_used);
+  if (r.ok() && options_.metrics != nullptr) options_.metrics->AddWritten(req.data().size());
+  return r;
 }
 
 bool GrantFsService::GrantedWrite(const RequestContext& rc, const proto::WriteRequest& req) {

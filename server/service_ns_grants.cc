@@ -291,15 +291,10 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
     case proto::LogEntry::kWrite: {
       // As a Write (service_fs.cc), with the batch's one wait for
       // durability.
-      const proto::WriteRequest& r = e.write();
-      tag->keep_times = r.keep_times();
-      FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, r.data().size());
       uint64_t grant_used = 0;
-      absl::StatusOr<proto::Attr> a = volume_->Write(erc, r.ino(), r.offset(), r.data(),
-                                                     /*sync=*/false, r.from_grant(), &grant_used);
+      absl::StatusOr<proto::Attr> a = StoreWrite(erc, e.write(), /*sync=*/false, &grant_used);
       s = a.status();
       if (!a.ok()) break;
-      if (options_.metrics != nullptr) options_.metrics->AddWritten(r.data().size());
       proto::LogWritten* w = reply->add_written();
       w->set_seq(e.seq());
       w->set_grant_used_bytes(grant_used);
