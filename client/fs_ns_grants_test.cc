@@ -38,12 +38,14 @@ class NsGrantsMountTest : public ServiceTest {
     ServiceTest::TearDown();
   }
   // A mount of the server (namespace grants on unless `grants` is false).
-  FileSystem* Mount(bool grants = true, const NsGrantsOptions& ns = {}) {
+  // `retry_for`: how long a call is retried before it fails (UNAVAILABLE).
+  FileSystem* Mount(bool grants = true, const NsGrantsOptions& ns = {},
+                    absl::Duration retry_for = absl::Seconds(20)) {
     RpcClientOptions ro;
     ro.servers = {"127.0.0.1:" + std::to_string(port_)};
     ro.transport = Transport::Insecure("s3cret");
     ro.call_timeout = absl::Seconds(10);
-    ro.retry_for = absl::Seconds(20);
+    ro.retry_for = retry_for;
     absl::StatusOr<std::unique_ptr<RpcClient>> rpc = RpcClient::Create(ro);
     EXPECT_TRUE(rpc.ok()) << rpc.status();
     FileSystemOptions fo;
@@ -917,6 +919,46 @@ TEST_F(NsGrantsMountTest, AReopenForReadingDoesNotWaitForTheDataOfACloseThatDidN
   EXPECT_FALSE(a->ns_grants()->Owes(g.ino()));
   ASSERT_OK(a->Close(g.ino()));
   ASSERT_OK(a->Release(g.ino(), rh));
+}
+
+// The batch holding a write entry cannot be sent (the server answers no
+// ApplyLog): the entry stays in the log, and each retry of the extent (the
+// file's fsync here, the cache's flushers meanwhile) waits for that same
+// entry instead of appending it again. Once the server answers, the data
+// is stored once, from the log, with no Write call.
+TEST_F(NsGrantsMountTest, AWriteEntryWhoseBatchCouldNotBeSentIsSentOnceLater) {
+  NsGrantsOptions ns;
+  ns.log.max_age = absl::Hours(1);
+  FileSystem* a = Mount(true, ns, absl::Seconds(1));
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK(a->FsyncDir(d));
+  uint64_t h = 0;
+  ASSERT_OK_AND_ASSIGN(proto::Attr f, a->Create(root_, d, "f", 0644, 022, O_CREAT | O_WRONLY, &h));
+  const std::string text(3000, 'q');
+  ASSERT_OK(a->Write(root_, f.ino(), 0, text.data(), text.size()).status());
+  const uint64_t writes = Calls("Write");
+  const uint64_t written = metrics_.written_bytes();
+  Refuse("ApplyLog");
+  ASSERT_OK(a->Close(f.ino()));  // does not wait: the mount holds d
+  ASSERT_TRUE(a->ns_grants()->Owes(f.ino()));
+  ASSERT_OK(a->Release(f.ino(), h));  // a log entry
+  EXPECT_FALSE(a->Fsync(root_, f.ino()).ok());
+  // The create, open, close and the data: one write entry, kept.
+  const size_t pending = a->ns_grants()->stats().pending;
+  EXPECT_EQ(pending, 4u);
+  EXPECT_FALSE(a->Fsync(root_, f.ino()).ok());
+  EXPECT_EQ(a->ns_grants()->stats().pending, pending);
+  Refuse("");
+  ASSERT_OK(a->Fsync(root_, f.ino()));
+  EXPECT_OK(a->FsyncDir(d));
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  EXPECT_EQ(Calls("Write"), writes);
+  EXPECT_EQ(metrics_.written_bytes(), written + text.size());
+  absl::StatusOr<std::string> got = volume_->Read(RequestContext(), f.ino(), 0, 10000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, text);
+  EXPECT_EQ(volume_->SpaceCounts().used_bytes, 4096u);
+  EXPECT_OK(a->ns_grants()->Sync());
 }
 
 }  // namespace

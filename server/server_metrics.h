@@ -28,6 +28,7 @@ class ServerMetrics {
   OpLatencies& calls() { return calls_; }
   void AddRead(uint64_t bytes) { read_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   void AddWritten(uint64_t bytes) { written_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  uint64_t written_bytes() const { return written_bytes_.load(std::memory_order_relaxed); }
 
   // The endpoint whose Status the metrics show (null: none, e.g. between
   // roles), and the role it serves. Returns once no render uses the one

@@ -35,6 +35,11 @@ struct ServiceOptions {
   // Where calls are counted and timed (--metrics_addr); nullptr: nowhere.
   // Not owned; outlives the service.
   ServerMetrics* metrics = nullptr;
+  // Tests only: a call of a method (its name, as counted in `metrics`) for
+  // which `refuse` returns a status other than OK is answered with that
+  // status and not served, as by a server that cannot be reached. Empty:
+  // every call is served.
+  std::function<grpc::Status(const char* op)> refuse;
 };
 
 class GrantFsService final {

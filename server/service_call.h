@@ -159,6 +159,9 @@ class CreditOnReply {
 template <bool kChange, typename Req, typename Reply, typename Body>
 grpc::Status GrantFsService::Serve(const char* op, Ctx* ctx, const Req* req, Reply* reply,
                                    std::initializer_list<uint64_t> inos, Body body) {
+  if (options_.refuse) {
+    if (grpc::Status refused = options_.refuse(op); !refused.ok()) return refused;
+  }
   OpTimer timer(options_.metrics != nullptr ? options_.metrics->calls().For(op) : nullptr);
   if (grpc::Status gate = Gate(); !gate.ok()) return gate;
   RequestContext rc;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "server/service.h"
 #include "server/service_endpoint.h"
@@ -61,6 +63,11 @@ class ServiceTest : public ::testing::Test {
     ServiceOptions so;
     so.transport = Transport::Insecure("s3cret");
     so.metrics = &metrics_;
+    so.refuse = [this](const char* op) {
+      absl::MutexLock l(&refuse_mu_);
+      if (refused_op_ != op) return grpc::Status::OK;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "refused by the test");
+    };
     service_ = std::make_unique<GrantFsService>(volume_.get(), so);
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:" + std::to_string(port_), grpc::InsecureServerCredentials(),
@@ -101,12 +108,21 @@ class ServiceTest : public ::testing::Test {
     return reply.err();
   }
 
+  // Calls of method `op` are answered UNAVAILABLE, unserved, as by a server
+  // that cannot be reached ("": none).
+  void Refuse(const std::string& op) {
+    absl::MutexLock l(&refuse_mu_);
+    refused_op_ = op;
+  }
+
   // Calls of `op` the server served so far (across restarts).
   uint64_t Calls(const char* op) { return metrics_.calls().For(op)->count(); }
 
   // The volume's metadata lease (set before SetUp).
   absl::Duration meta_lease_ = absl::Seconds(3);
   ServerMetrics metrics_;
+  absl::Mutex refuse_mu_;
+  std::string refused_op_ ABSL_GUARDED_BY(refuse_mu_);
   std::string dir_;
   std::unique_ptr<Volume> volume_;
   std::unique_ptr<GrantFsService> service_;
