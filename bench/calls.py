@@ -2,7 +2,7 @@
 """Where the calls go: a workload on one mount of a standalone server, with
 what it cost in calls and CPU, for one or more builds alternated.
 
-    bench/calls.py [--builds DIR ...] [--runs 3] [--workload dbench|coldfind]
+    bench/calls.py [--builds DIR ...] [--runs 3] [--workload dbench|coldfind|untar]
                    [--secs 15] [--mount-flag=--ns_grants=on ...] [--server-flag=...]
                    [--perf server|mount]
 
@@ -18,6 +18,12 @@ files) made on one mount, then `find` over it from a fresh mount of the
 same server (another node that never saw it; the server's caches are
 warm), and again from that mount (warm). Prints both times and the cold
 walk's calls.
+
+untar: `tar x` of a tarball of 20,000 small files (bench/suitelib/tarball.py,
+on the local disk, made once per invocation) into the mount, then `sync -f`
+(what the mount answered is on the server, durable). Prints the time of
+both together, the tar alone, the calls and the CPU. --files N changes the
+count.
 
 With several --builds, run i of each build is made before run i+1 of any, so
 a machine that slows down (builds, other tests) shows in every build alike;
@@ -42,6 +48,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import suitelib  # noqa: E402,F401 (puts tests/ on the path)
+from suitelib.tarball import make_tarball  # noqa: E402
 from kit.keys import use_cluster_keys  # noqa: E402
 from kit.mount import Mount  # noqa: E402
 from kit.ports import free_port  # noqa: E402
@@ -170,12 +177,43 @@ def coldfind(t, cold, sport, perf):
             "cpu": (s1 - s0, m1 - m0)}
 
 
+_TARBALLS = {}
+
+
+def tarball(files):
+    """A tarball of `files` small files on the local disk, made once."""
+    if files not in _TARBALLS:
+        base = tempfile.mkdtemp(prefix="calls-tar-", dir="/var/tmp")
+        _TARBALLS[files] = (base, make_tarball(base, files))
+    return _TARBALLS[files][1]
+
+
+def run_untar(build, args, perf):
+    tar = tarball(args.files)
+    with standalone(build, args) as (t, sport):
+        server, mount = t.server.proc, t.mounts[0].proc
+        p = start_perf(server if perf == "server" else mount) if perf else None
+        c0, s0, m0 = server_calls(sport), cpu_seconds(server), cpu_seconds(mount)
+        w = time.monotonic()
+        subprocess.run(["tar", "xf", tar, "-C", t.n1], check=True, timeout=1800)
+        untar = time.monotonic() - w
+        subprocess.run(["sync", "-f", t.n1], check=True, timeout=600)
+        elapsed = time.monotonic() - w
+        s1, m1, c1 = cpu_seconds(server), cpu_seconds(mount), server_calls(sport)
+        if p:
+            p.send_signal(2)
+            p.wait(timeout=60)
+        return {"value": elapsed, "unit": "s (tar x + sync)", "warm": untar,
+                "calls": diff_calls(c0, c1), "cpu": (s1 - s0, m1 - m0)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--builds", nargs="+",
                     default=[os.environ.get("GRANTFS_BUILD", os.path.join(os.getcwd(), "build"))])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workload", choices=["dbench", "coldfind"], default="dbench")
+    ap.add_argument("--workload", choices=["dbench", "coldfind", "untar"], default="dbench")
+    ap.add_argument("--files", type=int, default=20000, help="untar: files in the tarball")
     ap.add_argument("--secs", type=int, default=15)
     ap.add_argument("--mount-flag", action="append", default=[],
                     help="a grantfs-mount flag, e.g. --mount-flag=--ns_grants=on (repeatable)")
@@ -184,7 +222,7 @@ def main():
     ap.add_argument("--perf", choices=["server", "mount"])
     args = ap.parse_args()
     use_cluster_keys()
-    run = run_dbench if args.workload == "dbench" else run_coldfind
+    run = {"dbench": run_dbench, "coldfind": run_coldfind, "untar": run_untar}[args.workload]
     results = {b: [] for b in args.builds}
     for i in range(args.runs):
         for j, b in enumerate(args.builds):
@@ -192,13 +230,16 @@ def main():
             results[b].append(r)
             calls = ", ".join(f"{op} {int(n)} ({s:.2f} s)"
                               for op, (n, s) in sorted(r["calls"].items(), key=lambda x: -x[1][0]))
-            extra = f", warm {r['warm']:.3f} s" if "warm" in r else ""
+            label = "tar x alone" if args.workload == "untar" else "warm"
+            extra = f", {label} {r['warm']:.3f} s" if "warm" in r else ""
             print(f"run {i + 1} {b}: {r['value']:.3f} {r['unit']}{extra}; cpu server "
                   f"{r['cpu'][0]:.1f} s, mount {r['cpu'][1]:.1f} s; calls: {calls}", flush=True)
             if "ops" in r:
                 ops = ", ".join(f"{op} {int(n)} ({s:.2f} s)"
                                 for op, (n, s) in sorted(r["ops"].items(), key=lambda x: -x[1][1]))
                 print(f"  the mount's FUSE operations, by time: {ops}", flush=True)
+    for base, _ in _TARBALLS.values():
+        subprocess.run(["rm", "-rf", base])
     for b, rs in results.items():
         v = [r["value"] for r in rs]
         print(f"{b}: median {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f}) "

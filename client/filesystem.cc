@@ -31,6 +31,11 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
     });
     WriteCacheOptions cache_options = options_.cache;
     if (!cache_options.credit) cache_options.credit = [this] { return rpc_->credit_bytes(); };
+    // An extent handed to the namespace log goes with its next batch; a
+    // wait for it sends the log that far.
+    cache_options.hurry = [this](uint64_t ino) {
+      return ns_ != nullptr ? ns_->SendWrites(ino) : absl::OkStatus();
+    };
     cache_ = std::make_unique<WriteCache>(
         cache_options, pool_.get(),
         [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
@@ -48,15 +53,21 @@ FileSystem::FileSystem(const FileSystemOptions& options, std::unique_ptr<RpcClie
             fetch.emplace(cache_.get());
           }
           // The data of a close that did not wait, in a granted directory:
-          // in the namespace log when small (NsGrants::LogWrite), or a
-          // Write that says so.
-          std::optional<absl::StatusOr<proto::WriteReply>> logged;
-          if (ns_ != nullptr) logged = ns_->LogWrite(ino, offset, data, time.ns, time.keep);
-          if (logged && logged->ok()) meta_.NoteWritten(ino, &**logged);
-          absl::StatusOr<proto::WriteReply> sent =
-              logged ? *std::move(logged)
-                     : meta_.WriteFromGrant(ino, offset, std::move(data), time.ns, time.keep,
-                                            ns_ != nullptr && ns_->Owes(ino));
+          // in the namespace log's next batch when small (NsGrants::LogWrite;
+          // the extent is settled when the batch is applied: LoggedWrite), or
+          // a Write that says so.
+          if (ns_ != nullptr && ns_->LogWrite(ino, offset, data, time.ns, time.keep,
+                                              [this, ino, offset, key = data.get(), token,
+                                               kept](absl::StatusOr<proto::WriteReply> r) {
+                                                LoggedWrite(ino, offset, key, token, kept,
+                                                            std::move(r));
+                                              })) {
+            WriteCache::FlushResult later;
+            later.later = true;
+            return later;
+          }
+          absl::StatusOr<proto::WriteReply> sent = meta_.WriteFromGrant(
+              ino, offset, std::move(data), time.ns, time.keep, ns_ != nullptr && ns_->Owes(ino));
           // The server keeps this mount's lease on what its own write
           // changed: the leased attributes are dropped here, before the
           // cache forgets the extent (CachedAttr patches them with it until
@@ -821,7 +832,6 @@ absl::Status FileSystem::Release(uint64_t ino, uint64_t handle) {
   // A file removed here while open: its bytes go with its last close.
   if (cache_ && ns_ && cache_->Discarded(ino) && !handles_.IsOpen(ino)) {
     cache_->Released(ino);
-    ns_->ForgetWrites(ino);
   }
   if (ns_ && ns_->Release(ino, handle)) return absl::OkStatus();  // in the log
   return meta_.Release(ino, handle);
@@ -946,11 +956,34 @@ absl::Status FileSystem::Close(uint64_t ino) {
   return Flush(ino);
 }
 
+void FileSystem::LoggedWrite(uint64_t ino, uint64_t offset, const std::string* key,
+                             CleanCache::Token token, std::shared_ptr<const std::string> kept,
+                             absl::StatusOr<proto::WriteReply> sent) {
+  // As the write cache's FlushRpc does after a Write call (the
+  // constructor), without keeping the reply's attributes.
+  if (sent.ok()) meta_.NoteWritten(ino, &*sent);
+  if (leases_) {
+    leases_->AttrChanged(ino);
+    // (ABORTED: nothing of it was stored; it is sent again.)
+    if (!sent.ok() && !absl::IsAborted(sent.status())) leases_->DataUnsure(ino);
+  }
+  if (!sent.ok()) {
+    cache_->Settle(ino, key, sent.status());
+    return;
+  }
+  if (clean_) clean_->Put(ino, token, offset, std::move(kept), sent->attr().size());
+  WriteCache::FlushResult r;
+  r.grant_used = sent->grant_used_bytes();
+  r.size = sent->attr().size();
+  r.mtime_ns = sent->attr().mtime_ns();
+  r.ctime_ns = sent->attr().ctime_ns();
+  cache_->Settle(ino, key, r);
+}
+
 void FileSystem::Gone(uint64_t ino) {
   if (cache_ && ns_->TakeDeferred(ino)) {
     const bool open = handles_.IsOpen(ino);
     cache_->Discard(ino, open);
-    if (!open) ns_->ForgetWrites(ino);  // its bytes are dropped unsent
   }
 }
 

@@ -275,6 +275,10 @@ class FileSystem {
   void ChangedNamesIn(const Creds& c, uint64_t dir);
   void KeepAttr(const LeaseCache::Ticket& t, const WriteCache::AttrFetch& fetch,
                 const proto::Attr& attr, bool own = false);
+  // The answer to the write entry NsGrants::LogWrite took for the write
+  // cache's extent `key` of `ino` at `offset`: settles it there.
+  void LoggedWrite(uint64_t ino, uint64_t offset, const std::string* key, CleanCache::Token token,
+                   std::shared_ptr<const std::string> kept, absl::StatusOr<proto::WriteReply> sent);
   // `ino` lost its last name in the namespace log: data cached for a close
   // that did not wait is dropped, unless the file is still open here.
   void Gone(uint64_t ino);

@@ -961,5 +961,39 @@ TEST_F(NsGrantsMountTest, AWriteEntryWhoseBatchCouldNotBeSentIsSentOnceLater) {
   EXPECT_OK(a->ns_grants()->Sync());
 }
 
+// The data of closed small files waits in the log for its batch like the
+// entries that made the files (by age, size, fsync, recall), instead of
+// sending a batch per file: here 20 files go in one ApplyLog, with no
+// Write call, when the directory is fsync'd.
+TEST_F(NsGrantsMountTest, TheDataOfClosedSmallFilesWaitsForTheLogsNextBatch) {
+  NsGrantsOptions ns;
+  ns.log.max_age = absl::Hours(1);  // the log goes only when asked
+  FileSystem* a = Mount(true, ns);
+  const uint64_t d = MkDir(a, kRoot, "d");
+  ASSERT_OK(a->FsyncDir(d));
+  const uint64_t writes = Calls("Write");
+  const uint64_t batches = Calls("ApplyLog");
+  std::vector<proto::Attr> files;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(MadeAndClosed(a, d, "f" + std::to_string(i), std::string(100 + i, 'a' + i)));
+  }
+  // The closes' data is handed to the log by the cache's flushers: each
+  // file's create, open, close and data.
+  for (int i = 0; i < 500 && a->ns_grants()->stats().pending < 80; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(a->ns_grants()->stats().pending, 80u);
+  EXPECT_EQ(Calls("ApplyLog"), batches);
+  ASSERT_OK(a->FsyncDir(d));
+  EXPECT_EQ(Calls("ApplyLog"), batches + 1);
+  EXPECT_EQ(Calls("Write"), writes);
+  EXPECT_EQ(a->ns_grants()->stats().pending, 0u);
+  FileSystem* b = Mount();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(proto::Attr seen, b->Lookup(root_, d, "f" + std::to_string(i)));
+    EXPECT_EQ(ReadAll(b, seen.ino()), std::string(100 + i, 'a' + i));
+  }
+}
+
 }  // namespace
 }  // namespace grantfs

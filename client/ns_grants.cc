@@ -46,6 +46,13 @@ void NsGrants::Stop() {
     LOG(ERROR) << "unmount: the namespace log (" << pending
                << " entries) could not be applied: " << s;
   }
+  {
+    // No data goes in the log any more (the write cache's last flushes
+    // are calls); write entries left in it (the server could not be
+    // reached) go when it is sent (a flush waiting for them sends it).
+    absl::MutexLock l(&mu_);
+    stopped_ = true;
+  }
   const Stats st = stats();
   LOG(INFO) << "namespace grants: " << st.local << " changes made here, " << st.fallback
             << " in granted directories the synchronous way, " << st.recalls << " grants recalled";
@@ -54,40 +61,57 @@ void NsGrants::Stop() {
 absl::StatusOr<proto::ApplyLogReply> NsGrants::Send(proto::ApplyLogRequest* req) {
   absl::StatusOr<proto::ApplyLogReply> reply = meta_->ApplyLog(req);
   if (!reply.ok()) return reply;
-  if (reply->written_size() > 0) {
-    // The answers LogWrite waits for (before the log takes the entries
-    // off: its Flush returns after this).
-    absl::flat_hash_map<uint64_t, uint64_t> file_of;  // seq -> ino
-    for (const proto::LogEntry& e : req->entries()) {
-      if (e.has_write()) file_of[e.seq()] = e.write().ino();
-    }
+  // The answers to write entries (LogWrite's `done`), called once the
+  // lock is let go.
+  std::vector<std::pair<WriteDone, absl::StatusOr<proto::WriteReply>>> answers;
+  {
     absl::MutexLock l(&mu_);
-    absl::flat_hash_set<uint64_t> waited;
-    for (const auto& [data, w] : log_writes_) waited.insert(w.seq);
     for (proto::LogWritten& w : *reply->mutable_written()) {
-      if (!waited.contains(w.seq())) continue;
+      auto it = log_writes_.find(w.seq());
+      if (it == log_writes_.end()) continue;
+      const uint64_t ino = it->second.ino;
+      absl::StatusOr<proto::WriteReply> r;
       if (w.err() != 0) {
         // Refused (its grant gone, a disk error): only the data was not
         // stored. The retry is a Write call, with an answer of its own; the
         // file's later changes are calls too.
-        const uint64_t ino = file_of[w.seq()];
         LOG(WARNING) << "namespace log: the server refused the data of inode " << ino << ": "
                      << ErrnoStatus(w.err(), "write entry") << "; sent again as a call";
         made_.erase(ino);
         tracked_.erase(ino);
-        // Aborted: LogWrite's mark of a refusal (its caller sends a Write).
-        written_[w.seq()] = absl::AbortedError(
-            absl::StrCat("the server refused the data of inode ", ino, " in the namespace log (",
-                         ErrnoStatus(w.err(), "write").ToString(), ")"));
-        continue;
+        r = absl::AbortedError(absl::StrCat("the server refused the data of inode ", ino,
+                                            " in the namespace log (",
+                                            ErrnoStatus(w.err(), "write").ToString(), ")"));
+      } else {
+        proto::WriteReply wr;
+        *wr.mutable_attr() = std::move(*w.mutable_attr());
+        wr.set_grant_used_bytes(w.grant_used_bytes());
+        wr.set_synced_always(reply->synced_always());
+        r = std::move(wr);
       }
-      proto::WriteReply r;
-      *r.mutable_attr() = std::move(*w.mutable_attr());
-      r.set_grant_used_bytes(w.grant_used_bytes());
-      r.set_synced_always(reply->synced_always());
-      written_[w.seq()] = std::move(r);
+      answers.emplace_back(std::move(it->second.done), std::move(r));
+      logged_bytes_ -= it->second.data->size();
+      log_writes_.erase(it);
+    }
+    // (As NsLog takes it: an entry answered with an errno, or not at all.)
+    bool refused = reply->errs_size() < req->entries_size();
+    for (int err : reply->errs()) refused = refused || err != 0;
+    if (refused) {
+      // The log drops the refused entry and every one after it (NsLog):
+      // the write entries not answered above are among them.
+      log_refused_ = true;
+      for (auto& [seq, w] : log_writes_) {
+        answers.emplace_back(std::move(w.done),
+                             absl::AbortedError(absl::StrCat(
+                                 "the data of inode ", w.ino,
+                                 " was dropped with the namespace log (an entry before it was "
+                                 "refused)")));
+      }
+      log_writes_.clear();
+      logged_bytes_ = 0;
     }
   }
+  for (auto& [done, r] : answers) done(std::move(r));
   for (uint64_t ino : reply->unleased()) {
     // Not leased to this mount by the server: not kept as if it were.
     leases_->Recall({LeaseCache::Kind::kAttr, ino});
@@ -347,87 +371,53 @@ bool NsGrants::TakeDeferred(uint64_t ino) {
   return true;
 }
 
-void NsGrants::ForgetWrites(uint64_t ino) {
-  absl::MutexLock l(&mu_);
-  for (auto w = log_writes_.begin(); w != log_writes_.end();) {
-    if (w->second.ino == ino && w->second.waiting == 0) {
-      log_writes_.erase(w++);
-    } else {
-      ++w;
-    }
-  }
-}
-
-std::optional<absl::StatusOr<proto::WriteReply>> NsGrants::LogWrite(
-    uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data, int64_t time_ns,
-    bool keep_times) {
+bool NsGrants::LogWrite(uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
+                        int64_t time_ns, bool keep_times, WriteDone done) {
   // Whether the file's data may go in the log now (its directory granted
   // or being recalled: the server holds the grant until the recall's ack).
   auto eligible = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto m = made_.find(ino);
     return data->size() <= kMaxLogWriteBytes && log_writes_.size() < kMaxLogWrites &&
-           deferred_.contains(ino) && m != made_.end() && !diverged_ &&
+           logged_bytes_ + data->size() <= kMaxLoggedBytes && deferred_.contains(ino) &&
+           m != made_.end() && !diverged_ && !log_refused_ && !stopped_ &&
            (granted_.contains(m->second) || recalling_.contains(m->second));
   };
-  uint64_t seq = 0, pos = 0;
   {
     absl::MutexLock l(&mu_);
-    auto pending = log_writes_.find(data.get());
-    if (pending != log_writes_.end()) {
-      seq = pending->second.seq;
-      pos = pending->second.pos;
-      ++pending->second.waiting;
-    } else if (!eligible()) {
-      return std::nullopt;
-    }
+    if (!eligible()) return false;
   }
-  if (seq == 0) {
-    // The entry is made outside mu_ (its bytes are copied).
-    std::vector<proto::LogEntry> entries;
-    proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), time_ns));
-    proto::WriteRequest* w = e.mutable_write();
-    w->set_ino(ino);
-    w->set_offset(offset);
-    w->set_data(*data);
-    w->set_from_grant(true);
-    w->set_time_ns(time_ns);
-    w->set_keep_times(keep_times);
-    w->set_granted(true);
-    absl::MutexLock l(&mu_);
-    // Appended under mu_, checked again: a recall of the directory (which
-    // takes mu_ first) applies it with the rest of the log, and an unlink
-    // here (TakeDeferred) comes after it.
-    if (!eligible()) return std::nullopt;
-    seq = e.seq();
-    absl::StatusOr<uint64_t> appended = log_->TryAppend(std::move(entries));
-    if (!appended.ok()) return std::nullopt;  // full, or stopped: a call
-    pos = *appended;
-    log_writes_[data.get()] = LoggedWrite{data, 1, ino, seq, pos};
-  }
-  const absl::Status s = log_->Flush(pos);
+  // The entry is made outside mu_ (its bytes are copied).
+  std::vector<proto::LogEntry> entries;
+  proto::LogEntry& e = entries.emplace_back(NewEntry(Creds(), time_ns));
+  proto::WriteRequest* w = e.mutable_write();
+  w->set_ino(ino);
+  w->set_offset(offset);
+  w->set_data(*data);
+  w->set_from_grant(true);
+  w->set_time_ns(time_ns);
+  w->set_keep_times(keep_times);
+  w->set_granted(true);
   absl::MutexLock l(&mu_);
-  auto mine = log_writes_.find(data.get());
-  if (mine != log_writes_.end()) --mine->second.waiting;
-  auto done = written_.find(seq);
-  if (done != written_.end()) {
-    absl::StatusOr<proto::WriteReply> r = std::move(done->second);
-    written_.erase(done);
-    log_writes_.erase(data.get());
-    if (!r.ok() && absl::IsAborted(r.status())) return std::nullopt;  // refused: a call
-    return r;
-  }
-  // Not sent yet (no server answered): the entry stays, and a retry of
-  // the extent waits for it.
-  if (!s.ok() && log_->error().ok()) return s;
-  log_writes_.erase(data.get());
-  // Dropped with the log (an entry before it was refused): never applied.
-  if (!s.ok()) return std::nullopt;  // a call
-  // Applied, and no answer kept (not expected: Send keeps those of every
-  // entry in log_writes_). The bytes are on the server; a call writes them
-  // again, to have an answer.
-  LOG(WARNING) << "namespace log: no answer kept for the data of inode " << ino << " (entry " << seq
-               << "); sent again as a call";
-  return std::nullopt;
+  // Appended under mu_, checked again: a recall of the directory (which
+  // takes mu_ first) applies it with the rest of the log, and an unlink
+  // here (TakeDeferred) comes after it. Registered before the log can
+  // send it (Send takes mu_ for the answer).
+  if (!eligible()) return false;
+  const uint64_t seq = e.seq();
+  const size_t bytes = data->size();
+  if (!log_->TryAppend(std::move(entries)).ok()) return false;  // full, or stopped: a call
+  log_writes_[seq] = LoggedWrite{ino, std::move(data), std::move(done)};
+  logged_bytes_ += bytes;
+  return true;
+}
+
+absl::Status NsGrants::SendWrites(uint64_t ino) {
+  const uint64_t pos = log_->LastTouching(ino);
+  if (pos == 0) return absl::OkStatus();
+  absl::Status s = log_->Flush(pos);
+  // Refused: the write entries were answered (dropped; sent again as calls).
+  if (!log_->error().ok()) return absl::OkStatus();
+  return s;
 }
 
 void NsGrants::DropAll() {

@@ -266,27 +266,29 @@ class NsGrants {
   // `ino` lost its name here (an unlink or rename over it in the log):
   // whether its close was deferred (its cached bytes may be dropped).
   bool TakeDeferred(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
-  // The write cache dropped the cached bytes of `ino` unsent (removed
-  // here, no open left): a write entry of theirs still in the log that no
-  // LogWrite waits for now will never be asked about again; its answer is
-  // not kept.
-  void ForgetWrites(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
   // A flush of the write cache (its FlushRpc), for a file whose data is
   // owed here: the extent goes in the log as a write entry, after the
   // entries that made the file, and is answered when its batch is applied
   // (one ApplyLog and one sync for the file and its data, not a Write call
-  // after the log's own). Only while the file's directory is granted here,
-  // or being recalled (the recall's sends), and for at most
-  // kMaxLogWriteBytes; nullopt: the caller sends a Write.
-  // A retry of an extent (the same `data`) whose entry is still in the log
-  // waits for that entry, whatever the file's state now: it is never
-  // appended twice. The reply's attr, grant_used_bytes and synced_always
-  // are set, as a Write's. An entry the server refused, or dropped with
-  // the log, is forgotten and nullopt returned: the caller sends the Write
-  // at once (its answer is the file's fsync's, not the refusal's).
-  std::optional<absl::StatusOr<proto::WriteReply>> LogWrite(
-      uint64_t ino, uint64_t offset, const std::shared_ptr<const std::string>& data,
-      int64_t time_ns, bool keep_times) ABSL_LOCKS_EXCLUDED(mu_);
+  // after the log's own): then `done` is called, once, by the thread that
+  // sent the batch, with no lock held (it must not apply the log itself:
+  // no call through MetaClient). True when the entry was appended; false:
+  // the caller sends a Write (the file's directory not granted here nor
+  // being recalled, the piece over kMaxLogWriteBytes, kMaxLogWrites or
+  // kMaxLoggedBytes in the log already, the log full or stopped).
+  // `done` gets the reply's attr, grant_used_bytes and synced_always, as a
+  // Write's; or ABORTED when the entry was refused or dropped with the log
+  // (nothing of it stored: the caller sends it again, as a Write, and
+  // reports no failure); nothing while the batch cannot be sent (the entry
+  // stays in the log). `data` is held until then.
+  using WriteDone = std::function<void(absl::StatusOr<proto::WriteReply>)>;
+  bool LogWrite(uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
+                int64_t time_ns, bool keep_times, WriteDone done) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends the log up to the last entry touching `ino` (its write entries
+  // among them) and returns once that was applied: the write cache's wait
+  // for an extent LogWrite took (WriteCacheOptions.hurry). OK also when the
+  // log was refused (the entries' `done` was called).
+  absl::Status SendWrites(uint64_t ino) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
     uint64_t local = 0;     // changes made here
@@ -422,21 +424,23 @@ class NsGrants {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t defer_gen_ ABSL_GUARDED_BY(mu_) = 0;
-  // Write entries in the log (LogWrite), by the extent's bytes (held, so
-  // the address stays theirs), and the answers to them (by seq) that
-  // Send stored and LogWrite has not taken yet. At most kMaxLogWrites:
-  // past it, flushes are calls.
+  // Write entries in the log (LogWrite), by sequence number, until
+  // answered or dropped (Send). At most kMaxLogWrites and kMaxLoggedBytes
+  // of data: past them, flushes are calls.
   static constexpr uint64_t kMaxLogWriteBytes = 256 << 10;
   static constexpr size_t kMaxLogWrites = 256;
+  static constexpr uint64_t kMaxLoggedBytes = 16 << 20;
   struct LoggedWrite {
-    std::shared_ptr<const std::string> data;
-    int waiting = 0;  // LogWrite calls waiting for its answer now
     uint64_t ino = 0;
-    uint64_t seq = 0;
-    uint64_t pos = 0;  // in the log
+    std::shared_ptr<const std::string> data;
+    WriteDone done;
   };
-  absl::flat_hash_map<const std::string*, LoggedWrite> log_writes_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, absl::StatusOr<proto::WriteReply>> written_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, LoggedWrite> log_writes_ ABSL_GUARDED_BY(mu_);
+  uint64_t logged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The server refused an entry (Send saw it): nothing more goes in the
+  // log from LogWrite; stopped_: Stop began.
+  bool log_refused_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // SendAllDeferred's failures in a row; at kMaxSendFailures what is owed
   // is given up (the mount subscribes without it).
   static constexpr int kMaxSendFailures = 3;

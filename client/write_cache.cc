@@ -299,6 +299,54 @@ bool WriteCache::SendLocked(uint64_t ino, const std::shared_ptr<Extent>& e,
   recheck_.insert(ino);  // its file's next extent may be sendable now
   --in_flight_;
   in_flight_bytes_ -= e->data.size();
+  if (r.ok() && r->later) {
+    e->handed = true;  // still flushing, until Settle
+    ++e->handoffs;
+    if (e->early) {  // Settle came first
+      absl::StatusOr<FlushResult> early = *std::move(e->early);
+      e->early.reset();
+      return SettleHanded(ino, e, early);
+    }
+    return true;
+  }
+  e->early.reset();  // (a Settle for a FlushRpc that did not hand it: ignored)
+  return SettleLocked(ino, e, r);
+}
+
+void WriteCache::Settle(uint64_t ino, const std::string* data, absl::StatusOr<FlushResult> result) {
+  absl::MutexLock l(&mu_);
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return;
+  for (const auto& e : it->second.extents) {
+    if (&e->data != data || !e->flushing) continue;
+    if (result.ok() && result->later) result = absl::InternalError("settled as `later` again");
+    if (!e->handed) {
+      // Answered before its FlushRpc returned `later` (the batch went at
+      // once): SendLocked settles it when it does.
+      e->early = std::move(result);
+      return;
+    }
+    const std::shared_ptr<Extent> keep = e;  // SettleLocked takes it off the list
+    SettleHanded(ino, keep, result);
+    return;
+  }
+}
+
+bool WriteCache::SettleHanded(uint64_t ino, const std::shared_ptr<Extent>& e,
+                              const absl::StatusOr<FlushResult>& r) {
+  e->handed = false;
+  recheck_.insert(ino);
+  if (absl::IsAborted(r.status())) {
+    // Nothing of it was stored: sent again, and no failure to report.
+    e->flushing = false;
+    e->sealed = true;
+    return true;
+  }
+  return SettleLocked(ino, e, r);
+}
+
+bool WriteCache::SettleLocked(uint64_t ino, const std::shared_ptr<Extent>& e,
+                              const absl::StatusOr<FlushResult>& r) {
   Inode& inode = inodes_[ino];
   if (r.ok()) {
     ++ack_seq_;
@@ -362,7 +410,9 @@ void WriteCache::TimesSet(uint64_t ino) {
     auto i = inodes_.find(ino);
     if (i == inodes_.end()) return true;
     for (const auto& e : i->second.extents) {
-      if (e->flushing) return false;
+      // One handed to the namespace log is there before the setattr that
+      // follows this call: applied first.
+      if (e->flushing && !e->handed) return false;
     }
     return true;
   };
@@ -458,9 +508,48 @@ absl::Status WriteCache::FlushLocked(uint64_t ino, bool report_dropped) {
     }
     return !left || (failed && !in_flight);
   };
-  mu_.Await(absl::Condition(&done));
+  // An extent handed elsewhere goes when its sender sends it: hurried once
+  // per hand-off (an error ends the wait: the extent stays handed, to go
+  // later).
+  std::map<const Extent*, uint64_t> hurried;  // hand-offs seen by a hurry
+  absl::Status hurry_error;
+  auto handed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!options_.hurry) return false;
+    for (const auto& [e, failures] : mine) {
+      if (!e->handed || !pending(e)) continue;
+      auto h = hurried.find(e.get());
+      if (h == hurried.end() || h->second != e->handoffs) return true;
+    }
+    return false;
+  };
+  auto done_or_handed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done() || handed(); };
+  for (;;) {
+    mu_.Await(absl::Condition(&done_or_handed));
+    if (done()) break;
+    for (const auto& [e, failures] : mine) {
+      if (e->handed) hurried[e.get()] = e->handoffs;
+    }
+    mu_.Unlock();
+    hurry_error = options_.hurry(ino);
+    mu_.Lock();
+    if (!hurry_error.ok()) break;
+  }
+  if (!hurry_error.ok()) {
+    // The handed extents could not be sent now (they stay, to go later):
+    // what else is in flight is waited for, and the error stands only
+    // while one of them is still not stored.
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (done()) return true;
+      for (const auto& [e, failures] : mine) {
+        if (pending(e) && e->flushing && !e->handed) return false;
+      }
+      return true;
+    };
+    mu_.Await(absl::Condition(&settled));
+    if (done()) hurry_error = absl::OkStatus();
+  }
   if (--inode.urgent == 0) urgent_.erase(ino);
-  absl::Status err;
+  absl::Status err = hurry_error;
   for (const auto& [e, failures] : mine) {
     if (pending(e) && e->failures > failures) {
       err = e->last_error;
@@ -548,10 +637,19 @@ absl::Status WriteCache::FlushMany(const std::vector<uint64_t>& ids, bool report
   for (uint64_t id : held) {
     // `here`: sent from this thread too, one extent at a time in write
     // order (the flushers may all be held up by the server).
+    // An extent handed elsewhere (FlushResult.later) is hurried, once per
+    // hand-off, and the round goes on: what waited behind it (an
+    // overlapping later write, one sent again) goes from here too.
+    std::map<const Extent*, uint64_t> hurried;
     for (bool sent = here; sent && !stopping_;) {
       sent = false;
       Inode& inode = inodes_[id];
+      bool hurry = false;
       for (const auto& e : inode.extents) {
+        if (e->handed && options_.hurry) {
+          auto h = hurried.find(e.get());
+          if (h == hurried.end() || h->second != e->handoffs) hurry = true;
+        }
         if (e->flushing || !Sendable(inode, *e)) continue;
         const std::shared_ptr<Extent> keep = e;  // the list may change meanwhile
         if (SendLocked(id, keep, absl::ZeroDuration())) {
@@ -560,6 +658,18 @@ absl::Status WriteCache::FlushMany(const std::vector<uint64_t>& ids, bool report
           first = keep->last_error;
         }
         break;
+      }
+      if (sent || !hurry) continue;
+      for (const auto& e : inode.extents) {
+        if (e->handed) hurried[e.get()] = e->handoffs;
+      }
+      mu_.Unlock();
+      absl::Status h = options_.hurry(id);
+      mu_.Lock();
+      if (h.ok()) {
+        sent = true;
+      } else if (first.ok()) {
+        first = h;
       }
     }
     // And what the flushers have in flight.

@@ -28,6 +28,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -58,6 +59,12 @@ struct WriteCacheOptions {
   // limit). Flushers keep the bytes of unacknowledged extents within it,
   // except that one extent may always be in flight. Null = no limit.
   std::function<uint64_t()> credit;
+  // Called, outside the cache's lock, before a flush waits for an extent
+  // its FlushRpc handed elsewhere (FlushResult.later): sends what holds
+  // it, and returns once it was answered (Settle called) or with the error
+  // that kept it from going. Null: such waits take as long as the other
+  // sender does.
+  std::function<absl::Status(uint64_t ino)> hurry;
   Clock* clock = Clock::Real();
 };
 
@@ -70,6 +77,10 @@ class WriteCache {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
     int64_t ctime_ns = 0;
+    // The extent was handed to another sender (the namespace log's next
+    // batch, client/ns_grants.h): it stays in flight, and counts as sent
+    // for flow control, until Settle() gives its outcome.
+    bool later = false;
   };
   // The time a flush gives the file (WriteRequest.time_ns, keep_times):
   // when its latest cached write was made, or `keep` when its times were
@@ -118,6 +129,12 @@ class WriteCache {
   // reported to the next FlushInode of the file: a recall or fsyncdir
   // sends data it does not own the errors of).
   absl::Status FlushInodes(const std::vector<uint64_t>& ids, bool report_dropped);
+  // The outcome of an extent of `ino` whose FlushRpc answered `later`
+  // (`data`: the pointer its FlushRpc got), settled as if its FlushRpc had
+  // returned `result` now (result.later must be false). Nothing when no
+  // such extent is in flight.
+  void Settle(uint64_t ino, const std::string* data, absl::StatusOr<FlushResult> result)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // FlushInodes, with the files' extents sent from the calling thread, one
   // at a time in order (the flushers may all be held up by the server),
   // then what the flushers had in flight waited for. A failed send is
@@ -224,6 +241,10 @@ class WriteCache {
     uint64_t debit = 0;  // bytes debited from the pool for it
     absl::Time born;
     bool flushing = false;
+    bool handed = false;    // flushing, its FlushRpc answered `later`: waits for Settle
+    uint64_t handoffs = 0;  // times it was handed
+    // A Settle that came before its FlushRpc returned `later`.
+    std::optional<absl::StatusOr<FlushResult>> early;
     bool sealed = false;
     uint64_t failures = 0;    // flush attempts that failed
     absl::Status last_error;  // of the latest failed attempt
@@ -265,6 +286,12 @@ class WriteCache {
   // for a retry.
   bool SendLocked(uint64_t ino, const std::shared_ptr<Extent>& e, absl::Duration backoff)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles handed extent `e` with `r` (ABORTED: not stored, sent again).
+  bool SettleHanded(uint64_t ino, const std::shared_ptr<Extent>& e,
+                    const absl::StatusOr<FlushResult>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SendLocked's settling of `e`'s FlushRpc outcome `r` (not `later`).
+  bool SettleLocked(uint64_t ino, const std::shared_ptr<Extent>& e,
+                    const absl::StatusOr<FlushResult>& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Buffers of streaming extents, kept for the next extent after a flush:
   // a buffer the allocator hands back to the kernel has to be faulted in

@@ -25,6 +25,7 @@
 #include "client/write_cache_test_util.h"
 #include "common/clock.h"
 #include "common/errno_status.h"
+#include "common/status_test_util.h"
 #include "gtest/gtest.h"
 
 namespace grantfs {
@@ -274,5 +275,229 @@ TEST(WriteCache, FlushersKeepWithinTheServersCredit) {
   EXPECT_EQ(PeakWithCredit(/*one byte: one extent at a time*/ 1), 1);
   EXPECT_GT(PeakWithCredit(/*no limit*/ 0), 1);
 }
+// A FlushRpc that hands its extents to another sender (as the namespace
+// log takes the data of a closed small file: FlushResult.later), which
+// settles them when asked (hurry) with what the test says.
+class HandOff {
+ public:
+  explicit HandOff(FakeServer* server) : server_(server) {}
+  WriteCache::FlushRpc Rpc() {
+    return [this](uint64_t ino, uint64_t offset, std::shared_ptr<const std::string> data,
+                  WriteCache::WriteTime) -> absl::StatusOr<WriteCache::FlushResult> {
+      absl::MutexLock l(&mu_);
+      ++rpcs_;
+      if (!hand_) return direct_(ino, offset, data, {});  // a call of its own
+      WriteCache::FlushResult later;
+      later.later = true;
+      if (early_) {
+        // Answered before this returns (the batch went at once).
+        mu_.Unlock();
+        cache_->Settle(ino, data.get(), direct_(ino, offset, data, {}));
+        mu_.Lock();
+        return later;
+      }
+      handed_.push_back({ino, offset, std::move(data)});
+      return later;
+    };
+  }
+  // The cache's hurry: settles what was handed for `ino` with `outcome`
+  // (OK: applied by the server), or fails with `refuse`.
+  absl::Status Hurry(uint64_t ino) {
+    std::vector<Handed> mine;
+    absl::Status outcome, refuse;
+    {
+      absl::MutexLock l(&mu_);
+      ++hurries_;
+      refuse = refuse_;
+      outcome = outcome_;
+      if (!refuse.ok()) return refuse;
+      if (absl::IsAborted(outcome)) {
+        // Refused once: what is sent again goes as a call of its own.
+        hand_ = false;
+        outcome_ = absl::OkStatus();
+      }
+      for (auto it = handed_.begin(); it != handed_.end();) {
+        if (it->ino == ino) {
+          mine.push_back(std::move(*it));
+          it = handed_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Handed& h : mine) {
+      cache_->Settle(h.ino, h.data.get(),
+                     outcome.ok() ? direct_(h.ino, h.offset, h.data, {})
+                                  : absl::StatusOr<WriteCache::FlushResult>(outcome));
+    }
+    return absl::OkStatus();
+  }
+  void Set(bool hand, absl::Status outcome, absl::Status refuse = absl::OkStatus(),
+           bool early = false) {
+    absl::MutexLock l(&mu_);
+    hand_ = hand;
+    early_ = early;
+    outcome_ = std::move(outcome);
+    refuse_ = std::move(refuse);
+  }
+  size_t handed() {
+    absl::MutexLock l(&mu_);
+    return handed_.size();
+  }
+  int hurries() {
+    absl::MutexLock l(&mu_);
+    return hurries_;
+  }
+  int rpcs() {
+    absl::MutexLock l(&mu_);
+    return rpcs_;
+  }
+  WriteCache* cache_ = nullptr;
+
+ private:
+  struct Handed {
+    uint64_t ino;
+    uint64_t offset;
+    std::shared_ptr<const std::string> data;
+  };
+  FakeServer* const server_;
+  const WriteCache::FlushRpc direct_ = server_->Rpc();
+  absl::Mutex mu_;
+  bool hand_ ABSL_GUARDED_BY(mu_) = true;
+  bool early_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status outcome_ ABSL_GUARDED_BY(mu_);
+  absl::Status refuse_ ABSL_GUARDED_BY(mu_);
+  std::vector<Handed> handed_ ABSL_GUARDED_BY(mu_);
+  int hurries_ ABSL_GUARDED_BY(mu_) = 0;
+  int rpcs_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// An extent whose FlushRpc answered `later` stays cached (read, counted
+// dirty) and in flight until Settle; a flush of its file hurries the other
+// sender once and waits for the outcome. A refusal of the hurry ends that
+// wait with its error (the extent stays); ABORTED sends it again with no
+// failure reported; TimesSet does not wait for it.
+TEST(WriteCache, AnExtentHandedToAnotherSenderIsSettledByItAndHurriedByAFlush) {
+  FakeGrants grants;
+  FakeServer server;
+  FakeClock clock;
+  HandOff hand(&server);
+  WriteCacheOptions copts = SmallCache();
+  copts.clock = &clock;
+  copts.hurry = [&hand](uint64_t ino) { return hand.Hurry(ino); };
+  GrantPoolOptions popts = BigPool();
+  popts.clock = &clock;
+  GrantPool pool(popts, grants.Rpc());
+  WriteCache cache(copts, &pool, hand.Rpc());
+  hand.cache_ = &cache;
+  cache.Start();
+  auto within = [&](const std::function<absl::Status()>& f) {
+    absl::Notification done;
+    absl::Status result;
+    std::thread t([&] {
+      result = f();
+      done.Notify();
+    });
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      ADD_FAILURE() << "a flush did not return; stopping the cache";
+      cache.Stop();
+    }
+    t.join();
+    return result;
+  };
+
+  // Handed, then settled by the hurry of a flush.
+  const std::string a(5000, 'a');
+  ASSERT_TRUE(cache.Write(1, 0, a.data(), a.size()));
+  cache.Seal(1);
+  for (int i = 0; i < 500 && hand.handed() == 0; ++i) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_EQ(hand.handed(), 1u);
+  EXPECT_EQ(cache.CachedBytes(1), a.size());  // still cached
+  EXPECT_EQ(cache.in_flight(), 0);            // not counted against the credit
+  EXPECT_OK(within([&] {                      // does not wait for it
+    cache.TimesSet(1);
+    return absl::OkStatus();
+  }));
+  EXPECT_OK(within([&] { return cache.FlushInode(1); }));
+  EXPECT_EQ(hand.hurries(), 1);
+  EXPECT_EQ(server.content(1), a);
+  EXPECT_EQ(cache.CachedBytes(1), 0u);
+  EXPECT_EQ(pool.available(), grants.granted() - server.used());
+
+  // The hurry fails: so does the flush; the extent stays handed, and is
+  // settled when its sender answers.
+  const std::string b(3000, 'b');
+  ASSERT_TRUE(cache.Write(2, 0, b.data(), b.size()));
+  hand.Set(true, absl::OkStatus(), absl::UnavailableError("no server"));
+  EXPECT_EQ(within([&] { return cache.FlushInode(2); }).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(cache.CachedBytes(2), b.size());
+  hand.Set(true, absl::OkStatus());
+  EXPECT_OK(within([&] { return cache.FlushInode(2); }));
+  EXPECT_EQ(server.content(2), b);
+
+  // Settled ABORTED (refused by the other sender): sent again, as a call
+  // of its own, and the flush that waited reports nothing.
+  const std::string c(2000, 'c');
+  ASSERT_TRUE(cache.Write(3, 0, c.data(), c.size()));
+  const int rpcs = hand.rpcs();
+  hand.Set(true, absl::AbortedError("refused"));
+  EXPECT_OK(within([&] { return cache.FlushInode(3); }));
+  EXPECT_EQ(server.content(3), c);
+  EXPECT_EQ(hand.rpcs(), rpcs + 2);  // handed, then sent again
+
+  // Answered before the FlushRpc returned `later`: settled then.
+  const std::string d(1000, 'd');
+  ASSERT_TRUE(cache.Write(4, 0, d.data(), d.size()));
+  hand.Set(true, absl::OkStatus(), absl::OkStatus(), /*early=*/true);
+  EXPECT_OK(within([&] { return cache.FlushInode(4); }));
+  EXPECT_EQ(server.content(4), d);
+  EXPECT_EQ(cache.CachedBytes(4), 0u);
+  EXPECT_EQ(pool.available(), grants.granted() - server.used());
+  cache.Stop();
+}
+
+// FlushNow sends from the calling thread what waits behind an extent
+// handed elsewhere (here a later write over the same block): it hurries
+// the handed one, then sends the next, with no flusher at all.
+TEST(WriteCache, FlushNowHurriesAHandedExtentAndSendsWhatWaitedBehindIt) {
+  FakeGrants grants;
+  FakeServer server;
+  FakeClock clock;
+  HandOff hand(&server);
+  WriteCacheOptions copts = SmallCache();
+  copts.clock = &clock;
+  copts.hurry = [&hand](uint64_t ino) { return hand.Hurry(ino); };
+  GrantPoolOptions popts = BigPool();
+  popts.clock = &clock;
+  GrantPool pool(popts, grants.Rpc());
+  WriteCache cache(copts, &pool, hand.Rpc());
+  hand.cache_ = &cache;
+  // Not started: no flusher sends anything.
+  const std::string a(4096, 'a');
+  ASSERT_TRUE(cache.Write(1, 0, a.data(), a.size()));
+  hand.Set(true, absl::UnavailableError("not yet"), absl::UnavailableError("not yet"));
+  EXPECT_FALSE(cache.FlushNow({1}, true).ok());  // handed, and could not be hurried
+  EXPECT_EQ(hand.handed(), 1u);
+  ASSERT_TRUE(cache.Write(1, 100, "BBB", 3));  // a new extent, behind the handed one
+  hand.Set(true, absl::OkStatus());
+  absl::Notification done;
+  absl::Status result;
+  std::thread t([&] {
+    result = cache.FlushNow({1}, true);
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+    ADD_FAILURE() << "FlushNow did not return; stopping the cache";
+    cache.Stop();
+  }
+  t.join();
+  EXPECT_OK(result);
+  std::string want = a;
+  want.replace(100, 3, "BBB");
+  EXPECT_EQ(server.content(1), want);
+  EXPECT_EQ(cache.CachedBytes(1), 0u);
+  cache.Stop();
+}
+
 }  // namespace
 }  // namespace grantfs
