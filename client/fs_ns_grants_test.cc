@@ -922,10 +922,10 @@ TEST_F(NsGrantsMountTest, AReopenForReadingDoesNotWaitForTheDataOfACloseThatDidN
 }
 
 // The batch holding a write entry cannot be sent (the server answers no
-// ApplyLog): the entry stays in the log, and each retry of the extent (the
-// file's fsync here, the cache's flushers meanwhile) waits for that same
-// entry instead of appending it again. Once the server answers, the data
-// is stored once, from the log, with no Write call.
+// ApplyLog): the entry stays in the log and the extent in the cache,
+// handed to it; each fsync of the file tries to send the log again (and
+// fails with it), and nothing is appended twice. Once the server answers,
+// the data is stored once, from the log, with no Write call.
 TEST_F(NsGrantsMountTest, AWriteEntryWhoseBatchCouldNotBeSentIsSentOnceLater) {
   NsGrantsOptions ns;
   ns.log.max_age = absl::Hours(1);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -824,6 +825,80 @@ TEST_F(NsGrantsTest, InodeRangesAreRecordedKeptAndRetriedOnce) {
   EXPECT_EQ(reply.errs(0), EINVAL);
   EXPECT_EQ(a.Range(0).err(), EINVAL);
   EXPECT_EQ(a.Range(1u << 30).count(), Volume::kMaxInodeRange);
+}
+
+// The data of a batch's write entries for files the batch makes is staged
+// (written and synced together, before the batch is applied in order): the
+// files end as with any write, their space counted once; a staged write
+// whose entry is not applied (an entry before it refused) leaves no chunk
+// file behind; a write of a file made before the batch is not staged.
+TEST_F(NsGrantsTest, TheDataOfFilesABatchMakesIsStagedAndTakenBackWhenNotApplied) {
+  Session a(stub_.get(), true);
+  Hold(&a);
+  ASSERT_GE(a.Grant(1 << 20), 65536u);
+  auto write = [&](uint64_t ino, const std::string& data) {
+    proto::LogEntry e;
+    e.set_seq(a.NextSeq());
+    e.set_time_ns(absl::ToUnixNanos(absl::Now()));
+    proto::WriteRequest* w = e.mutable_write();
+    w->set_ino(ino);
+    w->set_data(data);
+    w->set_from_grant(true);
+    w->set_granted(true);
+    w->set_time_ns(e.time_ns());
+    return e;
+  };
+  auto chunk_files = [&](uint64_t ino) {
+    int n = 0;
+    const std::string prefix = std::to_string(ino) + ".";
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
+      if (f.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    }
+    return n;
+  };
+  std::vector<proto::LogEntry> log;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    texts.push_back(std::string(3000 + 2000 * i, static_cast<char>('a' + i)));
+    log.push_back(a.Create(first_ + i, dir_ino_, "f" + std::to_string(i), S_IFREG | 0644));
+    log.push_back(write(first_ + i, texts.back()));
+  }
+  const uint64_t staged = volume_->staged_writes();
+  proto::ApplyLogReply reply;
+  ASSERT_TRUE(a.Apply(log, &reply).ok());
+  for (int e : reply.errs()) EXPECT_EQ(e, 0);
+  EXPECT_EQ(volume_->staged_writes(), staged + 3);
+  uint64_t blocks = 0;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::string> got = volume_->Read(RequestContext(), first_ + i, 0, 100000);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, texts[i]);
+    blocks += (texts[i].size() + 4095) / 4096;
+  }
+  EXPECT_EQ(volume_->SpaceCounts().used_bytes, blocks * 4096);
+
+  // The second create is refused (the name exists): the write after it is
+  // not applied, and its staged bytes are taken back.
+  std::vector<proto::LogEntry> refused = {
+      a.Create(first_ + 3, dir_ino_, "g", S_IFREG | 0644), write(first_ + 3, "kept"),
+      a.Create(first_ + 4, dir_ino_, "f0", S_IFREG | 0644), write(first_ + 4, "never")};
+  proto::ApplyLogReply r2;
+  ASSERT_TRUE(a.Apply(refused, &r2).ok());
+  ASSERT_EQ(r2.errs_size(), 3);
+  EXPECT_EQ(r2.errs(2), EEXIST);
+  EXPECT_EQ(volume_->staged_writes(), staged + 5);
+  absl::StatusOr<std::string> kept = volume_->Read(RequestContext(), first_ + 3, 0, 100);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(*kept, "kept");
+  EXPECT_EQ(chunk_files(first_ + 3), 1);
+  EXPECT_EQ(chunk_files(first_ + 4), 0);
+  EXPECT_EQ(volume_->SpaceCounts().used_bytes, (blocks + 1) * 4096);
+
+  // Files made before this batch: written as any write, not staged.
+  proto::ApplyLogReply r3;
+  ASSERT_TRUE(a.Apply({write(first_, "over"), write(first_ + 1, "over")}, &r3).ok());
+  for (int e : r3.errs()) EXPECT_EQ(e, 0);
+  EXPECT_EQ(volume_->staged_writes(), staged + 5);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@
 
 namespace grantfs {
 
-class LogPins;  // service_ns_grants.cc
+class LogPins;       // service_ns_grants.cc
+class StagedWrites;  // service_ns_grants.cc
 
 struct ServiceOptions {
   // Who may call (common/transport.h): mounts and grantfsctl for the file
@@ -122,8 +123,9 @@ class GrantFsService final {
   // Stores the data of `req` as a Write call or a write entry of a log does
   // (`sync`: the request's own wish): the mount's time of it and its
   // keep_times on rc.tag, the bytes counted in flight and in the metrics.
+  // `staged`: its bytes are on disk already (Volume::StageWrite).
   absl::StatusOr<proto::Attr> StoreWrite(const RequestContext& rc, const proto::WriteRequest& req,
-                                         bool sync, uint64_t* grant_used);
+                                         bool sync, uint64_t* grant_used, bool staged = false);
   // For a node restricted to a subtree: the inode `name` in `parent` names
   // now (0: none), which it must reach like an inode of the call (Reaches).
   // Remove and Rename act on names; a name may be a link from outside.
@@ -148,7 +150,8 @@ class GrantFsService final {
   // entry did (written).
   absl::Status ApplyEntry(Ctx* ctx, const RequestContext& rc, const CallerPolicy& policy,
                           const proto::LogEntry& entry, LogPins* pins,
-                          RequestTag::Durability* durable, proto::ApplyLogReply* reply);
+                          RequestTag::Durability* durable, proto::ApplyLogReply* reply,
+                          StagedWrites* staged);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode

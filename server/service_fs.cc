@@ -452,7 +452,7 @@ grpc::Status GrantFsService::Write(Ctx* ctx, const proto::WriteRequest* req,
 
 absl::StatusOr<proto::Attr> GrantFsService::StoreWrite(const RequestContext& rc,
                                                        const proto::WriteRequest& req, bool sync,
-                                                       uint64_t* grant_used) {
+                                                       uint64_t* grant_used, bool staged) {
   FlowControl::Scope in_flight(&volume_->flow(), rc.client_id, req.data().size());
   if (rc.tag != nullptr) {
     // The mount's time of the write, or its word that the file's times
@@ -462,8 +462,8 @@ absl::StatusOr<proto::Attr> GrantFsService::StoreWrite(const RequestContext& rc,
     rc.tag->time_ns = ClampMountTime(req.time_ns());
     rc.tag->keep_times = req.keep_times();
   }
-  absl::StatusOr<proto::Attr> r =
-      volume_->Write(rc, req.ino(), req.offset(), req.data(), sync, req.from_grant(), grant_used);
+  absl::StatusOr<proto::Attr> r = volume_->Write(rc, req.ino(), req.offset(), req.data(), sync,
+                                                 req.from_grant(), grant_used, staged);
   if (r.ok() && options_.metrics != nullptr) options_.metrics->AddWritten(req.data().size());
   return r;
 }

@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
 #include "common/status_macros.h"
@@ -75,6 +77,98 @@ class LogPins {
   int n_ = 0;
 };
 
+// The data of a batch's write entries for files the same batch makes,
+// written to disk together, from several threads, before the batch is
+// applied in order (Volume::StageWrite): the fdatasync of one small file's
+// data after another is what a batch of them waited for, one at a time. A
+// staged write that is not committed (refused, not reached) is taken back
+// when the batch ends.
+class StagedWrites {
+ public:
+  explicit StagedWrites(Volume* volume) : volume_(volume) {}
+  ~StagedWrites() {
+    for (const Item& i : items_) {
+      if (i.staged && !i.applied) volume_->UnstageWrite(i.ino, i.offset, i.length);
+    }
+  }
+  StagedWrites(const StagedWrites&) = delete;
+  StagedWrites& operator=(const StagedWrites&) = delete;
+
+  // Stages the write entries of `req` that are the only data entry of a
+  // regular file an earlier entry of it makes, in a number the session
+  // holds unused (Volume::MayStageWrite), when there are at least two.
+  void Stage(uint64_t client_id, const proto::ApplyLogRequest& req) {
+    absl::flat_hash_map<uint64_t, int> made;  // ino -> its mknod's index
+    absl::flat_hash_map<uint64_t, int> writes, resized;
+    for (int k = 0; k < req.entries_size(); ++k) {
+      const proto::LogEntry& e = req.entries(k);
+      if (e.has_mknod() && S_ISREG(e.mknod().mode()) && e.ino() != 0) made.emplace(e.ino(), k);
+      if (e.has_write()) ++writes[e.write().ino()];
+      if (e.has_setattr() && (e.setattr().valid() & proto::SetAttrRequest::SIZE)) {
+        ++resized[e.setattr().ino()];
+      }
+    }
+    for (int k = 0; k < req.entries_size(); ++k) {
+      const proto::LogEntry& e = req.entries(k);
+      if (!e.has_write() || e.write().data().empty() || e.seq() == 0) continue;
+      const uint64_t ino = e.write().ino();
+      auto m = made.find(ino);
+      if (m == made.end() || m->second > k || writes[ino] != 1 || resized.contains(ino)) continue;
+      if (!volume_->MayStageWrite(client_id, ino)) continue;
+      items_.push_back(
+          Item{e.seq(), ino, e.write().offset(), e.write().data().size(), &e.write().data()});
+    }
+    if (items_.size() < 2) {
+      items_.clear();
+      return;
+    }
+    const size_t n = std::min<size_t>(kThreads, items_.size());
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < n; ++t) {
+      threads.emplace_back([this, t, n] {
+        for (size_t i = t; i < items_.size(); i += n) {
+          Item& it = items_[i];
+          absl::Status s = volume_->StageWrite(it.ino, it.offset, *it.data, /*sync=*/false);
+          it.staged = s.ok();
+          LOG_IF(WARNING, !s.ok()) << "ApplyLog: staging the data of inode " << it.ino << ": " << s
+                                   << " (written when its entry is applied)";
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  // Whether the data of entry `seq` is staged; Applied: its write committed it.
+  bool staged(uint64_t seq) const {
+    const Item* i = Find(seq);
+    return i != nullptr && i->staged;
+  }
+  void Applied(uint64_t seq) {
+    for (Item& i : items_) {
+      if (i.seq == seq) i.applied = true;
+    }
+  }
+
+ private:
+  static constexpr size_t kThreads = 8;
+  struct Item {
+    uint64_t seq;
+    uint64_t ino;
+    uint64_t offset;
+    uint64_t length;
+    const std::string* data;
+    bool staged = false;
+    bool applied = false;
+  };
+  const Item* Find(uint64_t seq) const {
+    for (const Item& i : items_) {
+      if (i.seq == seq) return &i;
+    }
+    return nullptr;
+  }
+  Volume* const volume_;
+  std::vector<Item> items_;
+};
+
 grpc::Status GrantFsService::InodeRange(Ctx* ctx, const proto::InodeRangeRequest* req,
                                         proto::InodeRangeReply* reply) {
   return ServeOnce(
@@ -115,9 +209,11 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
     }
     const CallerPolicy policy = options_.transport.PolicyOf(*ctx);
     LogPins pins(&volume_->leases(), rc.client_id);
+    StagedWrites staged(volume_);
+    staged.Stage(rc.client_id, *req);
     RequestTag::Durability durable;
     for (const proto::LogEntry& e : req->entries()) {
-      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, reply);
+      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, reply, &staged);
       if (!s.ok() && (absl::IsUnavailable(s) || absl::IsResourceExhausted(s)) && !HasErrno(s)) {
         // Not an outcome of the entry: the mount sends the batch again
         // (what was applied is answered from its records).
@@ -149,7 +245,7 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
 absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
                                         const CallerPolicy& policy, const proto::LogEntry& e,
                                         LogPins* pins, RequestTag::Durability* durable,
-                                        proto::ApplyLogReply* reply) {
+                                        proto::ApplyLogReply* reply, StagedWrites* staged) {
   if (e.seq() == 0 || e.op_case() == proto::LogEntry::OP_NOT_SET) {
     return ErrnoStatus(EINVAL, "a log entry without a sequence number or an operation");
   }
@@ -292,9 +388,11 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
       // As a Write (service_fs.cc), with the batch's one wait for
       // durability.
       uint64_t grant_used = 0;
-      absl::StatusOr<proto::Attr> a = StoreWrite(erc, e.write(), /*sync=*/false, &grant_used);
+      absl::StatusOr<proto::Attr> a =
+          StoreWrite(erc, e.write(), /*sync=*/false, &grant_used, staged->staged(e.seq()));
       s = a.status();
       if (!a.ok()) break;
+      staged->Applied(e.seq());
       proto::LogWritten* w = reply->add_written();
       w->set_seq(e.seq());
       w->set_grant_used_bytes(grant_used);

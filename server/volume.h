@@ -11,6 +11,7 @@
 #define GRANTFS_SERVER_VOLUME_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -225,9 +226,27 @@ class Volume {
   // With `from_grant`, newly allocated blocks come out of the session's
   // space grant first.
   // `grant_used` (optional) gets the bytes taken from the grant.
+  // `staged`: the bytes are in the chunk files already (StageWrite).
   absl::StatusOr<proto::Attr> Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                     const std::string& data, bool sync, bool from_grant = false,
-                                    uint64_t* grant_used = nullptr);
+                                    uint64_t* grant_used = nullptr, bool staged = false);
+  // The data of one log batch's writes of files the same batch makes
+  // (GrantFsService::ApplyLog), written and synced together before the
+  // batch is applied in order (each write's data then on disk before its
+  // commit, as Write keeps it). Only for an inode number the session
+  // `client_id` holds unused in its ranges (InodeRange) and that is not a
+  // file: nobody else's bytes can be there, and no other session can make
+  // it. StageWrite writes `data` at `offset` of `ino` (synced unless both
+  // `sync` and options.sync_data are off); Write(..., staged=true) then
+  // commits it. Bytes staged that no Write committed (the entry refused,
+  // not reached) are taken back with UnstageWrite: their chunk files go
+  // (none of the new file's bytes were committed). A server killed in
+  // between leaves chunk files no record names (server/orphan_chunks.h).
+  bool MayStageWrite(uint64_t client_id, uint64_t ino);
+  absl::Status StageWrite(uint64_t ino, uint64_t offset, const std::string& data, bool sync);
+  void UnstageWrite(uint64_t ino, uint64_t offset, uint64_t length);
+  // Writes staged so far (StageWrite that succeeded).
+  uint64_t staged_writes() const { return staged_writes_.load(std::memory_order_relaxed); }
   // Space grants: see Allocator::Grant. Returns the session's whole grant
   // in bytes; `added` gets the bytes this call granted.
   absl::StatusOr<uint64_t> Grant(const RequestContext& ctx, uint64_t wanted_bytes,
@@ -371,6 +390,7 @@ class Volume {
   const uint64_t incarnation_;
   const std::unique_ptr<Metadata> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
+  std::atomic<uint64_t> staged_writes_{0};
   const std::unique_ptr<SpaceHold> hold_;
   absl::Mutex cover_mu_;  // CoverPromises: read the promise and cover it
   absl::Mutex hold_mu_;

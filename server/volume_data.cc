@@ -143,9 +143,44 @@ void Volume::DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length,
                            << " (they go at the next start)";
 }
 
+bool Volume::MayStageWrite(uint64_t client_id, uint64_t ino) {
+  absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
+  if (rec.ok() || ToErrno(rec.status()) != ENOENT) return false;
+  absl::StatusOr<std::optional<proto::SessionRecord>> session =
+      meta_->sessions().GetSession(client_id);
+  if (!session.ok() || !*session) return false;
+  for (const auto& r : (*session)->ino_ranges()) {
+    if (ino >= r.first() && ino < r.end()) return ino >= std::max(r.first(), r.next());
+  }
+  return false;
+}
+
+absl::Status Volume::StageWrite(uint64_t ino, uint64_t offset, const std::string& data, bool sync) {
+  if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
+  RETURN_IF_ERROR(ValidateRange(offset, data.size()));
+  RETURN_IF_ERROR(
+      chunks_->Write(ino, offset, data.data(), data.size(), sync || options_.sync_data));
+  staged_writes_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void Volume::UnstageWrite(uint64_t ino, uint64_t offset, uint64_t length) {
+  if (length == 0) return;
+  absl::Status s;
+  const uint64_t cs = chunks_->chunk_size();
+  for (uint64_t c = offset / cs; s.ok() && c <= (offset + length - 1) / cs; ++c) {
+    s = chunks_->RemoveChunk(ino, c);
+  }
+  if (s.ok()) s = chunks_->SyncRemovals({ino});
+  LOG_IF(WARNING, !s.ok()) << "inode " << ino
+                           << ": deleting the chunk files of a write staged and not applied "
+                              "failed: "
+                           << s << " (they go at the next start)";
+}
+
 absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
                                           const std::string& data, bool sync, bool from_grant,
-                                          uint64_t* grant_used) {
+                                          uint64_t* grant_used, bool staged) {
   if (data.size() > options_.max_io_bytes) return ErrnoStatus(EINVAL, "write too large");
   RETURN_IF_ERROR(ValidateRange(offset, data.size()));
   {
@@ -181,7 +216,8 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     // A retry of this write answers with the grant it used (server/dedupe.h).
     if (ctx.tag != nullptr) ctx.tag->value = SpaceLedger::Bytes(r.from_grant);
     sync = sync || options_.sync_data;
-    absl::Status st = chunks_->Write(ino, offset, data.data(), data.size(), sync);
+    absl::Status st =
+        staged ? absl::OkStatus() : chunks_->Write(ino, offset, data.data(), data.size(), sync);
     // Space promised in a grant is held on the disk (common/space_hold.h):
     // if another program filled the disk meanwhile, the write borrows it.
     uint64_t lent = 0;
