@@ -876,6 +876,18 @@ TEST_F(NsGrantsTest, TheDataOfFilesABatchMakesIsStagedAndTakenBackWhenNotApplied
     blocks += (texts[i].size() + 4095) / 4096;
   }
   EXPECT_EQ(volume_->SpaceCounts().used_bytes, blocks * 4096);
+  // Sent again (its reply lost): answered from the records, nothing
+  // staged (the numbers are used), nothing taken back.
+  proto::ApplyLogReply again;
+  ASSERT_TRUE(a.Apply(log, &again).ok());
+  for (int e : again.errs()) EXPECT_EQ(e, 0);
+  EXPECT_EQ(volume_->staged_writes(), staged + 3);
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::string> got = volume_->Read(RequestContext(), first_ + i, 0, 100000);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, texts[i]);
+  }
+  EXPECT_EQ(volume_->SpaceCounts().used_bytes, blocks * 4096);
 
   // The second create is refused (the name exists): the write after it is
   // not applied, and its staged bytes are taken back.

@@ -151,7 +151,7 @@ class GrantFsService final {
   absl::Status ApplyEntry(Ctx* ctx, const RequestContext& rc, const CallerPolicy& policy,
                           const proto::LogEntry& entry, LogPins* pins,
                           RequestTag::Durability* durable, proto::ApplyLogReply* reply,
-                          StagedWrites* staged);
+                          StagedWrites* staged, int index);
 
   // Serves one call named `op` (for logs and errors; taken once): the gate,
   // the caller's identity, its flow-control credit on the reply, inode

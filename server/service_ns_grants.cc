@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -80,23 +82,26 @@ class LogPins {
 // The data of a batch's write entries for files the same batch makes,
 // written to disk together, from several threads, before the batch is
 // applied in order (Volume::StageWrite): the fdatasync of one small file's
-// data after another is what a batch of them waited for, one at a time. A
-// staged write that is not committed (refused, not reached) is taken back
-// when the batch ends.
+// data after another is what a batch of them waited for, one at a time.
+// Each staged inode is claimed (no other attempt of the batch stages it
+// meanwhile); a staged write that is not committed (refused, not reached)
+// is taken back when the batch ends, and its claim let go.
 class StagedWrites {
  public:
   explicit StagedWrites(Volume* volume) : volume_(volume) {}
   ~StagedWrites() {
     for (const Item& i : items_) {
       if (i.staged && !i.applied) volume_->UnstageWrite(i.ino, i.offset, i.length);
+      volume_->EndStage(i.ino);
     }
   }
   StagedWrites(const StagedWrites&) = delete;
   StagedWrites& operator=(const StagedWrites&) = delete;
 
-  // Stages the write entries of `req` that are the only data entry of a
-  // regular file an earlier entry of it makes, in a number the session
-  // holds unused (Volume::MayStageWrite), when there are at least two.
+  // Stages the write entries of `req` (from the session's space grant)
+  // that are the only data entry of a regular file an earlier entry of it
+  // makes, in a number the session holds unused (Volume::BeginStage), when
+  // there are at least two and the session's grant covers them all.
   void Stage(uint64_t client_id, const proto::ApplyLogRequest& req) {
     absl::flat_hash_map<uint64_t, int> made;  // ino -> its mknod's index
     absl::flat_hash_map<uint64_t, int> writes, resized;
@@ -108,50 +113,72 @@ class StagedWrites {
         ++resized[e.setattr().ino()];
       }
     }
+    std::vector<int> wanted;
+    uint64_t blocks = 0;
     for (int k = 0; k < req.entries_size(); ++k) {
       const proto::LogEntry& e = req.entries(k);
-      if (!e.has_write() || e.write().data().empty() || e.seq() == 0) continue;
+      if (!e.has_write() || e.write().data().empty() || !e.write().from_grant()) continue;
       const uint64_t ino = e.write().ino();
       auto m = made.find(ino);
       if (m == made.end() || m->second > k || writes[ino] != 1 || resized.contains(ino)) continue;
-      if (!volume_->MayStageWrite(client_id, ino)) continue;
-      items_.push_back(
-          Item{e.seq(), ino, e.write().offset(), e.write().data().size(), &e.write().data()});
+      wanted.push_back(k);
+      const uint64_t first = e.write().offset() / kBlock;
+      const uint64_t last = (e.write().offset() + e.write().data().size() - 1) / kBlock;
+      blocks += last - first + 1;
     }
-    if (items_.size() < 2) {
-      items_.clear();
-      return;
+    // Not past what the session was promised (its grant): the disk has room
+    // for it, and nobody can make the server write more than that here.
+    if (wanted.size() < 2 || blocks > volume_->meta().space().GrantOf(client_id)) return;
+    for (int k : wanted) {
+      const proto::WriteRequest& w = req.entries(k).write();
+      if (!volume_->BeginStage(client_id, w.ino())) continue;
+      items_.push_back(Item{k, w.ino(), w.offset(), w.data().size(), &w.data()});
     }
+    if (items_.size() < 2) return;
     const size_t n = std::min<size_t>(kThreads, items_.size());
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < n; ++t) {
-      threads.emplace_back([this, t, n] {
-        for (size_t i = t; i < items_.size(); i += n) {
-          Item& it = items_[i];
-          absl::Status s = volume_->StageWrite(it.ino, it.offset, *it.data, /*sync=*/false);
-          it.staged = s.ok();
-          LOG_IF(WARNING, !s.ok()) << "ApplyLog: staging the data of inode " << it.ino << ": " << s
-                                   << " (written when its entry is applied)";
+    std::atomic<bool> failed{false};
+    auto work = [this, n, &failed](size_t t) {
+      for (size_t i = t; i < items_.size() && !failed.load(); i += n) {
+        Item& it = items_[i];
+        absl::Status s = volume_->StageWrite(it.ino, it.offset, *it.data, /*sync=*/false);
+        it.staged = s.ok();
+        if (!s.ok()) {
+          // (A full disk, most likely: the rest are written as they are
+          // applied, where a write from a grant may borrow the space hold.)
+          failed = true;
+          LOG_EVERY_N(WARNING, 100) << "ApplyLog: staging the data of inode " << it.ino << ": " << s
+                                    << " (written when its entry is applied)";
         }
-      });
+      }
+    };
+    std::vector<std::thread> threads;
+    try {
+      for (size_t t = 1; t < n; ++t) threads.emplace_back(work, t);
+    } catch (const std::system_error& e) {
+      LOG_EVERY_N(WARNING, 100) << "ApplyLog: no thread to stage writes with (" << e.what()
+                                << "); fewer are used";
     }
+    // Items of threads that could not start are simply not staged.
+    work(0);
     for (std::thread& t : threads) t.join();
   }
-  // Whether the data of entry `seq` is staged; Applied: its write committed it.
-  bool staged(uint64_t seq) const {
-    const Item* i = Find(seq);
+  // Whether the data of entry `index` (of the request) is staged; Applied:
+  // its write committed it.
+  bool staged(int index) const {
+    const Item* i = Find(index);
     return i != nullptr && i->staged;
   }
-  void Applied(uint64_t seq) {
+  void Applied(int index) {
     for (Item& i : items_) {
-      if (i.seq == seq) i.applied = true;
+      if (i.index == index) i.applied = true;
     }
   }
 
  private:
   static constexpr size_t kThreads = 8;
+  static constexpr uint64_t kBlock = 4096;
   struct Item {
-    uint64_t seq;
+    int index;  // in the request
     uint64_t ino;
     uint64_t offset;
     uint64_t length;
@@ -159,11 +186,11 @@ class StagedWrites {
     bool staged = false;
     bool applied = false;
   };
-  const Item* Find(uint64_t seq) const {
-    for (const Item& i : items_) {
-      if (i.seq == seq) return &i;
-    }
-    return nullptr;
+  const Item* Find(int index) const {
+    // (Items are in the request's order: a binary search.)
+    auto it = std::lower_bound(items_.begin(), items_.end(), index,
+                               [](const Item& i, int k) { return i.index < k; });
+    return it != items_.end() && it->index == index ? &*it : nullptr;
   }
   Volume* const volume_;
   std::vector<Item> items_;
@@ -212,8 +239,9 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
     StagedWrites staged(volume_);
     staged.Stage(rc.client_id, *req);
     RequestTag::Durability durable;
-    for (const proto::LogEntry& e : req->entries()) {
-      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, reply, &staged);
+    for (int k = 0; k < req->entries_size(); ++k) {
+      const proto::LogEntry& e = req->entries(k);
+      absl::Status s = ApplyEntry(ctx, rc, policy, e, &pins, &durable, reply, &staged, k);
       if (!s.ok() && (absl::IsUnavailable(s) || absl::IsResourceExhausted(s)) && !HasErrno(s)) {
         // Not an outcome of the entry: the mount sends the batch again
         // (what was applied is answered from its records).
@@ -245,7 +273,8 @@ grpc::Status GrantFsService::ApplyLog(Ctx* ctx, const proto::ApplyLogRequest* re
 absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
                                         const CallerPolicy& policy, const proto::LogEntry& e,
                                         LogPins* pins, RequestTag::Durability* durable,
-                                        proto::ApplyLogReply* reply, StagedWrites* staged) {
+                                        proto::ApplyLogReply* reply, StagedWrites* staged,
+                                        int index) {
   if (e.seq() == 0 || e.op_case() == proto::LogEntry::OP_NOT_SET) {
     return ErrnoStatus(EINVAL, "a log entry without a sequence number or an operation");
   }
@@ -389,10 +418,10 @@ absl::Status GrantFsService::ApplyEntry(Ctx* ctx, const RequestContext& rc,
       // durability.
       uint64_t grant_used = 0;
       absl::StatusOr<proto::Attr> a =
-          StoreWrite(erc, e.write(), /*sync=*/false, &grant_used, staged->staged(e.seq()));
+          StoreWrite(erc, e.write(), /*sync=*/false, &grant_used, staged->staged(index));
       s = a.status();
       if (!a.ok()) break;
-      staged->Applied(e.seq());
+      staged->Applied(index);
       proto::LogWritten* w = reply->add_written();
       w->set_seq(e.seq());
       w->set_grant_used_bytes(grant_used);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -233,16 +234,21 @@ class Volume {
   // The data of one log batch's writes of files the same batch makes
   // (GrantFsService::ApplyLog), written and synced together before the
   // batch is applied in order (each write's data then on disk before its
-  // commit, as Write keeps it). Only for an inode number the session
-  // `client_id` holds unused in its ranges (InodeRange) and that is not a
-  // file: nobody else's bytes can be there, and no other session can make
-  // it. StageWrite writes `data` at `offset` of `ino` (synced unless both
+  // commit, as Write keeps it). BeginStage claims `ino` for it: true only
+  // for an inode number the session `client_id` holds unused in its ranges
+  // (InodeRange), that is not a file and that no other batch stages now:
+  // nobody else's bytes can be there, and no other session can make it.
+  // StageWrite writes `data` at `offset` of `ino` (synced unless both
   // `sync` and options.sync_data are off); Write(..., staged=true) then
-  // commits it. Bytes staged that no Write committed (the entry refused,
-  // not reached) are taken back with UnstageWrite: their chunk files go
-  // (none of the new file's bytes were committed). A server killed in
-  // between leaves chunk files no record names (server/orphan_chunks.h).
-  bool MayStageWrite(uint64_t client_id, uint64_t ino);
+  // commits it, unless the file has size or blocks by then (another
+  // writer reached it by its number): then the bytes are written again, in
+  // order. Bytes staged that no Write committed (the entry refused, not
+  // reached) are taken back with UnstageWrite (the chunk files of the
+  // range that no committed write holds), then EndStage lets the claim go.
+  // A server killed in between leaves chunk files no record names
+  // (server/orphan_chunks.h).
+  bool BeginStage(uint64_t client_id, uint64_t ino) ABSL_LOCKS_EXCLUDED(stage_mu_);
+  void EndStage(uint64_t ino) ABSL_LOCKS_EXCLUDED(stage_mu_);
   absl::Status StageWrite(uint64_t ino, uint64_t offset, const std::string& data, bool sync);
   void UnstageWrite(uint64_t ino, uint64_t offset, uint64_t length);
   // Writes staged so far (StageWrite that succeeded).
@@ -391,6 +397,8 @@ class Volume {
   const std::unique_ptr<Metadata> meta_;
   const std::unique_ptr<ChunkStore> chunks_;
   std::atomic<uint64_t> staged_writes_{0};
+  absl::Mutex stage_mu_;
+  absl::flat_hash_set<uint64_t> staging_ ABSL_GUARDED_BY(stage_mu_);  // BeginStage
   const std::unique_ptr<SpaceHold> hold_;
   absl::Mutex cover_mu_;  // CoverPromises: read the promise and cover it
   absl::Mutex hold_mu_;

@@ -143,16 +143,24 @@ void Volume::DropUncommitted(uint64_t ino, uint64_t offset, uint64_t length,
                            << " (they go at the next start)";
 }
 
-bool Volume::MayStageWrite(uint64_t client_id, uint64_t ino) {
+bool Volume::BeginStage(uint64_t client_id, uint64_t ino) {
   absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
   if (rec.ok() || ToErrno(rec.status()) != ENOENT) return false;
   absl::StatusOr<std::optional<proto::SessionRecord>> session =
       meta_->sessions().GetSession(client_id);
   if (!session.ok() || !*session) return false;
+  bool unused = false;
   for (const auto& r : (*session)->ino_ranges()) {
-    if (ino >= r.first() && ino < r.end()) return ino >= std::max(r.first(), r.next());
+    if (ino >= r.first() && ino < r.end()) unused = ino >= std::max(r.first(), r.next());
   }
-  return false;
+  if (!unused) return false;
+  absl::MutexLock l(&stage_mu_);
+  return staging_.insert(ino).second;
+}
+
+void Volume::EndStage(uint64_t ino) {
+  absl::MutexLock l(&stage_mu_);
+  staging_.erase(ino);
 }
 
 absl::Status Volume::StageWrite(uint64_t ino, uint64_t offset, const std::string& data, bool sync) {
@@ -166,16 +174,32 @@ absl::Status Volume::StageWrite(uint64_t ino, uint64_t offset, const std::string
 
 void Volume::UnstageWrite(uint64_t ino, uint64_t offset, uint64_t length) {
   if (length == 0) return;
-  absl::Status s;
+  // Under the file's data lock: no write of it is under way meanwhile.
+  absl::WriterMutexLock l(&DataLock(ino));
+  absl::StatusOr<proto::InodeRecord> rec = meta_->inodes().GetInode(ino);
+  const bool gone = !rec.ok() && ToErrno(rec.status()) == ENOENT;
+  absl::Status s = rec.ok() || gone ? absl::OkStatus() : rec.status();
+  std::vector<uint64_t> removed;
   const uint64_t cs = chunks_->chunk_size();
   for (uint64_t c = offset / cs; s.ok() && c <= (offset + length - 1) / cs; ++c) {
+    if (!gone) {
+      // A chunk a committed write holds keeps its file (what was staged in
+      // it and not committed lies in blocks it does not count).
+      absl::StatusOr<bool> held = meta_->space().HasChunk(ino, c);
+      if (!held.ok()) {
+        s = held.status();
+        break;
+      }
+      if (*held) continue;
+    }
     s = chunks_->RemoveChunk(ino, c);
+    removed.push_back(c);
   }
-  if (s.ok()) s = chunks_->SyncRemovals({ino});
+  if (s.ok() && !removed.empty()) s = chunks_->SyncRemovals({ino});
   LOG_IF(WARNING, !s.ok()) << "inode " << ino
                            << ": deleting the chunk files of a write staged and not applied "
                               "failed: "
-                           << s << " (they go at the next start)";
+                           << s << " (they go at the next start, if no write commits them)";
 }
 
 absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t ino, uint64_t offset,
@@ -206,6 +230,10 @@ absl::StatusOr<proto::Attr> Volume::Write(const RequestContext& ctx, uint64_t in
     ASSIGN_OR_RETURN(proto::InodeRecord rec, meta_->inodes().GetInode(ino));
     if (S_ISDIR(rec.mode())) return ErrnoStatus(EISDIR, "write");
     if (!S_ISREG(rec.mode())) return ErrnoStatus(EINVAL, "write to a non-file");
+    // Staged bytes are the file's only if nothing was written to it since
+    // it was made (another writer may have reached it by its number):
+    // otherwise they are written again, after that write.
+    if (staged && (rec.size() != 0 || rec.allocated_blocks() != 0)) staged = false;
     // Reserve first so that ENOSPC is decided before any byte lands; the data
     // is on disk (fdatasync'd, here and on the replica, unless both `sync`
     // and options.sync_data are off) before the metadata that makes it part
