@@ -316,6 +316,12 @@ class FileSystem {
   //   NsGrants::mu_ before WriteCache::mu_ (a deferred close counts and
   //   seals the file's cached bytes under it: NsGrants::DataHooks), and
   //   before LeaseCache's, NsLog's and OpenHandleTable's.
+  //   No lock is held when a namespace log batch's answers to its write
+  //   entries settle them (NsGrants::Send -> LoggedWrite -> WriteCache::
+  //   Settle, LeaseCache, CleanCache, MetaClient::NoteWritten), on the
+  //   thread sending the batch: none of these applies or waits for the
+  //   log, which that thread is sending. WriteCache calls its hurry (which
+  //   sends the log) with its own lock let go.
   // The leaves: mu_ here; Session::mu_ (RpcClient's failover hook takes it,
   // and RpcClient calls the hook with no lock held); OpenHandleTable::mu_
   // (a reclaim waits on it, released); XattrCache::mu_; NameCache's and
