@@ -372,39 +372,45 @@ class HandOff {
   int rpcs_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// A cache whose FlushRpc and hurry are a HandOff's, over fakes.
+struct HandOffHarness {
+  HandOffHarness()
+      : hand(&server), pool(PoolOptions(), grants.Rpc()), cache(CacheOptions(), &pool, hand.Rpc()) {
+    hand.cache_ = &cache;
+  }
+  GrantPoolOptions PoolOptions() {
+    GrantPoolOptions o = BigPool();
+    o.clock = &clock;
+    return o;
+  }
+  WriteCacheOptions CacheOptions() {
+    WriteCacheOptions o = SmallCache();
+    o.clock = &clock;
+    o.hurry = [this](uint64_t ino) { return hand.Hurry(ino); };
+    return o;
+  }
+  absl::Status Within(const std::function<absl::Status()>& f) { return WithinOrStop(&cache, f); }
+
+  FakeGrants grants;
+  FakeServer server;
+  FakeClock clock;
+  HandOff hand;
+  GrantPool pool;
+  WriteCache cache;
+};
+
 // An extent whose FlushRpc answered `later` stays cached (read, counted
 // dirty) and in flight until Settle; a flush of its file hurries the other
 // sender once and waits for the outcome. A refusal of the hurry ends that
 // wait with its error (the extent stays); ABORTED sends it again with no
 // failure reported; TimesSet does not wait for it.
 TEST(WriteCache, AnExtentHandedToAnotherSenderIsSettledByItAndHurriedByAFlush) {
-  FakeGrants grants;
-  FakeServer server;
-  FakeClock clock;
-  HandOff hand(&server);
-  WriteCacheOptions copts = SmallCache();
-  copts.clock = &clock;
-  copts.hurry = [&hand](uint64_t ino) { return hand.Hurry(ino); };
-  GrantPoolOptions popts = BigPool();
-  popts.clock = &clock;
-  GrantPool pool(popts, grants.Rpc());
-  WriteCache cache(copts, &pool, hand.Rpc());
-  hand.cache_ = &cache;
+  HandOffHarness h;
+  WriteCache& cache = h.cache;
+  HandOff& hand = h.hand;
+  FakeServer& server = h.server;
   cache.Start();
-  auto within = [&](const std::function<absl::Status()>& f) {
-    absl::Notification done;
-    absl::Status result;
-    std::thread t([&] {
-      result = f();
-      done.Notify();
-    });
-    if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
-      ADD_FAILURE() << "a flush did not return; stopping the cache";
-      cache.Stop();
-    }
-    t.join();
-    return result;
-  };
+  auto within = [&](const std::function<absl::Status()>& f) { return h.Within(f); };
 
   // Handed, then settled by the hurry of a flush.
   const std::string a(5000, 'a');
@@ -422,7 +428,7 @@ TEST(WriteCache, AnExtentHandedToAnotherSenderIsSettledByItAndHurriedByAFlush) {
   EXPECT_EQ(hand.hurries(), 1);
   EXPECT_EQ(server.content(1), a);
   EXPECT_EQ(cache.CachedBytes(1), 0u);
-  EXPECT_EQ(pool.available(), grants.granted() - server.used());
+  EXPECT_EQ(h.pool.available(), h.grants.granted() - server.used());
 
   // The hurry fails: so does the flush; the extent stays handed, and is
   // settled when its sender answers.
@@ -452,7 +458,7 @@ TEST(WriteCache, AnExtentHandedToAnotherSenderIsSettledByItAndHurriedByAFlush) {
   EXPECT_OK(within([&] { return cache.FlushInode(4); }));
   EXPECT_EQ(server.content(4), d);
   EXPECT_EQ(cache.CachedBytes(4), 0u);
-  EXPECT_EQ(pool.available(), grants.granted() - server.used());
+  EXPECT_EQ(h.pool.available(), h.grants.granted() - server.used());
   cache.Stop();
 }
 
@@ -460,18 +466,9 @@ TEST(WriteCache, AnExtentHandedToAnotherSenderIsSettledByItAndHurriedByAFlush) {
 // handed elsewhere (here a later write over the same block): it hurries
 // the handed one, then sends the next, with no flusher at all.
 TEST(WriteCache, FlushNowHurriesAHandedExtentAndSendsWhatWaitedBehindIt) {
-  FakeGrants grants;
-  FakeServer server;
-  FakeClock clock;
-  HandOff hand(&server);
-  WriteCacheOptions copts = SmallCache();
-  copts.clock = &clock;
-  copts.hurry = [&hand](uint64_t ino) { return hand.Hurry(ino); };
-  GrantPoolOptions popts = BigPool();
-  popts.clock = &clock;
-  GrantPool pool(popts, grants.Rpc());
-  WriteCache cache(copts, &pool, hand.Rpc());
-  hand.cache_ = &cache;
+  HandOffHarness h;
+  WriteCache& cache = h.cache;
+  HandOff& hand = h.hand;
   // Not started: no flusher sends anything.
   const std::string a(4096, 'a');
   ASSERT_TRUE(cache.Write(1, 0, a.data(), a.size()));
@@ -480,21 +477,10 @@ TEST(WriteCache, FlushNowHurriesAHandedExtentAndSendsWhatWaitedBehindIt) {
   EXPECT_EQ(hand.handed(), 1u);
   ASSERT_TRUE(cache.Write(1, 100, "BBB", 3));  // a new extent, behind the handed one
   hand.Set(true, absl::OkStatus());
-  absl::Notification done;
-  absl::Status result;
-  std::thread t([&] {
-    result = cache.FlushNow({1}, true);
-    done.Notify();
-  });
-  if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
-    ADD_FAILURE() << "FlushNow did not return; stopping the cache";
-    cache.Stop();
-  }
-  t.join();
-  EXPECT_OK(result);
+  EXPECT_OK(h.Within([&] { return cache.FlushNow({1}, true); }));
   std::string want = a;
   want.replace(100, 3, "BBB");
-  EXPECT_EQ(server.content(1), want);
+  EXPECT_EQ(h.server.content(1), want);
   EXPECT_EQ(cache.CachedBytes(1), 0u);
   cache.Stop();
 }

@@ -237,6 +237,24 @@ inline GrantPoolOptions BigPool() {
   return o;
 }
 
+// Runs `f` (a flush) on a thread; if it has not returned within `limit`
+// the test fails and `cache` is stopped to unblock it.
+inline absl::Status WithinOrStop(WriteCache* cache, const std::function<absl::Status()>& f,
+                                 absl::Duration limit = absl::Seconds(30)) {
+  absl::Notification done;
+  absl::Status result;
+  std::thread t([&] {
+    result = f();
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(limit)) {
+    ADD_FAILURE() << "did not return within " << limit << "; stopping the cache";
+    cache->Stop();
+  }
+  t.join();
+  return result;
+}
+
 // One cache over a pool over fakes, on a fake clock (extents never come of
 // age by themselves: they are sent when sealed, under pressure, or when
 // someone flushes). Members are destroyed cache first.
@@ -257,22 +275,9 @@ struct Harness {
     return cache.Write(ino, offset, data.data(), data.size());
   }
 
-  // Runs `f` (a flush) on a thread; if it has not returned within `limit`
-  // the test fails and the cache is stopped to unblock it.
   absl::Status Within(const std::function<absl::Status()>& f,
                       absl::Duration limit = absl::Seconds(30)) {
-    absl::Notification done;
-    absl::Status result;
-    std::thread t([&] {
-      result = f();
-      done.Notify();
-    });
-    if (!done.WaitForNotificationWithTimeout(limit)) {
-      ADD_FAILURE() << "did not return within " << limit << "; stopping the cache";
-      cache.Stop();
-    }
-    t.join();
-    return result;
+    return WithinOrStop(&cache, f, limit);
   }
   absl::Status FlushInode(uint64_t ino) {
     return Within([this, ino] { return cache.FlushInode(ino); });

@@ -152,6 +152,19 @@ class Session {
     m->set_is_dir(is_dir);
     return e;
   }
+  // A write entry from the session's grant, in a granted directory, made
+  // at `time_ns`.
+  proto::LogEntry Write(uint64_t ino, uint64_t offset, const std::string& data, int64_t time_ns) {
+    proto::LogEntry e = Entry(time_ns);
+    proto::WriteRequest* w = e.mutable_write();
+    w->set_ino(ino);
+    w->set_offset(offset);
+    w->set_data(data);
+    w->set_from_grant(true);
+    w->set_granted(true);
+    w->set_time_ns(time_ns);
+    return e;
+  }
   proto::LogEntry Chmod(uint64_t ino, uint32_t mode) {
     proto::LogEntry e = Entry(0);
     proto::SetAttrRequest* m = e.mutable_setattr();
@@ -727,17 +740,7 @@ TEST_F(NsGrantsTest, AWriteEntryStoresItsDataOnceAndOnlyInAGrantedDirectory) {
   // The mount's time of the writes (after the create's, the server's).
   const int64_t when = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(500));
   auto write = [&](uint64_t ino, uint64_t offset, const std::string& data) {
-    proto::LogEntry e;
-    e.set_seq(a.NextSeq());
-    e.set_time_ns(when);
-    proto::WriteRequest* w = e.mutable_write();
-    w->set_ino(ino);
-    w->set_offset(offset);
-    w->set_data(data);
-    w->set_from_grant(true);
-    w->set_granted(true);
-    w->set_time_ns(e.time_ns());
-    return e;
+    return a.Write(ino, offset, data, when);
   };
   const std::string text(5000, 'x');
   std::vector<proto::LogEntry> log = {a.Create(first_, dir_ino_, "f", S_IFREG | 0644),
@@ -837,16 +840,7 @@ TEST_F(NsGrantsTest, TheDataOfFilesABatchMakesIsStagedAndTakenBackWhenNotApplied
   Hold(&a);
   ASSERT_GE(a.Grant(1 << 20), 65536u);
   auto write = [&](uint64_t ino, const std::string& data) {
-    proto::LogEntry e;
-    e.set_seq(a.NextSeq());
-    e.set_time_ns(absl::ToUnixNanos(absl::Now()));
-    proto::WriteRequest* w = e.mutable_write();
-    w->set_ino(ino);
-    w->set_data(data);
-    w->set_from_grant(true);
-    w->set_granted(true);
-    w->set_time_ns(e.time_ns());
-    return e;
+    return a.Write(ino, 0, data, absl::ToUnixNanos(absl::Now()));
   };
   auto chunk_files = [&](uint64_t ino) {
     int n = 0;
