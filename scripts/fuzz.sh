@@ -76,8 +76,14 @@ for t in "${TARGETS[@]}"; do
   # __cxa_thread_atexit_impl, strings of libstdc++ and absl::Status) came
   # and went: none reproduced with its input. LeakSanitizer still checks
   # that target once, when its run ends; the check between inputs stays on
-  # for the other targets.
+  # for the other targets. reply_fuzz is of the same kind: its in-process
+  # gRPC callback server runs each call's end (ServerCallbackCall::
+  # ScheduleOnDone) on gRPC's own executor threads, which may still hold it
+  # when the check between two inputs runs: one report (2026-12-08, a
+  # ServerCallbackCall and its OnDone closure) did not reproduce with its
+  # input, run alone three times.
   [ "$t" = replica_apply_fuzz ] && leaks=0
+  [ "$t" = reply_fuzz ] && leaks=0
   "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 \
     -detect_leaks="$leaks" -print_final_stats=1 -artifact_prefix="$OUT/crashes/$t/" \
     "$OUT/corpus/$t" >"$log" 2>&1 || rc=$?
