@@ -511,14 +511,12 @@ absl::Status WriteCache::FlushLocked(uint64_t ino, bool report_dropped) {
   // An extent handed elsewhere goes when its sender sends it: hurried once
   // per hand-off (an error ends the wait: the extent stays handed, to go
   // later).
-  std::map<const Extent*, uint64_t> hurried;  // hand-offs seen by a hurry
+  Hurried hurried;
   absl::Status hurry_error;
   auto handed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!options_.hurry) return false;
     for (const auto& [e, failures] : mine) {
-      if (!e->handed || !pending(e)) continue;
-      auto h = hurried.find(e.get());
-      if (h == hurried.end() || h->second != e->handoffs) return true;
+      if (hurried.Due(*e) && pending(e)) return true;
     }
     return false;
   };
@@ -526,9 +524,7 @@ absl::Status WriteCache::FlushLocked(uint64_t ino, bool report_dropped) {
   for (;;) {
     mu_.Await(absl::Condition(&done_or_handed));
     if (done()) break;
-    for (const auto& [e, failures] : mine) {
-      if (e->handed) hurried[e.get()] = e->handoffs;
-    }
+    for (const auto& [e, failures] : mine) hurried.Mark(*e);
     mu_.Unlock();
     hurry_error = options_.hurry(ino);
     mu_.Lock();
@@ -640,16 +636,13 @@ absl::Status WriteCache::FlushMany(const std::vector<uint64_t>& ids, bool report
     // An extent handed elsewhere (FlushResult.later) is hurried, once per
     // hand-off, and the round goes on: what waited behind it (an
     // overlapping later write, one sent again) goes from here too.
-    std::map<const Extent*, uint64_t> hurried;
+    Hurried hurried;
     for (bool sent = here; sent && !stopping_;) {
       sent = false;
       Inode& inode = inodes_[id];
       bool hurry = false;
       for (const auto& e : inode.extents) {
-        if (e->handed && options_.hurry) {
-          auto h = hurried.find(e.get());
-          if (h == hurried.end() || h->second != e->handoffs) hurry = true;
-        }
+        hurry = hurry || (options_.hurry && hurried.Due(*e));
         if (e->flushing || !Sendable(inode, *e)) continue;
         const std::shared_ptr<Extent> keep = e;  // the list may change meanwhile
         if (SendLocked(id, keep, absl::ZeroDuration())) {
@@ -660,9 +653,7 @@ absl::Status WriteCache::FlushMany(const std::vector<uint64_t>& ids, bool report
         break;
       }
       if (sent || !hurry) continue;
-      for (const auto& e : inode.extents) {
-        if (e->handed) hurried[e.get()] = e->handoffs;
-      }
+      for (const auto& e : inode.extents) hurried.Mark(*e);
       mu_.Unlock();
       absl::Status h = options_.hurry(id);
       mu_.Lock();

@@ -258,6 +258,21 @@ class WriteCache {
     int urgent = 0;                              // FlushInode callers waiting
     absl::Status dropped;                        // data refused for good, not yet reported
   };
+  // The hand-offs one flush has hurried already (WriteCacheOptions.hurry):
+  // each is hurried once; an extent handed again is due again.
+  class Hurried {
+   public:
+    bool Due(const Extent& e) const {
+      auto h = seen_.find(&e);
+      return e.handed && (h == seen_.end() || h->second != e.handoffs);
+    }
+    void Mark(const Extent& e) {
+      if (e.handed) seen_[&e] = e.handoffs;
+    }
+
+   private:
+    std::map<const Extent*, uint64_t> seen_;
+  };
 
   // End of the bytes still cached (not yet acknowledged) of `inode`; 0 when
   // none. Acknowledged bytes are in the server's size.

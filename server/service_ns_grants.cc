@@ -11,6 +11,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -169,9 +170,7 @@ class StagedWrites {
     return i != nullptr && i->staged;
   }
   void Applied(int index) {
-    for (Item& i : items_) {
-      if (i.index == index) i.applied = true;
-    }
+    if (Item* i = Find(index)) i->applied = true;
   }
 
  private:
@@ -192,6 +191,7 @@ class StagedWrites {
                                [](const Item& i, int k) { return i.index < k; });
     return it != items_.end() && it->index == index ? &*it : nullptr;
   }
+  Item* Find(int index) { return const_cast<Item*>(std::as_const(*this).Find(index)); }
   Volume* const volume_;
   std::vector<Item> items_;
 };
